@@ -1,0 +1,235 @@
+//! Configuration: the one place the `MEMPROF_*` environment variables are read.
+//!
+//! They are read once, when the profiler starts (at the first allocation that goes through
+//! [`MemProf`](crate::MemProf)), never again on the allocation path. A value that does not parse
+//! prints one warning on stderr that names the variable and the default used instead; it never
+//! panics.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `MEMPROF_ENABLED` | `1` | `0` turns recording off: the allocator only forwards to the wrapped one |
+//! | `MEMPROF_STACK_DEPTH` | `5` | frames shown and grouped in reports, counted after memprof's own, the allocator shim's and std's allocation frames are trimmed (1 to 64) |
+//! | `MEMPROF_STACK_SKIP` | `0` | further frames dropped from the top of every context after that trimming |
+//! | `MEMPROF_MIN_BYTES` | `1024` | groups whose total size is below this are left out of both allocation logs |
+//! | `MEMPROF_PRINT_AT_EXIT` | unset | `1` writes the TSV log (`log_allocations`) to stderr when the program ends, also through `std::process::exit` |
+//! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise |
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Largest accepted `MEMPROF_STACK_DEPTH`.
+pub const MAX_STACK_DEPTH: usize = 64;
+
+/// How stacks are captured on the allocation path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwinder {
+    /// Follow the chain of saved frame pointers: a few nanoseconds a frame, exact only when every
+    /// function on the stack keeps a frame pointer.
+    FramePointer,
+    /// Unwind with the `.eh_frame` call-frame information of each module: correct for any build.
+    Dwarf,
+}
+
+/// The profiler's settings, read once from the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Whether allocations are recorded at all (`MEMPROF_ENABLED`).
+    pub enabled: bool,
+    /// Frames shown and grouped in reports (`MEMPROF_STACK_DEPTH`).
+    pub stack_depth: usize,
+    /// Frames dropped from the top of a context after trimming (`MEMPROF_STACK_SKIP`).
+    pub stack_skip: usize,
+    /// Groups below this many bytes are hidden in the allocation logs (`MEMPROF_MIN_BYTES`).
+    pub min_bytes: u64,
+    /// Write the TSV log to stderr at exit (`MEMPROF_PRINT_AT_EXIT=1`).
+    pub print_at_exit: bool,
+    /// The stack walker used on the allocation path (`MEMPROF_UNWINDER`).
+    pub unwinder: Unwinder,
+    /// The working directory when the profiler started; report file names are shown relative to it.
+    pub working_dir: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            enabled: true,
+            stack_depth: 5,
+            stack_skip: 0,
+            min_bytes: 1024,
+            print_at_exit: false,
+            unwinder: if cfg!(memprof_frame_pointers) {
+                Unwinder::FramePointer
+            } else {
+                Unwinder::Dwarf
+            },
+            working_dir: None,
+        }
+    }
+}
+
+impl Config {
+    /// Raw return addresses captured per allocation: enough for the frames shown, the frames skipped,
+    /// and the allocator and std frames that are trimmed before them.
+    pub fn capture_depth(&self) -> usize {
+        (self.stack_depth + self.stack_skip + 24).min(crate::capture::MAX_FRAMES)
+    }
+
+    /// Reads the configuration from the process environment; warnings go to stderr.
+    pub fn from_env() -> Config {
+        let mut config = Config::from_lookup(
+            |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
+            |warning| eprintln!("memprof: {warning}"),
+        );
+        config.working_dir = std::env::current_dir().ok();
+        config
+    }
+
+    /// Builds a configuration from any variable lookup, reporting each bad value through `warn`.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        mut warn: impl FnMut(String),
+    ) -> Config {
+        let defaults = Config::default();
+        let mut number = |name: &str, default: u64, max: u64| -> u64 {
+            let Some(raw) = lookup(name) else {
+                return default;
+            };
+            match raw.trim().parse::<u64>() {
+                Ok(v) if v <= max => v,
+                _ => {
+                    warn(format!(
+                        "{name}={raw:?} is not a whole number from 0 to {max}; using the default {default}"
+                    ));
+                    default
+                }
+            }
+        };
+        let stack_depth = number(
+            "MEMPROF_STACK_DEPTH",
+            defaults.stack_depth as u64,
+            MAX_STACK_DEPTH as u64,
+        ) as usize;
+        let stack_skip = number(
+            "MEMPROF_STACK_SKIP",
+            defaults.stack_skip as u64,
+            MAX_STACK_DEPTH as u64,
+        ) as usize;
+        let min_bytes = number("MEMPROF_MIN_BYTES", defaults.min_bytes, u64::MAX);
+        let mut flag = |name: &str, default: bool| -> bool {
+            match lookup(name).as_deref().map(str::trim) {
+                None => default,
+                Some("1") => true,
+                Some("0") | Some("") => false,
+                Some(other) => {
+                    warn(format!(
+                        "{name}={other:?} is neither 1 nor 0; using the default {}",
+                        u8::from(default)
+                    ));
+                    default
+                }
+            }
+        };
+        let enabled = flag("MEMPROF_ENABLED", defaults.enabled);
+        let print_at_exit = flag("MEMPROF_PRINT_AT_EXIT", defaults.print_at_exit);
+        let unwinder = match lookup("MEMPROF_UNWINDER").as_deref().map(str::trim) {
+            None | Some("auto") | Some("") => defaults.unwinder,
+            Some("fp") => Unwinder::FramePointer,
+            Some("dwarf") => Unwinder::Dwarf,
+            Some(other) => {
+                warn(format!(
+                    "MEMPROF_UNWINDER={other:?} is not one of auto, fp, dwarf; using the default auto"
+                ));
+                defaults.unwinder
+            }
+        };
+        Config {
+            enabled,
+            stack_depth: stack_depth.max(1),
+            stack_skip,
+            min_bytes,
+            print_at_exit,
+            unwinder,
+            working_dir: None,
+        }
+    }
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The configuration in force: read from the environment the first time it is asked for.
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let mut warnings = Vec::new();
+        let config = Config::from_lookup(
+            |name| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            },
+            |w| warnings.push(w),
+        );
+        (config, warnings)
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let (config, warnings) = parse(&[]);
+        assert_eq!(config, Config::default());
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn good_values_are_taken() {
+        let (config, warnings) = parse(&[
+            ("MEMPROF_STACK_DEPTH", "16"),
+            ("MEMPROF_STACK_SKIP", "2"),
+            ("MEMPROF_MIN_BYTES", "0"),
+            ("MEMPROF_PRINT_AT_EXIT", "1"),
+            ("MEMPROF_ENABLED", "0"),
+            ("MEMPROF_UNWINDER", "dwarf"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.stack_depth, 16);
+        assert_eq!(config.stack_skip, 2);
+        assert_eq!(config.min_bytes, 0);
+        assert!(config.print_at_exit);
+        assert!(!config.enabled);
+        assert_eq!(config.unwinder, Unwinder::Dwarf);
+        assert_eq!(config.capture_depth(), 16 + 2 + 24);
+    }
+
+    #[test]
+    fn bad_values_warn_with_name_and_default() {
+        let (config, warnings) = parse(&[
+            ("MEMPROF_STACK_DEPTH", "deep"),
+            ("MEMPROF_MIN_BYTES", "-5"),
+            ("MEMPROF_PRINT_AT_EXIT", "yes"),
+            ("MEMPROF_UNWINDER", "libgcc"),
+        ]);
+        assert_eq!(config.stack_depth, 5);
+        assert_eq!(config.min_bytes, 1024);
+        assert!(!config.print_at_exit);
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(warnings[0].contains("MEMPROF_STACK_DEPTH") && warnings[0].contains("default 5"));
+        assert!(warnings[1].contains("MEMPROF_MIN_BYTES") && warnings[1].contains("default 1024"));
+        assert!(warnings[2].contains("MEMPROF_PRINT_AT_EXIT") && warnings[2].contains("default 0"));
+        assert!(warnings[3].contains("MEMPROF_UNWINDER") && warnings[3].contains("auto"));
+    }
+
+    #[test]
+    fn depth_above_the_limit_warns() {
+        let (config, warnings) = parse(&[("MEMPROF_STACK_DEPTH", "1000")]);
+        assert_eq!(config.stack_depth, 5);
+        assert_eq!(warnings.len(), 1);
+    }
+}

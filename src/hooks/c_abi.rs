@@ -1,0 +1,68 @@
+//! The C ABI: C code and custom allocators report their blocks, and anyone (C, a debugger) can ask
+//! for a report. Declared in `include/memprof.h`.
+//!
+//! Blocks reported here join the same live table as the Rust allocations, with the C caller's
+//! stack, so they appear in every report. They only work while memprof is the global allocator of
+//! the program, or once any allocation has started it.
+
+use std::ffi::{c_int, c_void};
+use std::fs::File;
+use std::io::{self, Write};
+use std::mem::ManuallyDrop;
+use std::os::fd::FromRawFd;
+
+/// Records a block of `size` bytes that the caller allocated at `ptr`. A null `ptr` is ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
+    if !ptr.is_null() {
+        super::record_alloc(ptr as usize, size);
+    }
+}
+
+/// Records that the block at `ptr` is about to be freed. Unknown or null pointers are ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn memprof_record_free(ptr: *mut c_void) {
+    if !ptr.is_null() {
+        super::record_free(ptr as usize);
+    }
+}
+
+/// Records a reallocation that moved (or kept) `old_ptr`'s block to `new_ptr` with `new_size` bytes.
+/// Call it after a successful `realloc`; a null `old_ptr` records a plain allocation.
+#[unsafe(no_mangle)]
+pub extern "C" fn memprof_record_realloc(
+    old_ptr: *mut c_void,
+    new_ptr: *mut c_void,
+    new_size: usize,
+) {
+    if new_ptr.is_null() {
+        return;
+    }
+    super::record_realloc(old_ptr as usize, new_size, || new_ptr.cast());
+}
+
+/// Writes to the open file descriptor `fd`, without closing it.
+fn write_to_fd(fd: c_int, write: impl FnOnce(&mut File) -> io::Result<()>) -> c_int {
+    if fd < 0 {
+        return -1;
+    }
+    // SAFETY: the caller promises `fd` is an open descriptor for the duration of the call; wrapping
+    // it in `ManuallyDrop` keeps the `File` from closing a descriptor it does not own.
+    let mut file = ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+    match write(&mut file).and_then(|()| file.flush()) {
+        Ok(()) => 0,
+        Err(_) => -1,
+    }
+}
+
+/// Writes the Markdown report (`pretty_log_allocations`) to `fd`. Returns 0, or -1 on error.
+#[unsafe(no_mangle)]
+pub extern "C" fn memprof_write_report(fd: c_int) -> c_int {
+    write_to_fd(fd, |f| crate::report::pretty_log_allocations(f))
+}
+
+/// Writes the TSV log (`log_allocations`) to `fd`. Returns 0, or -1 on error.
+#[unsafe(no_mangle)]
+pub extern "C" fn memprof_write_log(fd: c_int) -> c_int {
+    write_to_fd(fd, |f| crate::report::log_allocations(f))
+}

@@ -1,0 +1,79 @@
+//! [`MemProf`]: a `GlobalAlloc` that forwards to another allocator and records what passes.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+
+/// The profiling allocator. Install it once, as the global allocator:
+///
+/// ```rust,no_run
+/// #[global_allocator]
+/// static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+/// # fn main() {}
+/// ```
+///
+/// It wraps [`System`] by default and any other [`GlobalAlloc`] through [`MemProf::wrap`].
+#[derive(Debug, Default)]
+pub struct MemProf<A = System> {
+    /// The allocator that does the work.
+    inner: A,
+}
+
+impl MemProf<System> {
+    /// A profiler over the system allocator.
+    pub const fn new() -> Self {
+        MemProf { inner: System }
+    }
+}
+
+impl<A> MemProf<A> {
+    /// A profiler over `inner` (jemalloc, mimalloc, or any other `GlobalAlloc`).
+    pub const fn wrap(inner: A) -> Self {
+        MemProf { inner }
+    }
+
+    /// The wrapped allocator.
+    pub const fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+// SAFETY: every method forwards to the wrapped allocator with the caller's own arguments and
+// returns its result unchanged, so `MemProf<A>` upholds `GlobalAlloc`'s contract exactly when `A`
+// does. The recording calls around them never touch the blocks' memory, never unwind (they do not
+// panic) and never allocate outside the reentrancy guard.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout, which meets `alloc`'s requirements.
+        let ptr = unsafe { self.inner.alloc(layout) };
+        if !ptr.is_null() {
+            super::record_alloc(ptr as usize, layout.size());
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout, which meets `alloc_zeroed`'s requirements.
+        let ptr = unsafe { self.inner.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            super::record_alloc(ptr as usize, layout.size());
+        }
+        ptr
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        super::record_free(ptr as usize);
+        // SAFETY: `ptr` was allocated by this allocator, hence by `inner`, with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        super::record_realloc(ptr as usize, new_size, || {
+            // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came from
+            // `inner` through this allocator.
+            unsafe { self.inner.realloc(ptr, layout, new_size) }
+        })
+    }
+}

@@ -1,0 +1,183 @@
+//! The live table: every live block by address, with its size and interned stack.
+//!
+//! Blocks are spread over [`SHARDS`] shards by address, each behind its own `std::sync::Mutex`
+//! (a futex: it never allocates), so threads allocating at the same time rarely meet. A block's
+//! stack is interned once in [`stacks`]; the block keeps only the stack's id. Counters live in
+//! [`stats`]. Everything here is called inside the reentrancy guard, so the maps' own growth goes
+//! to the wrapped allocator unrecorded.
+
+#![forbid(unsafe_code)]
+
+pub mod stacks;
+pub mod stats;
+
+use crate::capture::ReturnAddress;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+pub use stacks::{StackId, StackRecord, Stacks};
+pub use stats::{HeapStats, Stats};
+
+/// Number of address shards; a power of two.
+pub const SHARDS: usize = 64;
+
+/// What the table knows of one live block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Requested size in bytes.
+    pub size: u64,
+    /// The stack that allocated it (or reallocated it last).
+    pub stack: StackId,
+    /// A type tag; 0 means unknown. Reserved for per-type attribution.
+    pub tag: u32,
+}
+
+/// Hashes an address: a folded multiply, so the bits the shard index and the hash map's buckets use
+/// all depend on every address bit (blocks are 16-byte aligned, so the low bits alone say nothing).
+#[inline]
+fn mix(address: usize) -> u64 {
+    let product = (address as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// The hash map's hasher for addresses.
+#[derive(Clone, Copy, Default)]
+pub struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix((self.0 as usize).rotate_left(8) ^ usize::from(b));
+        }
+    }
+    fn write_usize(&mut self, address: usize) {
+        self.0 = mix(address);
+    }
+}
+
+impl BuildHasher for AddressHasher {
+    type Hasher = AddressHasher;
+    fn build_hasher(&self) -> AddressHasher {
+        AddressHasher(0)
+    }
+}
+
+/// Live blocks of one shard, keyed by address.
+pub type Blocks = hashbrown::HashMap<usize, Block, AddressHasher>;
+
+/// One shard of the live table.
+#[derive(Default)]
+pub struct Shard {
+    /// Live blocks whose address maps to this shard.
+    pub blocks: Blocks,
+}
+
+/// A live table: the process has one, [`TABLE`]; tests make their own.
+pub struct Table {
+    /// Live blocks, sharded by address.
+    shards: [Mutex<Shard>; SHARDS],
+    /// The stacks blocks were allocated from.
+    pub stacks: Stacks,
+    /// Totals over all blocks.
+    stats: Stats,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::new()
+    }
+}
+
+impl Table {
+    /// An empty table.
+    pub const fn new() -> Table {
+        Table {
+            shards: [const {
+                Mutex::new(Shard {
+                    blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+                })
+            }; SHARDS],
+            stacks: Stacks::new(),
+            stats: Stats::new(),
+        }
+    }
+
+    /// The current totals.
+    pub fn stats(&self) -> HeapStats {
+        self.stats.get()
+    }
+
+    #[inline]
+    fn shard(&self, address: usize) -> MutexGuard<'_, Shard> {
+        let index = (mix(address) >> 58) as usize % SHARDS;
+        // A panic never happens while a shard is held, but a poisoned lock must not stop recording.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a new live block allocated from `frames`.
+    #[inline]
+    pub fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) {
+        let stack = self.stacks.intern(frames);
+        self.insert_block(address, size as u64, stack);
+    }
+
+    /// Records a new live block whose stack is already interned.
+    #[inline]
+    pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
+        self.stacks.record(stack).on_alloc(size);
+        self.stats.on_alloc(size);
+        let previous = self.shard(address).blocks.insert(
+            address,
+            Block {
+                size,
+                stack,
+                tag: 0,
+            },
+        );
+        // An address handed out twice without a free in between means a free went unseen (another
+        // allocator, or one made before memprof was ready): retire the stale block.
+        if let Some(stale) = previous {
+            self.retire(&stale);
+        }
+    }
+
+    /// Removes a block about to be freed; `None` when the table never saw it.
+    #[inline]
+    pub fn remove(&self, address: usize) -> Option<Block> {
+        let block = self.shard(address).blocks.remove(&address)?;
+        self.retire(&block);
+        Some(block)
+    }
+
+    /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
+    /// (a failed `realloc`).
+    pub fn restore(&self, address: usize, block: Block) {
+        self.stacks.record(block.stack).on_restore(block.size);
+        self.stats.on_restore(block.size);
+        self.shard(address).blocks.insert(address, block);
+    }
+
+    fn retire(&self, block: &Block) {
+        self.stacks.record(block.stack).on_free(block.size);
+        self.stats.on_free(block.size);
+    }
+
+    /// Locks every shard, in order: while the returned guards live, no block is added or removed.
+    pub fn lock_all(&self) -> Vec<MutexGuard<'_, Shard>> {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner))
+            .collect()
+    }
+}
+
+/// The process's live table.
+pub static TABLE: Table = Table::new();
+
+#[cfg(test)]
+mod tests;

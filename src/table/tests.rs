@@ -1,0 +1,133 @@
+//! The table against a naive model: random allocs, reallocs and frees, then every block, every
+//! stack's counters and the totals must agree with a `BTreeMap` of what should be live.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { slot: u8, size: u16, stack: u8 },
+    Realloc { slot: u8, size: u16, stack: u8 },
+    Free { slot: u8 },
+    FreeUnknown { slot: u8 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..32, 0u16..5000, 0u8..6).prop_map(|(slot, size, stack)| Op::Alloc {
+            slot,
+            size,
+            stack
+        }),
+        (0u8..32, 0u16..5000, 0u8..6).prop_map(|(slot, size, stack)| Op::Realloc {
+            slot,
+            size,
+            stack
+        }),
+        (0u8..32).prop_map(|slot| Op::Free { slot }),
+        (0u8..32).prop_map(|slot| Op::FreeUnknown { slot }),
+    ]
+}
+
+fn frames(stack: u8) -> Vec<ReturnAddress> {
+    (0..=usize::from(stack))
+        .map(|i| ReturnAddress(0x1000 + i * 0x10 + usize::from(stack)))
+        .collect()
+}
+
+/// Addresses: slot `s` lives at one of two places, so reallocs move blocks.
+fn address(slot: u8, generation: bool) -> usize {
+    0x10_0000 + usize::from(slot) * 0x100 + if generation { 0x80 } else { 0 }
+}
+
+proptest! {
+    #[test]
+    fn table_matches_model(ops in proptest::collection::vec(op(), 1..300)) {
+        let table = Table::new();
+        // address -> (size, stack number)
+        let mut model: BTreeMap<usize, (u64, u8)> = BTreeMap::new();
+        let mut allocated: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
+        let mut generation = [false; 32];
+        for op in ops {
+            match op {
+                Op::Alloc { slot, size, stack } => {
+                    let at = address(slot, generation[slot as usize]);
+                    if model.contains_key(&at) { continue; }
+                    table.insert(at, size as usize, &frames(stack));
+                    model.insert(at, (size as u64, stack));
+                    let a = allocated.entry(stack).or_default();
+                    a.0 += 1; a.1 += size as u64;
+                }
+                Op::Realloc { slot, size, stack } => {
+                    let old = address(slot, generation[slot as usize]);
+                    generation[slot as usize] ^= true;
+                    let new = address(slot, generation[slot as usize]);
+                    table.remove(old);
+                    model.remove(&old);
+                    table.insert(new, size as usize, &frames(stack));
+                    model.insert(new, (size as u64, stack));
+                    let a = allocated.entry(stack).or_default();
+                    a.0 += 1; a.1 += size as u64;
+                }
+                Op::Free { slot } => {
+                    let at = address(slot, generation[slot as usize]);
+                    let removed = table.remove(at);
+                    prop_assert_eq!(removed.map(|b| b.size), model.remove(&at).map(|m| m.0));
+                }
+                Op::FreeUnknown { slot } => {
+                    prop_assert!(table.remove(0x9000_0000 + usize::from(slot) * 16).is_none());
+                }
+            }
+        }
+        let snapshot = crate::Snapshot::of(&table);
+        let got: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = snapshot.blocks.iter()
+            .map(|b| (b.address, (b.size, snapshot.stack(b.stack).frames.clone())))
+            .collect();
+        let want: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = model.iter()
+            .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
+            .collect();
+        prop_assert_eq!(got, want);
+        // Per-stack counters, live and allocated, straight from the table's atomics.
+        for (_, record) in table.stacks.iter() {
+            let stack = (record.frames.len() - 1) as u8;
+            let live: Vec<_> = model.values().filter(|m| m.1 == stack).collect();
+            let ordering = std::sync::atomic::Ordering::Relaxed;
+            prop_assert_eq!(record.live_blocks.load(ordering), live.len() as u64);
+            prop_assert_eq!(record.live_bytes.load(ordering), live.iter().map(|m| m.0).sum::<u64>());
+            prop_assert_eq!(
+                (record.allocated_blocks.load(ordering), record.allocated_bytes.load(ordering)),
+                allocated[&stack]
+            );
+        }
+        prop_assert_eq!(table.stacks.len(), allocated.len());
+        let stats = table.stats();
+        prop_assert_eq!(stats.live_blocks, model.len() as u64);
+        prop_assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
+        prop_assert_eq!(stats.total_blocks, allocated.values().map(|a| a.0).sum::<u64>());
+        prop_assert!(stats.peak_bytes >= stats.live_bytes);
+    }
+}
+
+#[test]
+fn restore_undoes_remove() {
+    let table = Table::new();
+    table.insert(0x1000, 64, &frames(1));
+    let block = table.remove(0x1000).unwrap();
+    table.restore(0x1000, block);
+    let stats = table.stats();
+    assert_eq!(
+        (stats.live_blocks, stats.live_bytes, stats.total_blocks),
+        (1, 64, 1)
+    );
+    assert_eq!(table.remove(0x1000), Some(block));
+}
+
+#[test]
+fn an_address_reused_without_free_retires_the_stale_block() {
+    let table = Table::new();
+    table.insert(0x2000, 10, &frames(0));
+    table.insert(0x2000, 30, &frames(1));
+    let stats = table.stats();
+    assert_eq!((stats.live_blocks, stats.live_bytes), (1, 30));
+}
