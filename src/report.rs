@@ -95,14 +95,11 @@ impl Report {
                 .iter()
                 .map(|&address| resolver.resolve(address))
                 .collect();
-            let context = symbolize::context(
-                frames.iter().flat_map(|f| f.iter()),
-                options.skip,
-                options.depth,
-            )
-            .iter()
-            .map(|f| f.to_string())
-            .collect();
+            let expanded: Vec<_> = frames.iter().flat_map(|f| f.iter()).collect();
+            let context = symbolize::context(&expanded, options.skip, options.depth)
+                .iter()
+                .map(|f| f.to_string())
+                .collect();
             let group = groups.entry(context).or_default();
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;

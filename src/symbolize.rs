@@ -203,13 +203,19 @@ pub fn with_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
     })
 }
 
-/// Whether a frame belongs to memprof itself, the allocator shim or std's allocation internals:
-/// the frames trimmed from the top of every context before its depth is applied.
+/// Whether a frame is memprof's own: everything above the last of them on a stack (std code
+/// inlined into memprof, such as thread-local access) is memprof's too.
+pub fn is_profiler_frame(function: &str) -> bool {
+    function.starts_with("memprof::")
+        || function.starts_with("<memprof::")
+        || function.starts_with("memprof_record_")
+}
+
+/// Whether a frame belongs to the allocator shim or std's allocation internals: after memprof's
+/// own frames, these are trimmed from the top of every context before its depth is applied.
 pub fn is_allocator_frame(function: &str) -> bool {
     const PREFIXES: &[&str] = &[
-        "memprof::",
-        "<memprof::",
-        "memprof_record_",
+        "__rustc::",
         "__rust_alloc",
         "__rust_dealloc",
         "__rust_realloc",
@@ -232,28 +238,47 @@ pub fn is_allocator_frame(function: &str) -> bool {
     PREFIXES.iter().any(|p| function.starts_with(p))
 }
 
-/// Whether a frame is the allocator-parameterized twin (`with_capacity_in`, `new_in`) of a
-/// collection operation in `alloc`: right below the user-facing one, it only repeats it.
-fn is_allocator_variant(function: &str) -> bool {
-    let in_alloc = function.starts_with("alloc::") || function.starts_with("<alloc::");
-    let method = function.rsplit("::").next().unwrap_or("");
-    in_alloc && method.ends_with("_in")
+/// Whether a frame is in the standard library (`std`, `core`, `alloc` or a crate std vendors, such
+/// as its `hashbrown`): by its source file when known, by its path otherwise.
+pub fn is_std_frame(frame: &Frame) -> bool {
+    if let Some(file) = &frame.file
+        && frame.line != 0
+    {
+        return file.starts_with("/rustc/") || file.starts_with("/rust/deps/");
+    }
+    let function = frame.function.as_deref().unwrap_or("");
+    let path = function.trim_start_matches('<');
+    ["alloc::", "core::", "std::", "hashbrown::"]
+        .iter()
+        .any(|p| path.starts_with(p))
 }
 
-/// The context of a stack: its frames with the allocator's own trimmed from the top, then `skip`
-/// more dropped, then at most `depth` kept.
-pub fn context<'a>(
-    frames: impl IntoIterator<Item = &'a Frame>,
-    skip: usize,
-    depth: usize,
-) -> Vec<&'a Frame> {
-    frames
-        .into_iter()
-        .skip_while(|f| f.function.as_deref().is_some_and(is_allocator_frame))
-        .skip_while(|f| f.function.as_deref().is_some_and(is_allocator_variant))
-        .skip(skip)
-        .take(depth)
-        .collect()
+/// The context of a stack, innermost first: memprof's own frames and the allocator's are trimmed
+/// from the top; of the standard-library frames that follow, only the outermost stays (the
+/// collection operation the program called: `Vec::push`, `Box::new`, `HashMap::insert`); then
+/// `skip` more frames are dropped and at most `depth` kept.
+pub fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a Frame> {
+    fn name(f: &Frame) -> &str {
+        f.function.as_deref().unwrap_or("")
+    }
+    let after_profiler = frames
+        .iter()
+        .rposition(|f| is_profiler_frame(name(f)))
+        .map_or(0, |last| last + 1);
+    let rest = &frames[after_profiler..];
+    let first = rest
+        .iter()
+        .position(|f| !is_allocator_frame(name(f)))
+        .unwrap_or(rest.len());
+    let rest = &rest[first..];
+    // Collapse the leading run of std frames to its last one, unless std is all there is.
+    let std_run = rest.iter().take_while(|f| is_std_frame(f)).count();
+    let rest = if std_run > 1 && std_run < rest.len() {
+        &rest[std_run - 1..]
+    } else {
+        rest
+    };
+    rest.iter().copied().skip(skip).take(depth).collect()
 }
 
 #[cfg(test)]
@@ -261,9 +286,19 @@ mod tests {
     use super::*;
 
     fn frame(function: &str) -> Frame {
+        let in_std = ["alloc::", "<alloc::", "std::", "core::"]
+            .iter()
+            .any(|p| function.starts_with(p));
         Frame {
             function: Some(function.into()),
-            file: Some("src/lib.rs".into()),
+            file: Some(
+                if in_std {
+                    "/rustc/0/library/x.rs"
+                } else {
+                    "src/lib.rs"
+                }
+                .into(),
+            ),
             line: 1,
             column: 0,
         }
@@ -290,11 +325,12 @@ mod tests {
     #[test]
     fn context_trims_allocator_frames_then_skips_and_cuts() {
         let frames = [
+            frame("std::thread::local::LocalKey<T>::try_with"),
             frame("memprof::hooks::record_alloc"),
             frame(
                 "<memprof::hooks::global_alloc::MemProf<A> as core::alloc::global::GlobalAlloc>::alloc",
             ),
-            frame("__rust_alloc"),
+            frame("__rustc::__rust_alloc"),
             frame("alloc::alloc::alloc"),
             frame("<alloc::alloc::Global as core::alloc::Allocator>::allocate"),
             frame("alloc::raw_vec::RawVecInner<A>::try_allocate_in"),
@@ -302,7 +338,9 @@ mod tests {
             frame("alloc::vec::Vec<T>::with_capacity"),
             frame("app::build_index"),
             frame("app::main"),
+            frame("std::rt::lang_start"),
         ];
+        let frames: Vec<&Frame> = frames.iter().collect();
         let names = |v: Vec<&Frame>| {
             v.iter()
                 .map(|f| f.function.clone().unwrap())
@@ -313,10 +351,21 @@ mod tests {
             [
                 "alloc::vec::Vec<T>::with_capacity",
                 "app::build_index",
-                "app::main"
+                "app::main",
+                "std::rt::lang_start"
             ]
         );
         assert_eq!(names(context(&frames, 1, 1)), ["app::build_index"]);
+        // A stack of std frames only keeps them all.
+        let std_only: Vec<&Frame> = frames[..9].iter().chain(&frames[11..]).copied().collect();
+        assert_eq!(
+            names(context(&std_only, 0, 5)),
+            [
+                "alloc::vec::Vec<T,A>::with_capacity_in",
+                "alloc::vec::Vec<T>::with_capacity",
+                "std::rt::lang_start"
+            ]
+        );
     }
 
     #[test]
