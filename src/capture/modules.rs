@@ -17,6 +17,9 @@ pub struct Module {
     pub text: Vec<Range<usize>>,
     /// The `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`), as actual addresses, when present.
     pub eh_frame_hdr: Option<Range<usize>>,
+    /// Every `PT_LOAD` segment, executable or not, as actual addresses (the DWARF unwinder bounds
+    /// `.eh_frame` by the end of the segment holding it).
+    pub segments: Vec<Range<usize>>,
 }
 
 impl Module {
@@ -55,11 +58,17 @@ unsafe extern "C" fn visit(
     };
     let mut text = Vec::new();
     let mut eh_frame_hdr = None;
+    let mut segments = Vec::new();
     for header in headers {
         let start = bias.wrapping_add(header.p_vaddr as usize);
         let range = start..start + header.p_memsz as usize;
         match header.p_type {
-            libc::PT_LOAD if header.p_flags & libc::PF_X != 0 => text.push(range),
+            libc::PT_LOAD => {
+                if header.p_flags & libc::PF_X != 0 {
+                    text.push(range.clone());
+                }
+                segments.push(range);
+            }
             libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some(range),
             _ => {}
         }
@@ -83,6 +92,7 @@ unsafe extern "C" fn visit(
             bias,
             text,
             eh_frame_hdr,
+            segments,
         });
     }
     0

@@ -16,7 +16,7 @@ thread_local! {
 
 /// The current thread's stack range, cached. Must run inside the reentrancy guard: the first call
 /// of a thread asks the C library, which may allocate.
-fn stack_bounds() -> (usize, usize) {
+pub(super) fn stack_bounds() -> (usize, usize) {
     let cached = STACK_BOUNDS.try_with(Cell::get).unwrap_or((0, 0));
     if cached.1 != 0 {
         return cached;
