@@ -27,18 +27,19 @@ pub extern "C" fn memprof_record_free(ptr: *mut c_void) {
     }
 }
 
-/// Records a reallocation that moved (or kept) `old_ptr`'s block to `new_ptr` with `new_size` bytes.
-/// Call it after a successful `realloc`; a null `old_ptr` records a plain allocation.
+/// Records a successful reallocation of the block that was at `old_address` (0 for none) to
+/// `new_ptr` with `new_size` bytes. The old block is named by its address: after `realloc` its
+/// pointer may no longer be used.
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_record_realloc(
-    old_ptr: *mut c_void,
+    old_address: usize,
     new_ptr: *mut c_void,
     new_size: usize,
 ) {
     if new_ptr.is_null() {
         return;
     }
-    super::record_realloc(old_ptr as usize, new_size, || new_ptr.cast());
+    super::record_realloc(old_address, new_size, || new_ptr.cast());
 }
 
 /// Writes to the open file descriptor `fd`, without closing it.
