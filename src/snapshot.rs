@@ -68,7 +68,7 @@ impl Snapshot {
                     tag: b.tag,
                 }));
             }
-            (blocks, table.stats())
+            (blocks, table.stats_of(&shards))
         };
         blocks.sort_unstable_by_key(|b| b.address);
         let stacks = table

@@ -2,8 +2,8 @@
 //!
 //! Blocks are spread over [`SHARDS`] shards by address, each behind its own `std::sync::Mutex`
 //! (a futex: it never allocates), so threads allocating at the same time rarely meet. A block's
-//! stack is interned once in [`stacks`]; the block keeps only the stack's id. Counters live in
-//! [`stats`]. Everything here is called inside the reentrancy guard, so the maps' own growth goes
+//! stack is interned once in [`stacks`]; the block keeps only the stack's id. Each shard counts its
+//! own blocks and bytes under its lock; [`stats`] adds them up. Everything here is called inside the reentrancy guard, so the maps' own growth goes
 //! to the wrapped allocator unrecorded.
 
 #![forbid(unsafe_code)]
@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use stacks::{StackId, StackRecord, Stacks};
-pub use stats::{HeapStats, Stats};
+pub use stats::{HeapStats, Peak, ShardCounts};
 
 /// Number of address shards; a power of two.
 pub const SHARDS: usize = 64;
@@ -73,6 +73,19 @@ pub type Blocks = hashbrown::HashMap<usize, Block, AddressHasher>;
 pub struct Shard {
     /// Live blocks whose address maps to this shard.
     pub blocks: Blocks,
+    /// This shard's counters.
+    pub counts: ShardCounts,
+}
+
+impl Shard {
+    fn add(&mut self, address: usize, block: Block) -> Option<Block> {
+        self.counts.live_bytes += block.size;
+        let stale = self.blocks.insert(address, block);
+        if let Some(stale) = &stale {
+            self.counts.live_bytes -= stale.size;
+        }
+        stale
+    }
 }
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.
@@ -81,8 +94,8 @@ pub struct Table {
     shards: [Mutex<Shard>; SHARDS],
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
-    /// Totals over all blocks.
-    stats: Stats,
+    /// Live bytes over all shards, and their peak.
+    peak: Peak,
 }
 
 impl Default for Table {
@@ -98,16 +111,44 @@ impl Table {
             shards: [const {
                 Mutex::new(Shard {
                     blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+                    counts: ShardCounts {
+                        live_bytes: 0,
+                        total_blocks: 0,
+                        total_bytes: 0,
+                    },
                 })
             }; SHARDS],
             stacks: Stacks::new(),
-            stats: Stats::new(),
+            peak: Peak::new(),
         }
     }
 
-    /// The current totals.
+    /// The current totals, adding up the shards one at a time.
     pub fn stats(&self) -> HeapStats {
-        self.stats.get()
+        let mut stats = HeapStats::default();
+        for shard in &self.shards {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            Self::add_counts(&mut stats, &shard);
+        }
+        stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
+        stats
+    }
+
+    fn add_counts(stats: &mut HeapStats, shard: &Shard) {
+        stats.live_blocks += shard.blocks.len() as u64;
+        stats.live_bytes += shard.counts.live_bytes;
+        stats.total_blocks += shard.counts.total_blocks;
+        stats.total_bytes += shard.counts.total_bytes;
+    }
+
+    /// The totals of shards held by [`Table::lock_all`]: consistent with their blocks.
+    pub fn stats_of(&self, shards: &[MutexGuard<'_, Shard>]) -> HeapStats {
+        let mut stats = HeapStats::default();
+        for shard in shards {
+            Self::add_counts(&mut stats, shard);
+        }
+        stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
+        stats
     }
 
     #[inline]
@@ -130,41 +171,47 @@ impl Table {
     #[inline]
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
         self.stacks.record(stack).on_alloc(size);
-        self.stats.on_alloc(size);
-        let previous = self.shard(address).blocks.insert(
-            address,
-            Block {
-                size,
-                stack,
-                tag: 0,
-            },
-        );
+        self.peak.grow(size);
+        let stale = {
+            let mut shard = self.shard(address);
+            shard.counts.total_blocks += 1;
+            shard.counts.total_bytes += size;
+            shard.add(
+                address,
+                Block {
+                    size,
+                    stack,
+                    tag: 0,
+                },
+            )
+        };
         // An address handed out twice without a free in between means a free went unseen (another
-        // allocator, or one made before memprof was ready): retire the stale block.
-        if let Some(stale) = previous {
-            self.retire(&stale);
+        // allocator, or one made before memprof was ready): the stale block is gone.
+        if let Some(stale) = stale {
+            self.peak.shrink(stale.size);
         }
     }
 
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
-        let block = self.shard(address).blocks.remove(&address)?;
-        self.retire(&block);
+        let block = {
+            let mut shard = self.shard(address);
+            let block = shard.blocks.remove(&address)?;
+            shard.counts.live_bytes -= block.size;
+            block
+        };
+        self.peak.shrink(block.size);
         Some(block)
     }
 
     /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
     /// (a failed `realloc`).
     pub fn restore(&self, address: usize, block: Block) {
-        self.stacks.record(block.stack).on_restore(block.size);
-        self.stats.on_restore(block.size);
-        self.shard(address).blocks.insert(address, block);
-    }
-
-    fn retire(&self, block: &Block) {
-        self.stacks.record(block.stack).on_free(block.size);
-        self.stats.on_free(block.size);
+        self.peak.grow(block.size);
+        if let Some(stale) = self.shard(address).add(address, block) {
+            self.peak.shrink(stale.size);
+        }
     }
 
     /// Locks every shard, in order: while the returned guards live, no block is added or removed.

@@ -5,11 +5,22 @@
 //! sharded by the stack's hash.
 
 use crate::capture::ReturnAddress;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
 /// Index shards of the stack table; a power of two.
 const INDEX_SHARDS: usize = 16;
+
+/// Entries of the per-thread cache of recently interned stacks; a power of two.
+const RECENT: usize = 64;
+
+thread_local! {
+    /// This thread's recently interned stacks, `(hash, id)` by `hash % RECENT`: most allocations
+    /// repeat a stack the thread used shortly before, and a hit needs no lock. An entry is only a
+    /// hint: it is checked against the record's frames before it is used.
+    static RECENT_IDS: RefCell<[(u64, u32); RECENT]> = const { RefCell::new([(0, u32::MAX); RECENT]) };
+}
 
 /// A stack's index in the stack table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -26,36 +37,34 @@ pub struct StackRecord {
     pub allocated_blocks: AtomicU64,
     /// Bytes allocated from this stack over the whole run.
     pub allocated_bytes: AtomicU64,
-    /// Blocks from this stack live now.
-    pub live_blocks: AtomicU64,
-    /// Bytes from this stack live now.
-    pub live_bytes: AtomicU64,
 }
 
 impl StackRecord {
+    #[inline]
     pub(super) fn on_alloc(&self, size: u64) {
         self.allocated_blocks.fetch_add(1, Relaxed);
         self.allocated_bytes.fetch_add(size, Relaxed);
-        self.on_restore(size);
-    }
-
-    pub(super) fn on_restore(&self, size: u64) {
-        self.live_blocks.fetch_add(1, Relaxed);
-        self.live_bytes.fetch_add(size, Relaxed);
-    }
-
-    pub(super) fn on_free(&self, size: u64) {
-        self.live_blocks.fetch_sub(1, Relaxed);
-        self.live_bytes.fetch_sub(size, Relaxed);
     }
 }
 
-/// Hashes a raw stack (FxHash-style: rotate, xor, multiply).
+/// Hashes a raw stack: four independent multiply lanes, so the hash of a 30-frame stack is not one
+/// 30-step dependency chain.
 #[inline]
 pub fn hash(frames: &[ReturnAddress]) -> u64 {
-    frames.iter().fold(frames.len() as u64, |h, a| {
-        (h.rotate_left(5) ^ a.0 as u64).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95)
-    })
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut lanes = [frames.len() as u64, 1, 2, 3];
+    let mut chunks = frames.chunks_exact(4);
+    for chunk in &mut chunks {
+        for (lane, frame) in lanes.iter_mut().zip(chunk) {
+            *lane = (*lane ^ frame.0 as u64).wrapping_mul(K);
+        }
+    }
+    for (lane, frame) in lanes.iter_mut().zip(chunks.remainder()) {
+        *lane = (*lane ^ frame.0 as u64).wrapping_mul(K);
+    }
+    let folded =
+        lanes[0].rotate_left(7) ^ lanes[1].rotate_left(19) ^ lanes[2].rotate_left(31) ^ lanes[3];
+    (folded ^ (folded >> 29)).wrapping_mul(K)
 }
 
 /// The stack table.
@@ -75,8 +84,33 @@ impl Stacks {
     }
 
     /// The id of `frames`, interning it on first sight.
+    #[inline]
     pub fn intern(&self, frames: &[ReturnAddress]) -> StackId {
         let hash = hash(frames);
+        let slot = hash as usize % RECENT;
+        let hint = RECENT_IDS
+            .try_with(|recent| recent.try_borrow().map(|r| r[slot]).ok())
+            .ok()
+            .flatten();
+        if let Some((cached, id)) = hint
+            && cached == hash
+            && let Some(record) = self.records.get(id as usize)
+            && record.hash == hash
+            && *record.frames == *frames
+        {
+            return StackId(id);
+        }
+        let id = self.intern_locked(frames, hash);
+        let _ = RECENT_IDS.try_with(|recent| {
+            if let Ok(mut recent) = recent.try_borrow_mut() {
+                recent[slot] = (hash, id.0);
+            }
+        });
+        id
+    }
+
+    #[cold]
+    fn intern_locked(&self, frames: &[ReturnAddress], hash: u64) -> StackId {
         let shard = (hash >> 60) as usize % INDEX_SHARDS;
         let mut index = self.index[shard]
             .lock()
@@ -93,8 +127,6 @@ impl Stacks {
             hash,
             allocated_blocks: AtomicU64::new(0),
             allocated_bytes: AtomicU64::new(0),
-            live_blocks: AtomicU64::new(0),
-            live_bytes: AtomicU64::new(0),
         }) as u32;
         index.insert_unique(hash, id, |id| self.get(*id).hash);
         StackId(id)

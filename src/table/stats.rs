@@ -1,4 +1,8 @@
 //! Process totals: current, peak and cumulative blocks and bytes.
+//!
+//! Counts that only need to be summed later (blocks, totals) live in each address shard, updated
+//! under the shard's lock that the allocation path holds anyway. Live bytes are also kept in one
+//! global atomic, the only way to know the exact peak.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -25,34 +29,33 @@ impl HeapStats {
     }
 }
 
-/// The counters, updated on every allocation and free.
-pub struct Stats {
-    live_blocks: AtomicU64,
-    live_bytes: AtomicU64,
-    peak_bytes: AtomicU64,
-    total_blocks: AtomicU64,
-    total_bytes: AtomicU64,
+/// Counters of one address shard, changed only under its lock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShardCounts {
+    /// Bytes of the shard's live blocks.
+    pub live_bytes: u64,
+    /// Blocks allocated into this shard over the run.
+    pub total_blocks: u64,
+    /// Bytes allocated into this shard over the run.
+    pub total_bytes: u64,
 }
 
-impl Stats {
-    pub(super) const fn new() -> Stats {
-        Stats {
-            live_blocks: AtomicU64::new(0),
+/// The global live-bytes counter and its high-water mark.
+pub struct Peak {
+    live_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+}
+
+impl Peak {
+    pub(super) const fn new() -> Peak {
+        Peak {
             live_bytes: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
-            total_blocks: AtomicU64::new(0),
-            total_bytes: AtomicU64::new(0),
         }
     }
 
-    pub(super) fn on_alloc(&self, size: u64) {
-        self.total_blocks.fetch_add(1, Relaxed);
-        self.total_bytes.fetch_add(size, Relaxed);
-        self.on_restore(size);
-    }
-
-    pub(super) fn on_restore(&self, size: u64) {
-        self.live_blocks.fetch_add(1, Relaxed);
+    #[inline]
+    pub(super) fn grow(&self, size: u64) {
         let live = self.live_bytes.fetch_add(size, Relaxed) + size;
         // Most allocations do not set a new peak: a plain load keeps the common case cheap.
         if live > self.peak_bytes.load(Relaxed) {
@@ -60,18 +63,13 @@ impl Stats {
         }
     }
 
-    pub(super) fn on_free(&self, size: u64) {
-        self.live_blocks.fetch_sub(1, Relaxed);
+    #[inline]
+    pub(super) fn shrink(&self, size: u64) {
         self.live_bytes.fetch_sub(size, Relaxed);
     }
 
-    pub(super) fn get(&self) -> HeapStats {
-        HeapStats {
-            live_blocks: self.live_blocks.load(Relaxed),
-            live_bytes: self.live_bytes.load(Relaxed),
-            peak_bytes: self.peak_bytes.load(Relaxed),
-            total_blocks: self.total_blocks.load(Relaxed),
-            total_bytes: self.total_bytes.load(Relaxed),
-        }
+    /// The most bytes that were live at once.
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak_bytes.load(Relaxed)
     }
 }

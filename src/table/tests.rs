@@ -88,13 +88,14 @@ proptest! {
             .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
             .collect();
         prop_assert_eq!(got, want);
-        // Per-stack counters, live and allocated, straight from the table's atomics.
-        for (_, record) in table.stacks.iter() {
+        // Per-stack counters: live ones from the snapshot, allocated ones from the table's atomics.
+        for (id, record) in table.stacks.iter() {
             let stack = (record.frames.len() - 1) as u8;
             let live: Vec<_> = model.values().filter(|m| m.1 == stack).collect();
+            let summary = snapshot.stack(id);
+            prop_assert_eq!(summary.live_blocks, live.len() as u64);
+            prop_assert_eq!(summary.live_bytes, live.iter().map(|m| m.0).sum::<u64>());
             let ordering = std::sync::atomic::Ordering::Relaxed;
-            prop_assert_eq!(record.live_blocks.load(ordering), live.len() as u64);
-            prop_assert_eq!(record.live_bytes.load(ordering), live.iter().map(|m| m.0).sum::<u64>());
             prop_assert_eq!(
                 (record.allocated_blocks.load(ordering), record.allocated_bytes.load(ordering)),
                 allocated[&stack]

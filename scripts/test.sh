@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test suite: every test in a default build (stacks unwound with DWARF call-frame information),
+# the stack-dependent tests again in a frame-pointer build, and the doc-tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== default build (DWARF unwinder)"
+cargo nextest run --workspace --all-features --no-fail-fast
+
+echo "== frame-pointer build"
+RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
+  cargo nextest run --workspace --no-fail-fast \
+  -E 'binary(stack_walk) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit)'
+
+echo "== doc-tests"
+cargo test --doc --all-features
