@@ -203,12 +203,21 @@ pub fn with_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
     })
 }
 
-/// Whether a frame is memprof's own: everything above the last of them on a stack (std code
-/// inlined into memprof, such as thread-local access) is memprof's too.
-pub fn is_profiler_frame(function: &str) -> bool {
+/// memprof's own source directory, as its debug information names it.
+const OWN_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
+
+/// Whether a frame is memprof's own: by its path, or by its source file when the debug information
+/// names it without a path (`debug = "line-tables-only"`). Everything above the last such frame
+/// on a stack (std code inlined into memprof, such as thread-local access) is memprof's too.
+pub fn is_profiler_frame(frame: &Frame) -> bool {
+    let function = frame.function.as_deref().unwrap_or("");
     function.starts_with("memprof::")
         || function.starts_with("<memprof::")
         || function.starts_with("memprof_record_")
+        || frame
+            .file
+            .as_deref()
+            .is_some_and(|f| f.starts_with(OWN_SOURCE))
 }
 
 /// Whether a frame belongs to the allocator shim or std's allocation internals: after memprof's
@@ -263,7 +272,7 @@ pub fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a F
     }
     let after_profiler = frames
         .iter()
-        .rposition(|f| is_profiler_frame(name(f)))
+        .rposition(|f| is_profiler_frame(f))
         .map_or(0, |last| last + 1);
     let rest = &frames[after_profiler..];
     let first = rest
@@ -320,6 +329,18 @@ mod tests {
         f.file = None;
         assert_eq!(f.to_string(), "'app::build_index'");
         assert_eq!(Frame::default().to_string(), "???");
+    }
+
+    #[test]
+    fn frames_named_without_path_are_trimmed_by_source() {
+        let own = Frame {
+            function: Some("record_alloc".into()),
+            file: Some(format!("{OWN_SOURCE}hooks.rs")),
+            line: 75,
+            column: 9,
+        };
+        let user = frame("app::main");
+        assert_eq!(context(&[&own, &user], 0, 5), [&user]);
     }
 
     #[test]

@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn the_executable_contains_this_function() {
-        let here = the_executable_contains_this_function as usize;
+        let here = the_executable_contains_this_function as *const () as usize;
         let modules = loaded();
         let module = modules
             .iter()

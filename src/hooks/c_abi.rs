@@ -59,11 +59,11 @@ fn write_to_fd(fd: c_int, write: impl FnOnce(&mut File) -> io::Result<()>) -> c_
 /// Writes the Markdown report (`pretty_log_allocations`) to `fd`. Returns 0, or -1 on error.
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_write_report(fd: c_int) -> c_int {
-    write_to_fd(fd, |f| crate::report::pretty_log_allocations(f))
+    write_to_fd(fd, crate::report::pretty_log_allocations)
 }
 
 /// Writes the TSV log (`log_allocations`) to `fd`. Returns 0, or -1 on error.
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_write_log(fd: c_int) -> c_int {
-    write_to_fd(fd, |f| crate::report::log_allocations(f))
+    write_to_fd(fd, crate::report::log_allocations)
 }

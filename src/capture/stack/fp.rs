@@ -72,7 +72,7 @@ pub fn walk(out: &mut [ReturnAddress]) -> usize {
     let mut fp = frame_pointer();
     let mut n = 0;
     while n < out.len() {
-        if fp < low || fp.saturating_add(2 * word) > high || fp % word != 0 {
+        if fp < low || fp.saturating_add(2 * word) > high || !fp.is_multiple_of(word) {
             break;
         }
         // SAFETY: `fp` and `fp + word` lie inside this thread's own stack (checked just above),
