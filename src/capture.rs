@@ -6,6 +6,7 @@
 
 pub mod guard;
 pub mod modules;
+pub mod sampling;
 pub mod stack;
 
 pub use guard::{Guard, untracked};

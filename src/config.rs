@@ -12,6 +12,12 @@
 //! | `MEMPROF_STACK_SKIP` | `0` | further frames dropped from the top of every context after that trimming |
 //! | `MEMPROF_MIN_BYTES` | `1024` | groups whose total size is below this are left out of both allocation logs |
 //! | `MEMPROF_PRINT_AT_EXIT` | unset | `1` writes the TSV log (`log_allocations`) to stderr when the program ends, also through `std::process::exit` |
+//! | `MEMPROF_REF_LIMIT` | `10` | live objects of the type shown in `pretty_log_object_graph`; `0` for all |
+//! | `MEMPROF_REF_LEVEL` | `5` | levels of referrers followed back in `pretty_log_object_graph`; `0` for no limit |
+//! | `MEMPROF_TRACE_TARGET` | unset | a type name (`app::Foo`): `log_trace_target` tallies the contexts that created its objects |
+//! | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
+//! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
+//! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time |
 //! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise |
 
 #![forbid(unsafe_code)]
@@ -50,6 +56,19 @@ pub struct Config {
     pub unwinder: Unwinder,
     /// The working directory when the profiler started; report file names are shown relative to it.
     pub working_dir: Option<PathBuf>,
+    /// Mean bytes between recorded allocations, `Some(0)` for all, `None` to let the allocator's
+    /// builder decide (`MEMPROF_SAMPLE_INTERVAL`).
+    pub sample_interval: Option<u64>,
+    /// The signal that toggles recording (`MEMPROF_TOGGLE_SIGNAL`).
+    pub toggle_signal: Option<i32>,
+    /// Objects of the type shown in the object graph; 0 for all (`MEMPROF_REF_LIMIT`).
+    pub ref_limit: usize,
+    /// Levels of referrers followed back in the object graph; 0 for no limit (`MEMPROF_REF_LEVEL`).
+    pub ref_level: usize,
+    /// The type whose allocation contexts are tallied (`MEMPROF_TRACE_TARGET`).
+    pub trace_target: Option<String>,
+    /// Fewest objects for a context of the trace target to be shown (`MEMPROF_TRACE_MIN_COUNT`).
+    pub trace_min_count: u64,
 }
 
 impl Default for Config {
@@ -66,6 +85,12 @@ impl Default for Config {
                 Unwinder::Dwarf
             },
             working_dir: None,
+            sample_interval: None,
+            toggle_signal: None,
+            ref_limit: 10,
+            ref_level: 5,
+            trace_target: None,
+            trace_min_count: 1,
         }
     }
 }
@@ -118,6 +143,46 @@ impl Config {
             MAX_STACK_DEPTH as u64,
         ) as usize;
         let min_bytes = number("MEMPROF_MIN_BYTES", defaults.min_bytes, u64::MAX);
+        let ref_limit = number(
+            "MEMPROF_REF_LIMIT",
+            defaults.ref_limit as u64,
+            u32::MAX as u64,
+        ) as usize;
+        let ref_level = number(
+            "MEMPROF_REF_LEVEL",
+            defaults.ref_level as u64,
+            u32::MAX as u64,
+        ) as usize;
+        let trace_min_count = number(
+            "MEMPROF_TRACE_MIN_COUNT",
+            defaults.trace_min_count,
+            u64::MAX,
+        );
+        let trace_target = lookup("MEMPROF_TRACE_TARGET")
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty());
+        let sample_interval = lookup("MEMPROF_SAMPLE_INTERVAL").and_then(|raw| {
+            let value = raw.trim();
+            let parsed = match value {
+                "0" | "off" => Some(0),
+                _ => value.strip_prefix("bytes:").and_then(|n| n.parse::<u64>().ok()),
+            };
+            if parsed.is_none() {
+                warn(format!(
+                    "MEMPROF_SAMPLE_INTERVAL={raw:?} is not bytes:N (or 0); using the default: every allocation"
+                ));
+            }
+            parsed
+        });
+        let toggle_signal = lookup("MEMPROF_TOGGLE_SIGNAL").and_then(|raw| {
+            let signal = parse_signal(&raw);
+            if signal.is_none() {
+                warn(format!(
+                    "MEMPROF_TOGGLE_SIGNAL={raw:?} is not a signal name (USR1, USR2, ...) or number; using the default: none"
+                ));
+            }
+            signal
+        });
         let mut flag = |name: &str, default: bool| -> bool {
             match lookup(name).as_deref().map(str::trim) {
                 None => default,
@@ -153,8 +218,45 @@ impl Config {
             print_at_exit,
             unwinder,
             working_dir: None,
+            sample_interval,
+            toggle_signal,
+            ref_limit,
+            ref_level,
+            trace_target,
+            trace_min_count,
         }
     }
+}
+
+/// A signal by name (`USR1`, `SIGUSR1`) or number; only signals a program may catch and that
+/// nothing else needs: `HUP`, `INT`, `QUIT`, `USR1`, `USR2`, `TERM`, `WINCH`, or real-time ones.
+fn parse_signal(raw: &str) -> Option<i32> {
+    let raw = raw.trim();
+    let name = raw.strip_prefix("SIG").unwrap_or(raw);
+    let signal = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "WINCH" => libc::SIGWINCH,
+        number => {
+            let n: i32 = number.parse().ok()?;
+            let allowed = [
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+                libc::SIGTERM,
+                libc::SIGWINCH,
+            ];
+            return (allowed.contains(&n) || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n))
+                .then_some(n);
+        }
+    };
+    Some(signal)
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -224,6 +326,60 @@ mod tests {
         assert!(warnings[1].contains("MEMPROF_MIN_BYTES") && warnings[1].contains("default 1024"));
         assert!(warnings[2].contains("MEMPROF_PRINT_AT_EXIT") && warnings[2].contains("default 0"));
         assert!(warnings[3].contains("MEMPROF_UNWINDER") && warnings[3].contains("auto"));
+    }
+
+    #[test]
+    fn object_graph_and_trace_variables() {
+        let (config, warnings) = parse(&[
+            ("MEMPROF_REF_LIMIT", "0"),
+            ("MEMPROF_REF_LEVEL", "2"),
+            ("MEMPROF_TRACE_TARGET", " app::Foo "),
+            ("MEMPROF_TRACE_MIN_COUNT", "3"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.ref_limit, 0);
+        assert_eq!(config.ref_level, 2);
+        assert_eq!(config.trace_target.as_deref(), Some("app::Foo"));
+        assert_eq!(config.trace_min_count, 3);
+        let (config, warnings) = parse(&[
+            ("MEMPROF_REF_LIMIT", "ten"),
+            ("MEMPROF_REF_LEVEL", "-1"),
+            ("MEMPROF_TRACE_TARGET", ""),
+        ]);
+        assert_eq!(config.ref_limit, 10);
+        assert_eq!(config.ref_level, 5);
+        assert_eq!(config.trace_target, None);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("MEMPROF_REF_LIMIT") && warnings[0].contains("default 10"));
+        assert!(warnings[1].contains("MEMPROF_REF_LEVEL") && warnings[1].contains("default 5"));
+    }
+
+    #[test]
+    fn sampling_and_toggle_signal() {
+        let (config, warnings) = parse(&[
+            ("MEMPROF_SAMPLE_INTERVAL", "bytes:524288"),
+            ("MEMPROF_TOGGLE_SIGNAL", "SIGUSR2"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.sample_interval, Some(524_288));
+        assert_eq!(config.toggle_signal, Some(libc::SIGUSR2));
+        let (config, _) = parse(&[
+            ("MEMPROF_SAMPLE_INTERVAL", "off"),
+            ("MEMPROF_TOGGLE_SIGNAL", "10"),
+        ]);
+        assert_eq!(config.sample_interval, Some(0));
+        assert_eq!(config.toggle_signal, Some(10));
+        let (config, warnings) = parse(&[
+            ("MEMPROF_SAMPLE_INTERVAL", "512k"),
+            ("MEMPROF_TOGGLE_SIGNAL", "KILL"),
+        ]);
+        assert_eq!((config.sample_interval, config.toggle_signal), (None, None));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("MEMPROF_SAMPLE_INTERVAL")
+                && warnings[0].contains("every allocation")
+        );
+        assert!(warnings[1].contains("MEMPROF_TOGGLE_SIGNAL") && warnings[1].contains("none"));
     }
 
     #[test]

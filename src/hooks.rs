@@ -2,17 +2,23 @@
 //!
 //! Both report to the same three functions, [`record_alloc`], [`record_free`] and
 //! [`record_realloc`]. The first event that arrives starts the profiler: it reads the configuration
-//! (inside the reentrancy guard, so that reading allocates unrecorded) and registers the at-exit
-//! report. Events that arrive while another thread is starting it are not recorded.
+//! (inside the reentrancy guard, so that reading allocates unrecorded), sets the sampling interval,
+//! installs the toggle signal and registers the at-exit report. Events that arrive while another
+//! thread is starting it are not recorded.
+//!
+//! Recording can be paused and resumed at run time ([`pause`], [`resume`], or the toggle signal):
+//! while paused, new blocks are not recorded, and frees are still applied, so a block allocated
+//! while paused and freed later, or recorded before and freed while paused, causes no error.
 
 pub mod c_abi;
 pub mod global_alloc;
 
 pub use global_alloc::MemProf;
 
-use crate::capture::{self, Guard};
+use crate::capture::{self, Guard, sampling};
 use crate::config::{self, Config};
-use std::sync::atomic::{AtomicU8, Ordering};
+use crate::table::TABLE;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Not started yet.
 const IDLE: u8 = 0;
@@ -26,18 +32,37 @@ const OFF: u8 = 3;
 /// The profiler's life-cycle state.
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 
-/// The configuration when recording, starting the profiler on first use.
+/// Whether recording of new blocks is paused.
+static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Stops recording new blocks (frees are still applied) until [`resume`].
+pub fn pause() {
+    PAUSED.store(true, Ordering::Relaxed);
+}
+
+/// Records new blocks again after [`pause`].
+pub fn resume() {
+    PAUSED.store(false, Ordering::Relaxed);
+}
+
+/// Whether recording is paused.
+pub fn is_paused() -> bool {
+    PAUSED.load(Ordering::Relaxed)
+}
+
+/// The configuration when recording, starting the profiler on first use with the allocator
+/// builder's sampling interval.
 #[inline]
-fn recording(_guard: &Guard) -> Option<&'static Config> {
+fn recording(_guard: &Guard, builder_interval: u64) -> Option<&'static Config> {
     match STATE.load(Ordering::Acquire) {
         RECORDING => Some(config::get()),
-        IDLE => start(),
+        IDLE => start(builder_interval),
         _ => None,
     }
 }
 
 #[cold]
-fn start() -> Option<&'static Config> {
+fn start(builder_interval: u64) -> Option<&'static Config> {
     if STATE
         .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -45,15 +70,42 @@ fn start() -> Option<&'static Config> {
         return None;
     }
     let config = config::get();
-    if config.enabled && config.print_at_exit {
-        // SAFETY: `print_at_exit` is an `extern "C" fn()` that never unwinds.
-        unsafe {
-            libc::atexit(print_at_exit);
+    if config.enabled {
+        TABLE.set_sample_interval(config.sample_interval.unwrap_or(builder_interval));
+        if config.print_at_exit {
+            // SAFETY: `print_at_exit` is an `extern "C" fn()` that never unwinds.
+            unsafe {
+                libc::atexit(print_at_exit);
+            }
+        }
+        if let Some(signal) = config.toggle_signal {
+            install_toggle(signal);
         }
     }
     let state = if config.enabled { RECORDING } else { OFF };
     STATE.store(state, Ordering::Release);
     (state == RECORDING).then_some(config)
+}
+
+/// Flips [`PAUSED`]: all a signal handler may safely do here is an atomic operation.
+extern "C" fn toggle(_signal: libc::c_int) {
+    PAUSED.fetch_xor(true, Ordering::Relaxed);
+}
+
+fn install_toggle(signal: libc::c_int) {
+    // SAFETY: `action` is fully initialized (zeroed, then the handler and flags set, an empty
+    // mask) before `sigaction` reads it; the handler only performs an atomic operation, which is
+    // async-signal-safe; a failure leaves the old disposition in place and is reported.
+    let installed = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = toggle as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
+    };
+    if !installed {
+        eprintln!("memprof: MEMPROF_TOGGLE_SIGNAL: cannot handle signal {signal}; no toggle");
+    }
 }
 
 extern "C" fn print_at_exit() {
@@ -66,21 +118,27 @@ extern "C" fn print_at_exit() {
     }
 }
 
-/// Records a block the wrapped allocator just returned.
+/// Records a block the wrapped allocator just returned; `builder_interval` is the allocator's own
+/// sampling interval, used when `MEMPROF_SAMPLE_INTERVAL` is unset.
 #[inline]
-pub fn record_alloc(address: usize, size: usize) {
+pub fn record_alloc(address: usize, size: usize, builder_interval: u64) {
     if let Some(guard) = Guard::enter()
-        && let Some(config) = recording(&guard)
+        && let Some(config) = recording(&guard, builder_interval)
+        && !PAUSED.load(Ordering::Relaxed)
     {
-        capture::alloc(&guard, config, address, size);
+        let interval = TABLE.sample_interval();
+        if interval == 0 || sampling::sample(size, interval) {
+            capture::alloc(&guard, config, address, size);
+        }
     }
 }
 
 /// Forgets a block that is about to be freed.
 #[inline]
 pub fn record_free(address: usize) {
-    if let Some(guard) = Guard::enter()
-        && STATE.load(Ordering::Acquire) == RECORDING
+    if STATE.load(Ordering::Acquire) == RECORDING
+        && TABLE.may_hold(address)
+        && let Some(guard) = Guard::enter()
     {
         capture::free(&guard, address);
     }
@@ -95,16 +153,15 @@ pub fn record_free(address: usize) {
 pub fn record_realloc(
     old_address: usize,
     new_size: usize,
+    builder_interval: u64,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
-    let old = Guard::enter().and_then(|guard| {
-        (STATE.load(Ordering::Acquire) == RECORDING)
-            .then(|| capture::free(&guard, old_address))
-            .flatten()
-    });
+    let old = (STATE.load(Ordering::Acquire) == RECORDING && TABLE.may_hold(old_address))
+        .then(|| Guard::enter().and_then(|guard| capture::free(&guard, old_address)))
+        .flatten();
     let new_block = realloc();
     if !new_block.is_null() {
-        record_alloc(new_block as usize, new_size);
+        record_alloc(new_block as usize, new_size, builder_interval);
     } else if let Some(block) = old
         && let Some(guard) = Guard::enter()
     {

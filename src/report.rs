@@ -79,6 +79,9 @@ pub struct Group {
 pub struct Report {
     /// Sorted by bytes and blocks descending, then context; none below `min_bytes`.
     pub groups: Vec<Group>,
+    /// When not 0, the counts are estimates from allocations sampled one per this many bytes on
+    /// average.
+    pub sample_interval: u64,
 }
 
 impl Report {
@@ -104,7 +107,7 @@ impl Report {
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;
         }
-        Report::from_groups(
+        let mut report = Report::from_groups(
             groups
                 .into_iter()
                 .map(|(context, (blocks, bytes))| Group {
@@ -114,7 +117,9 @@ impl Report {
                 })
                 .collect(),
             options.min_bytes,
-        )
+        );
+        report.sample_interval = snapshot.sample_interval;
+        report
     }
 
     /// Sorts `groups` into report order and leaves out those below `min_bytes`.
@@ -126,7 +131,10 @@ impl Report {
                 .then(b.blocks.cmp(&a.blocks))
                 .then_with(|| a.context.cmp(&b.context))
         });
-        Report { groups }
+        Report {
+            groups,
+            sample_interval: 0,
+        }
     }
 
     /// The report of the process's live heap now, with the options in force.

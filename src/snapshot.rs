@@ -46,6 +46,10 @@ pub struct Snapshot {
     pub stacks: Vec<StackSummary>,
     /// Process totals; `live_*` agree with `blocks`.
     pub stats: HeapStats,
+    /// Mean bytes between sampled allocations when the snapshot was taken; 0 when every
+    /// allocation was recorded. When not 0, every count is an unbiased estimate: each block stands
+    /// for more than itself (see [`sampling`](crate::capture::sampling)).
+    pub sample_interval: u64,
 }
 
 impl Snapshot {
@@ -86,32 +90,51 @@ impl Snapshot {
                 live_bytes: 0,
             })
             .collect();
-        Snapshot::from_parts(blocks, stacks, stats.peak_bytes)
+        let mut snapshot =
+            Snapshot::sampled(blocks, stacks, stats.peak_bytes, table.sample_interval());
+        snapshot.stats.total_blocks = stats.total_blocks;
+        snapshot.stats.total_bytes = stats.total_bytes;
+        snapshot
     }
 
-    /// Builds a snapshot from its parts (synthetic snapshots for tests and tools): live counts and
-    /// totals are recomputed from `blocks`; `peak_bytes` is raised to the live bytes if below.
+    /// Builds a snapshot from its parts (synthetic snapshots for tests and tools): live counts are
+    /// recomputed from `blocks`, totals from the stacks' allocated counts; `peak_bytes` is raised to
+    /// the live bytes if below.
     ///
     /// # Panics
     /// When a block names a stack that `stacks` does not have.
     pub fn from_parts(
+        blocks: Vec<LiveBlock>,
+        stacks: Vec<StackSummary>,
+        peak_bytes: u64,
+    ) -> Snapshot {
+        Snapshot::sampled(blocks, stacks, peak_bytes, 0)
+    }
+
+    /// [`Snapshot::from_parts`] for blocks sampled one per `sample_interval` bytes on average:
+    /// live counts are the sums of the blocks' weights.
+    pub fn sampled(
         mut blocks: Vec<LiveBlock>,
         mut stacks: Vec<StackSummary>,
         peak_bytes: u64,
+        sample_interval: u64,
     ) -> Snapshot {
         blocks.sort_unstable_by_key(|b| b.address);
-        for stack in &mut stacks {
-            stack.live_blocks = 0;
-            stack.live_bytes = 0;
-        }
+        let mut weights = vec![(0.0f64, 0.0f64); stacks.len()];
         for block in &blocks {
-            let stack = &mut stacks[block.stack.0 as usize];
-            stack.live_blocks += 1;
-            stack.live_bytes += block.size;
+            let (b, s) = crate::capture::sampling::weight(block.size, sample_interval);
+            let weight = &mut weights[block.stack.0 as usize];
+            weight.0 += b;
+            weight.1 += s;
         }
-        let live_bytes = blocks.iter().map(|b| b.size).sum();
+        for (stack, (blocks, bytes)) in stacks.iter_mut().zip(weights) {
+            stack.live_blocks = blocks.round() as u64;
+            stack.live_bytes = bytes.round() as u64;
+        }
+        let live_blocks = stacks.iter().map(|s| s.live_blocks).sum();
+        let live_bytes = stacks.iter().map(|s| s.live_bytes).sum();
         let stats = HeapStats {
-            live_blocks: blocks.len() as u64,
+            live_blocks,
             live_bytes,
             peak_bytes: peak_bytes.max(live_bytes),
             total_blocks: stacks.iter().map(|s| s.allocated_blocks).sum(),
@@ -121,6 +144,7 @@ impl Snapshot {
             blocks,
             stacks,
             stats,
+            sample_interval,
         }
     }
 

@@ -3,8 +3,13 @@
 //! Blocks are spread over [`SHARDS`] shards by address, each behind its own `std::sync::Mutex`
 //! (a futex: it never allocates), so threads allocating at the same time rarely meet. A block's
 //! stack is interned once in [`stacks`]; the block keeps only the stack's id. Each shard counts its
-//! own blocks and bytes under its lock; [`stats`] adds them up. Everything here is called inside the reentrancy guard, so the maps' own growth goes
-//! to the wrapped allocator unrecorded.
+//! own blocks and bytes under its lock; [`stats`] adds them up. Everything here is called inside
+//! the reentrancy guard, so the maps' own growth goes to the wrapped allocator unrecorded.
+//!
+//! Under sampling (a non-zero [`Table::sample_interval`]) only sampled blocks are in the table and
+//! every count is an estimate: allocated totals add each block's randomly rounded weight, live
+//! figures sum the weights of the live blocks when they are read, and a small counting filter lets
+//! the free of a block that was never sampled skip the table.
 
 #![forbid(unsafe_code)]
 
@@ -12,7 +17,9 @@ pub mod stacks;
 pub mod stats;
 
 use crate::capture::ReturnAddress;
+use crate::capture::sampling;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use stacks::{StackId, StackRecord, Stacks};
@@ -20,6 +27,9 @@ pub use stats::{HeapStats, Peak, ShardCounts};
 
 /// Number of address shards; a power of two.
 pub const SHARDS: usize = 64;
+
+/// Slots of the sampled-block filter; a power of two (32 KiB, so it stays in cache).
+const FILTER: usize = 1 << 15;
 
 /// What the table knows of one live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +106,11 @@ pub struct Table {
     pub stacks: Stacks,
     /// Live bytes over all shards, and their peak.
     peak: Peak,
+    /// Mean bytes between sampled allocations; 0 records every allocation.
+    sample_interval: AtomicU64,
+    /// Under sampling: how many live blocks hash to each slot (saturating at 255, then sticky), so
+    /// a slot at 0 proves an address was never recorded.
+    filter: [AtomicU8; FILTER],
 }
 
 impl Default for Table {
@@ -120,6 +135,48 @@ impl Table {
             }; SHARDS],
             stacks: Stacks::new(),
             peak: Peak::new(),
+            sample_interval: AtomicU64::new(0),
+            filter: [const { AtomicU8::new(0) }; FILTER],
+        }
+    }
+
+    /// Mean bytes between sampled allocations; 0 when every allocation is recorded.
+    #[inline]
+    pub fn sample_interval(&self) -> u64 {
+        self.sample_interval.load(Relaxed)
+    }
+
+    /// Sets the sampling interval. Call it before the first block is recorded.
+    pub fn set_sample_interval(&self, interval: u64) {
+        self.sample_interval.store(interval, Relaxed);
+    }
+
+    /// Whether a block may be recorded at `address`: always `true` without sampling; under
+    /// sampling, `false` proves it is not, without touching the table.
+    #[inline]
+    pub fn may_hold(&self, address: usize) -> bool {
+        self.sample_interval() == 0 || self.filter[Self::slot(address)].load(Relaxed) != 0
+    }
+
+    fn slot(address: usize) -> usize {
+        (mix(address) >> 40) as usize % FILTER
+    }
+
+    fn filter_add(&self, address: usize) {
+        let slot = &self.filter[Self::slot(address)];
+        let _ = slot.fetch_update(Relaxed, Relaxed, |n| (n < u8::MAX).then_some(n + 1));
+    }
+
+    fn filter_remove(&self, address: usize) {
+        let slot = &self.filter[Self::slot(address)];
+        let _ = slot.fetch_update(Relaxed, Relaxed, |n| (n > 0 && n < u8::MAX).then(|| n - 1));
+    }
+
+    /// The live bytes a block stands for in the peak: its size, or its weight under sampling.
+    fn peak_bytes_of(&self, size: u64) -> u64 {
+        match self.sample_interval() {
+            0 => size,
+            interval => sampling::weight(size, interval).1.round() as u64,
         }
     }
 
@@ -128,15 +185,27 @@ impl Table {
         let mut stats = HeapStats::default();
         for shard in &self.shards {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            Self::add_counts(&mut stats, &shard);
+            self.add_counts(&mut stats, &shard);
         }
         stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
         stats
     }
 
-    fn add_counts(stats: &mut HeapStats, shard: &Shard) {
-        stats.live_blocks += shard.blocks.len() as u64;
-        stats.live_bytes += shard.counts.live_bytes;
+    fn add_counts(&self, stats: &mut HeapStats, shard: &Shard) {
+        match self.sample_interval() {
+            0 => {
+                stats.live_blocks += shard.blocks.len() as u64;
+                stats.live_bytes += shard.counts.live_bytes;
+            }
+            interval => {
+                let (blocks, bytes) = shard.blocks.values().fold((0.0, 0.0), |(b, s), block| {
+                    let (wb, ws) = sampling::weight(block.size, interval);
+                    (b + wb, s + ws)
+                });
+                stats.live_blocks += blocks.round() as u64;
+                stats.live_bytes += bytes.round() as u64;
+            }
+        }
         stats.total_blocks += shard.counts.total_blocks;
         stats.total_bytes += shard.counts.total_bytes;
     }
@@ -145,7 +214,7 @@ impl Table {
     pub fn stats_of(&self, shards: &[MutexGuard<'_, Shard>]) -> HeapStats {
         let mut stats = HeapStats::default();
         for shard in shards {
-            Self::add_counts(&mut stats, shard);
+            self.add_counts(&mut stats, shard);
         }
         stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
         stats
@@ -170,12 +239,17 @@ impl Table {
     /// Records a new live block whose stack is already interned.
     #[inline]
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
-        self.stacks.record(stack).on_alloc(size);
-        self.peak.grow(size);
+        let interval = self.sample_interval();
+        let (blocks, bytes) = sampling::estimate(size, interval);
+        self.stacks.record(stack).on_alloc(blocks, bytes);
+        self.peak.grow(self.peak_bytes_of(size));
+        if interval != 0 {
+            self.filter_add(address);
+        }
         let stale = {
             let mut shard = self.shard(address);
-            shard.counts.total_blocks += 1;
-            shard.counts.total_bytes += size;
+            shard.counts.total_blocks += blocks;
+            shard.counts.total_bytes += bytes;
             shard.add(
                 address,
                 Block {
@@ -188,7 +262,7 @@ impl Table {
         // An address handed out twice without a free in between means a free went unseen (another
         // allocator, or one made before memprof was ready): the stale block is gone.
         if let Some(stale) = stale {
-            self.peak.shrink(stale.size);
+            self.forget(address, &stale);
         }
     }
 
@@ -201,17 +275,37 @@ impl Table {
             shard.counts.live_bytes -= block.size;
             block
         };
-        self.peak.shrink(block.size);
+        self.forget(address, &block);
         Some(block)
+    }
+
+    /// Undoes, outside the shard, what recording `block` added to the peak and the filter.
+    fn forget(&self, address: usize, block: &Block) {
+        self.peak.shrink(self.peak_bytes_of(block.size));
+        if self.sample_interval() != 0 {
+            self.filter_remove(address);
+        }
     }
 
     /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
     /// (a failed `realloc`).
     pub fn restore(&self, address: usize, block: Block) {
-        self.peak.grow(block.size);
-        if let Some(stale) = self.shard(address).add(address, block) {
-            self.peak.shrink(stale.size);
+        self.peak.grow(self.peak_bytes_of(block.size));
+        if self.sample_interval() != 0 {
+            self.filter_add(address);
         }
+        if let Some(stale) = self.shard(address).add(address, block) {
+            self.forget(address, &stale);
+        }
+    }
+
+    /// Sets the type tag of the live block that starts at `address`; returns the block's stack and
+    /// its previous tag, or `None` when no live block starts there.
+    pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
+        let mut shard = self.shard(address);
+        let block = shard.blocks.get_mut(&address)?;
+        let previous = std::mem::replace(&mut block.tag, tag);
+        Some((block.stack, previous))
     }
 
     /// Locks every shard, in order: while the returned guards live, no block is added or removed.

@@ -10,24 +10,44 @@ use std::alloc::{GlobalAlloc, Layout, System};
 /// # fn main() {}
 /// ```
 ///
-/// It wraps [`System`] by default and any other [`GlobalAlloc`] through [`MemProf::wrap`].
+/// It wraps [`System`] by default and any other [`GlobalAlloc`] through [`MemProf::wrap`]. For
+/// programs that must run in production, record a sample instead of every allocation:
+///
+/// ```rust,no_run
+/// #[global_allocator]
+/// static GLOBAL: memprof::MemProf = memprof::MemProf::new().sample_interval(512 * 1024);
+/// # fn main() {}
+/// ```
 #[derive(Debug, Default)]
 pub struct MemProf<A = System> {
     /// The allocator that does the work.
     inner: A,
+    /// Mean bytes between recorded allocations; 0 records every one.
+    sample_interval: u64,
 }
 
 impl MemProf<System> {
     /// A profiler over the system allocator.
     pub const fn new() -> Self {
-        MemProf { inner: System }
+        MemProf::wrap(System)
     }
 }
 
 impl<A> MemProf<A> {
     /// A profiler over `inner` (jemalloc, mimalloc, or any other `GlobalAlloc`).
     pub const fn wrap(inner: A) -> Self {
-        MemProf { inner }
+        MemProf {
+            inner,
+            sample_interval: 0,
+        }
+    }
+
+    /// Records on average one allocation per `bytes` allocated, chosen by a Poisson process, and
+    /// makes every report an unbiased estimate; 0 records every allocation (the default).
+    /// `MEMPROF_SAMPLE_INTERVAL` overrides it.
+    pub const fn sample_interval(mut self, bytes: u64) -> Self {
+        self.sample_interval = bytes;
+        self
     }
 
     /// The wrapped allocator.
@@ -46,7 +66,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         // SAFETY: forwarded with the caller's layout, which meets `alloc`'s requirements.
         let ptr = unsafe { self.inner.alloc(layout) };
         if !ptr.is_null() {
-            super::record_alloc(ptr as usize, layout.size());
+            super::record_alloc(ptr as usize, layout.size(), self.sample_interval);
         }
         ptr
     }
@@ -56,7 +76,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         // SAFETY: forwarded with the caller's layout, which meets `alloc_zeroed`'s requirements.
         let ptr = unsafe { self.inner.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            super::record_alloc(ptr as usize, layout.size());
+            super::record_alloc(ptr as usize, layout.size(), self.sample_interval);
         }
         ptr
     }
@@ -70,7 +90,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        super::record_realloc(ptr as usize, new_size, || {
+        super::record_realloc(ptr as usize, new_size, self.sample_interval, || {
             // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came from
             // `inner` through this allocator.
             unsafe { self.inner.realloc(ptr, layout, new_size) }

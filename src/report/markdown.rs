@@ -25,7 +25,8 @@ pub fn code_span(text: &str) -> String {
 }
 
 /// Writes `report` as a table: `| Allocations | Total size | Context |`, numbers right-aligned to
-/// the widest value of their column, frames as code spans joined by `<br>`.
+/// the widest value of their column, frames as code spans joined by `<br>`. Estimates from a
+/// sampled profile are followed by a line that says so.
 pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> {
     let rows: Vec<(String, String)> = report
         .groups
@@ -42,6 +43,12 @@ pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> 
         buffer.push_str(&format!(
             "| {count:>count_width$} | {size:>size_width$} | {} |\n",
             context.join("<br>")
+        ));
+    }
+    if report.sample_interval != 0 {
+        buffer.push_str(&format!(
+            "\nEstimates: one allocation in every {} bytes on average was recorded (`MEMPROF_SAMPLE_INTERVAL`).\n",
+            thousands(report.sample_interval)
         ));
     }
     out.write_all(buffer.as_bytes())

@@ -41,9 +41,9 @@ pub struct StackRecord {
 
 impl StackRecord {
     #[inline]
-    pub(super) fn on_alloc(&self, size: u64) {
-        self.allocated_blocks.fetch_add(1, Relaxed);
-        self.allocated_bytes.fetch_add(size, Relaxed);
+    pub(super) fn on_alloc(&self, blocks: u64, bytes: u64) {
+        self.allocated_blocks.fetch_add(blocks, Relaxed);
+        self.allocated_bytes.fetch_add(bytes, Relaxed);
     }
 }
 
