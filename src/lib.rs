@@ -80,7 +80,7 @@ pub mod table;
 
 pub use capture::{ReturnAddress, untracked};
 pub use config::Config;
-pub use hooks::MemProf;
+pub use hooks::{MemProf, is_paused, pause, resume};
 pub use report::{Group, Report, ReportOptions, log_allocations, pretty_log_allocations};
 pub use snapshot::{LiveBlock, Snapshot, StackSummary};
 pub use symbolize::{Frame, Resolve, Symbolizer};
