@@ -16,6 +16,8 @@
 //! | `MEMPROF_REF_LEVEL` | `5` | levels of referrers followed back in `pretty_log_object_graph`; `0` for no limit |
 //! | `MEMPROF_TRACE_TARGET` | unset | a type name (`app::Foo`): `log_trace_target` tallies the contexts that created its objects |
 //! | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
+//! | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
+//! | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on |
 //! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
 //! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time |
 //! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise |
@@ -61,6 +63,10 @@ pub struct Config {
     pub sample_interval: Option<u64>,
     /// The signal that toggles recording (`MEMPROF_TOGGLE_SIGNAL`).
     pub toggle_signal: Option<i32>,
+    /// Files written at exit and on the dump signal (`MEMPROF_OUTPUT`).
+    pub output: Option<String>,
+    /// The signal that writes a dump while the program runs (`MEMPROF_DUMP_SIGNAL`).
+    pub dump_signal: Option<i32>,
     /// Objects of the type shown in the object graph; 0 for all (`MEMPROF_REF_LIMIT`).
     pub ref_limit: usize,
     /// Levels of referrers followed back in the object graph; 0 for no limit (`MEMPROF_REF_LEVEL`).
@@ -87,6 +93,8 @@ impl Default for Config {
             working_dir: None,
             sample_interval: None,
             toggle_signal: None,
+            output: None,
+            dump_signal: None,
             ref_limit: 10,
             ref_level: 5,
             trace_target: None,
@@ -174,15 +182,22 @@ impl Config {
             }
             parsed
         });
-        let toggle_signal = lookup("MEMPROF_TOGGLE_SIGNAL").and_then(|raw| {
-            let signal = parse_signal(&raw);
-            if signal.is_none() {
-                warn(format!(
-                    "MEMPROF_TOGGLE_SIGNAL={raw:?} is not a signal name (USR1, USR2, ...) or number; using the default: none"
-                ));
-            }
-            signal
-        });
+        let mut signal = |name: &str| {
+            lookup(name).and_then(|raw| {
+                let signal = parse_signal(&raw);
+                if signal.is_none() {
+                    warn(format!(
+                        "{name}={raw:?} is not a signal name (USR1, USR2, ...) or number; using the default: none"
+                    ));
+                }
+                signal
+            })
+        };
+        let toggle_signal = signal("MEMPROF_TOGGLE_SIGNAL");
+        let dump_signal = signal("MEMPROF_DUMP_SIGNAL");
+        let output = lookup("MEMPROF_OUTPUT")
+            .map(|o| o.trim().to_owned())
+            .filter(|o| !o.is_empty());
         let mut flag = |name: &str, default: bool| -> bool {
             match lookup(name).as_deref().map(str::trim) {
                 None => default,
@@ -220,6 +235,8 @@ impl Config {
             working_dir: None,
             sample_interval,
             toggle_signal,
+            output,
+            dump_signal,
             ref_limit,
             ref_level,
             trace_target,

@@ -12,6 +12,7 @@
 
 pub mod c_abi;
 pub mod global_alloc;
+mod triggers;
 
 pub use global_alloc::MemProf;
 
@@ -72,50 +73,11 @@ fn start(builder_interval: u64) -> Option<&'static Config> {
     let config = config::get();
     if config.enabled {
         TABLE.set_sample_interval(config.sample_interval.unwrap_or(builder_interval));
-        if config.print_at_exit {
-            // SAFETY: `print_at_exit` is an `extern "C" fn()` that never unwinds.
-            unsafe {
-                libc::atexit(print_at_exit);
-            }
-        }
-        if let Some(signal) = config.toggle_signal {
-            install_toggle(signal);
-        }
+        triggers::install(config);
     }
     let state = if config.enabled { RECORDING } else { OFF };
     STATE.store(state, Ordering::Release);
     (state == RECORDING).then_some(config)
-}
-
-/// Flips [`PAUSED`]: all a signal handler may safely do here is an atomic operation.
-extern "C" fn toggle(_signal: libc::c_int) {
-    PAUSED.fetch_xor(true, Ordering::Relaxed);
-}
-
-fn install_toggle(signal: libc::c_int) {
-    // SAFETY: `action` is fully initialized (zeroed, then the handler and flags set, an empty
-    // mask) before `sigaction` reads it; the handler only performs an atomic operation, which is
-    // async-signal-safe; a failure leaves the old disposition in place and is reported.
-    let installed = unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = toggle as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        action.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
-    };
-    if !installed {
-        eprintln!("memprof: MEMPROF_TOGGLE_SIGNAL: cannot handle signal {signal}; no toggle");
-    }
-}
-
-extern "C" fn print_at_exit() {
-    let mut stderr = std::io::stderr().lock();
-    if let Err(error) = crate::report::log_allocations(&mut stderr) {
-        let _ = std::io::Write::write_fmt(
-            &mut stderr,
-            format_args!("memprof: writing the report at exit failed: {error}\n"),
-        );
-    }
 }
 
 /// Records a block the wrapped allocator just returned; `builder_interval` is the allocator's own

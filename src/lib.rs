@@ -72,6 +72,7 @@
 // The pipeline, in the order data flows.
 pub mod capture;
 pub mod config;
+pub mod export;
 pub mod hooks;
 pub mod report;
 pub mod snapshot;
@@ -80,8 +81,12 @@ pub mod table;
 
 pub use capture::{ReturnAddress, untracked};
 pub use config::Config;
+pub use export::{ExportOptions, write_outputs};
 pub use hooks::{MemProf, is_paused, pause, resume};
-pub use report::{Group, Report, ReportOptions, log_allocations, pretty_log_allocations};
-pub use snapshot::{LiveBlock, Snapshot, StackSummary};
+pub use report::{
+    Change, Diff, Group, Report, ReportOptions, log_allocations, log_diff, pretty_log_allocations,
+    pretty_log_diff,
+};
+pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Frame, Resolve, Symbolizer};
 pub use table::HeapStats;

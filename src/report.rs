@@ -10,8 +10,9 @@
 pub mod markdown;
 pub mod tsv;
 
+use crate::capture::ReturnAddress;
 use crate::config::Config;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, SnapshotDiff};
 use crate::symbolize::{self, Resolve};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -93,16 +94,7 @@ impl Report {
     ) -> Report {
         let mut groups: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
         for stack in snapshot.stacks.iter().filter(|s| s.live_blocks > 0) {
-            let frames: Vec<_> = stack
-                .frames
-                .iter()
-                .map(|&address| resolver.resolve(address))
-                .collect();
-            let expanded: Vec<_> = frames.iter().flat_map(|f| f.iter()).collect();
-            let context = symbolize::context(&expanded, options.skip, options.depth)
-                .iter()
-                .map(|f| f.to_string())
-                .collect();
+            let context = context_of(&stack.frames, resolver, options);
             let group = groups.entry(context).or_default();
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;
@@ -144,6 +136,101 @@ impl Report {
             Report::live(&snapshot, symbolizer, &ReportOptions::from_env())
         })
     }
+}
+
+/// The context a stack prints as: symbolized, trimmed, skipped and cut to the options' depth.
+pub fn context_of(
+    frames: &[ReturnAddress],
+    resolver: &mut dyn Resolve,
+    options: &ReportOptions,
+) -> Vec<String> {
+    let frames: Vec<_> = frames.iter().map(|&a| resolver.resolve(a)).collect();
+    let expanded: Vec<_> = frames.iter().flat_map(|f| f.iter()).collect();
+    symbolize::context(&expanded, options.skip, options.depth)
+        .iter()
+        .map(|f| f.to_string())
+        .collect()
+}
+
+/// The growth (or shrinkage) of the live heap of one context between two snapshots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// Live blocks gained; negative when lost.
+    pub blocks: i64,
+    /// Live bytes gained; negative when lost.
+    pub bytes: i64,
+    /// The frames, innermost first.
+    pub context: Vec<String>,
+}
+
+/// Changes per context between two snapshots, largest growth first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Sorted by bytes, then blocks, descending (growth first, shrinkage last), then context;
+    /// none whose size changed by less than `min_bytes` either way.
+    pub changes: Vec<Change>,
+    /// When not 0, the counts are estimates from sampled allocations.
+    pub sample_interval: u64,
+}
+
+impl Diff {
+    /// Groups the changes of `diff` by context.
+    pub fn new(diff: &SnapshotDiff, resolver: &mut dyn Resolve, options: &ReportOptions) -> Diff {
+        let mut groups: HashMap<Vec<String>, (i64, i64)> = HashMap::new();
+        for stack in &diff.stacks {
+            let group = groups
+                .entry(context_of(&stack.frames, resolver, options))
+                .or_default();
+            group.0 += stack.live_blocks;
+            group.1 += stack.live_bytes;
+        }
+        let mut changes: Vec<Change> = groups
+            .into_iter()
+            .filter(|(_, (blocks, bytes))| {
+                (*blocks != 0 || *bytes != 0) && bytes.unsigned_abs() >= options.min_bytes
+            })
+            .map(|(context, (blocks, bytes))| Change {
+                blocks,
+                bytes,
+                context,
+            })
+            .collect();
+        changes.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.blocks.cmp(&a.blocks))
+                .then_with(|| a.context.cmp(&b.context))
+        });
+        Diff {
+            changes,
+            sample_interval: diff.sample_interval,
+        }
+    }
+}
+
+/// Writes what changed between `earlier` and `later` as a Markdown table (signed numbers, growth
+/// first), with the `MEMPROF_*` options in force: the way to find what leaks between two requests.
+pub fn pretty_log_diff<W: Write + ?Sized>(
+    later: &Snapshot,
+    earlier: &Snapshot,
+    out: &mut W,
+) -> io::Result<()> {
+    crate::capture::untracked(|| markdown::write_diff(&current_diff(later, earlier), out))
+}
+
+/// Writes what changed between `earlier` and `later` as a TSV log: the number of lines, then
+/// `blocks \t bytes \t frame ...` with signed numbers.
+pub fn log_diff<W: Write + ?Sized>(
+    later: &Snapshot,
+    earlier: &Snapshot,
+    out: &mut W,
+) -> io::Result<()> {
+    crate::capture::untracked(|| tsv::write_diff(&current_diff(later, earlier), out))
+}
+
+fn current_diff(later: &Snapshot, earlier: &Snapshot) -> Diff {
+    let diff = later.diff(earlier);
+    symbolize::with_symbolizer(|s| Diff::new(&diff, s, &ReportOptions::from_env()))
 }
 
 /// Writes the live allocations as MemProf's TSV log: the number of groups, then one line per group,

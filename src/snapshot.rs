@@ -152,4 +152,56 @@ impl Snapshot {
     pub fn stack(&self, id: StackId) -> &StackSummary {
         &self.stacks[id.0 as usize]
     }
+
+    /// What changed per stack since `earlier` (a snapshot of the same process taken before):
+    /// the growth or shrinkage of its live blocks and bytes, and what it allocated in between.
+    pub fn diff(&self, earlier: &Snapshot) -> SnapshotDiff {
+        let stacks = self
+            .stacks
+            .iter()
+            .enumerate()
+            .filter_map(|(id, later)| {
+                let before = earlier.stacks.get(id).cloned().unwrap_or_default();
+                let delta = StackDelta {
+                    frames: later.frames.clone(),
+                    live_blocks: later.live_blocks as i64 - before.live_blocks as i64,
+                    live_bytes: later.live_bytes as i64 - before.live_bytes as i64,
+                    allocated_blocks: later
+                        .allocated_blocks
+                        .saturating_sub(before.allocated_blocks),
+                    allocated_bytes: later.allocated_bytes.saturating_sub(before.allocated_bytes),
+                };
+                (delta.live_blocks != 0 || delta.live_bytes != 0 || delta.allocated_blocks != 0)
+                    .then_some(delta)
+            })
+            .collect();
+        SnapshotDiff {
+            stacks,
+            sample_interval: self.sample_interval,
+        }
+    }
+}
+
+/// The change of one stack between two snapshots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackDelta {
+    /// Return addresses, innermost first.
+    pub frames: Vec<ReturnAddress>,
+    /// Live blocks gained (negative: lost).
+    pub live_blocks: i64,
+    /// Live bytes gained (negative: lost).
+    pub live_bytes: i64,
+    /// Blocks allocated between the two snapshots.
+    pub allocated_blocks: u64,
+    /// Bytes allocated between the two snapshots.
+    pub allocated_bytes: u64,
+}
+
+/// What changed between two snapshots, per stack: [`Snapshot::diff`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotDiff {
+    /// The stacks that changed.
+    pub stacks: Vec<StackDelta>,
+    /// The later snapshot's sampling interval (0: exact counts).
+    pub sample_interval: u64,
 }

@@ -130,3 +130,37 @@ fn nothing_above_the_cut() {
     );
     assert_eq!(tsv, "0\n");
 }
+
+#[test]
+fn diff_between_snapshots() {
+    let (later, mut symbols) = synthetic();
+    // The earlier snapshot: the big site had 200 blocks fewer, the backticked one 3 more, and the
+    // `???` site did not exist yet.
+    let mut blocks: Vec<LiveBlock> = later
+        .blocks
+        .iter()
+        .filter(|b| b.stack != StackId(4))
+        .skip(200)
+        .copied()
+        .collect();
+    for i in 0..3 {
+        blocks.push(LiveBlock {
+            address: 0x9000_0000 + i * 0x1000,
+            size: 1000,
+            stack: StackId(2),
+            tag: 0,
+        });
+    }
+    let earlier = Snapshot::from_parts(blocks, later.stacks.clone(), 0);
+    let diff = memprof::Diff::new(
+        &later.diff(&earlier),
+        &mut symbols,
+        &ReportOptions::default(),
+    );
+    let mut markdown = Vec::new();
+    memprof::report::markdown::write_diff(&diff, &mut markdown).unwrap();
+    let mut tsv = Vec::new();
+    memprof::report::tsv::write_diff(&diff, &mut tsv).unwrap();
+    common::golden("diff_default.md", &String::from_utf8(markdown).unwrap());
+    common::golden("diff_default.tsv", &String::from_utf8(tsv).unwrap());
+}

@@ -1,6 +1,6 @@
 //! MemProf's Markdown allocation table.
 
-use super::Report;
+use super::{Diff, Report};
 use std::io::{self, Write};
 
 /// `n` with comma thousands separators: `800000` → `800,000`.
@@ -16,6 +16,16 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// `n` with its sign and comma thousands separators: `+1,200`, `-300`, `0`.
+pub fn signed(n: i64) -> String {
+    let digits = thousands(n.unsigned_abs());
+    match n.signum() {
+        1 => format!("+{digits}"),
+        -1 => format!("-{digits}"),
+        _ => digits,
+    }
+}
+
 /// `text` as a Markdown code span: fenced with one more backtick than its longest run of them, and
 /// padded with a space on each side.
 pub fn code_span(text: &str) -> String {
@@ -28,27 +38,47 @@ pub fn code_span(text: &str) -> String {
 /// the widest value of their column, frames as code spans joined by `<br>`. Estimates from a
 /// sampled profile are followed by a line that says so.
 pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> {
-    let rows: Vec<(String, String)> = report
-        .groups
+    let rows = report.groups.iter().map(|g| {
+        (
+            thousands(g.blocks),
+            thousands(g.bytes),
+            g.context.as_slice(),
+        )
+    });
+    write_table(rows, report.sample_interval, out)
+}
+
+/// Writes `diff` in the same table, with signed numbers: growth first, shrinkage last.
+pub fn write_diff<W: Write + ?Sized>(diff: &Diff, out: &mut W) -> io::Result<()> {
+    let rows = diff
+        .changes
         .iter()
-        .map(|g| (thousands(g.blocks), thousands(g.bytes)))
-        .collect();
+        .map(|c| (signed(c.blocks), signed(c.bytes), c.context.as_slice()));
+    write_table(rows, diff.sample_interval, out)
+}
+
+fn write_table<'a, W: Write + ?Sized>(
+    rows: impl Iterator<Item = (String, String, &'a [String])>,
+    sample_interval: u64,
+    out: &mut W,
+) -> io::Result<()> {
+    let rows: Vec<_> = rows.collect();
     let count_width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let size_width = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let mut buffer = String::from(
         "| Allocations | Total size | Context |\n|------------:|-----------:|---------|\n",
     );
-    for (group, (count, size)) in report.groups.iter().zip(&rows) {
-        let context: Vec<String> = group.context.iter().map(|f| code_span(f)).collect();
+    for (count, size, context) in &rows {
+        let context: Vec<String> = context.iter().map(|f| code_span(f)).collect();
         buffer.push_str(&format!(
             "| {count:>count_width$} | {size:>size_width$} | {} |\n",
             context.join("<br>")
         ));
     }
-    if report.sample_interval != 0 {
+    if sample_interval != 0 {
         buffer.push_str(&format!(
             "\nEstimates: one allocation in every {} bytes on average was recorded (`MEMPROF_SAMPLE_INTERVAL`).\n",
-            thousands(report.sample_interval)
+            thousands(sample_interval)
         ));
     }
     out.write_all(buffer.as_bytes())
@@ -65,6 +95,13 @@ mod tests {
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(800000), "800,000");
         assert_eq!(thousands(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn signed_numbers() {
+        assert_eq!(signed(1200), "+1,200");
+        assert_eq!(signed(-300), "-300");
+        assert_eq!(signed(0), "0");
     }
 
     #[test]

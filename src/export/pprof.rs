@@ -1,0 +1,395 @@
+//! pprof: a gzip-compressed `profile.proto`, as `pprof`, Speedscope and Pyroscope read it.
+//!
+//! Four values per call site, as Go's heap profiles have them: `alloc_objects/count`,
+//! `alloc_space/bytes` (allocated over the run), `inuse_objects/count`, `inuse_space/bytes` (live
+//! in the snapshot); `inuse_space` is the default sample type; the period is one allocation
+//! (`space/bytes`, period 1: every allocation is recorded, nothing is sampled).
+//!
+//! One `Location` per return address (minus one), with its inlined frames as lines, innermost
+//! first; one `Function` per name and file; one `Mapping` per code segment of a loaded module
+//! that a location falls in, with the module's path and GNU build id. Locations already carry
+//! their functions, so pprof does not symbolize again.
+
+#![forbid(unsafe_code)]
+
+use super::{CallSites, ExportOptions};
+use crate::capture::modules::{self, Module};
+use crate::snapshot::Snapshot;
+use crate::symbolize::Resolve;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::ops::Range;
+use std::path::Path;
+
+/// The messages of `profile.proto` that memprof writes, with their field numbers.
+pub mod proto {
+    /// A profile: the top-level message.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        /// What each value of a sample measures.
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        /// One per call site.
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        /// Loaded code the locations fall in.
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        /// Return addresses with their source lines.
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        /// Functions the lines name.
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        /// Every string; `string_table[0]` is `""`.
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        /// When the profile was taken, in nanoseconds since the Unix epoch.
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        /// How long the profiled program had run, in nanoseconds.
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        /// What the period counts.
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        /// Events per sample.
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        /// Free-text comments (string table indices).
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+        /// The sample type shown first (string table index of its type).
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    /// A type and unit, as string table indices.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        /// `alloc_space`, `inuse_objects`, ...
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        /// `bytes`, `count`.
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    /// Values for one stack.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Location ids, the leaf first.
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        /// One per sample type.
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+    }
+
+    /// A loaded code segment.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        /// Unique, non-zero.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// First address of the segment in memory.
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        /// Address just after it.
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        /// Where `memory_start` is in the file.
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
+        /// The module's path (string table index).
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        /// Its GNU build id in hex (string table index; 0 when it has none).
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
+        /// Locations in it carry function names.
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        /// ... and file names.
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        /// ... and line numbers.
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
+        /// ... and their inlined calls.
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+
+    /// One return address.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        /// Unique, non-zero.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// The mapping it falls in; 0 when none.
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        /// The address inside the call instruction.
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        /// Its frames, innermost (inlined) first, the caller last.
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+
+    /// A source line of a location.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        /// The function it is in.
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        /// 1-based; 0 when unknown.
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+        /// 1-based; 0 when unknown.
+        #[prost(int64, tag = "3")]
+        pub column: i64,
+    }
+
+    /// A function.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        /// Unique, non-zero.
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// Demangled name (string table index).
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        /// The name as the symbol table has it (string table index).
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        /// Source file (string table index).
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+    }
+}
+
+/// The profile's strings, deduplicated; index 0 is `""`.
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Strings {
+        let mut strings = Strings {
+            table: Vec::new(),
+            index: HashMap::new(),
+        };
+        strings.get("");
+        strings
+    }
+
+    fn get(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+}
+
+/// What a code segment's file says about it.
+struct SegmentFile {
+    /// File offset of the segment's first byte.
+    file_offset: u64,
+    /// The GNU build id, in hex.
+    build_id: Option<String>,
+}
+
+/// Reads the program headers and notes of `path` (not the whole file): the file offset of the
+/// segment loaded at `vaddr` and the GNU build id.
+fn segment_file(path: &Path, vaddr: u64) -> Option<SegmentFile> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    let headers = header.program_headers(endian, &cache).ok()?;
+    let mut file_offset = None;
+    let mut build_id = None;
+    for segment in headers {
+        let start = segment.p_vaddr(endian);
+        if segment.p_type(endian) == object::elf::PT_LOAD
+            && (start..start + segment.p_memsz(endian)).contains(&vaddr)
+        {
+            file_offset = Some(segment.p_offset(endian) + (vaddr - start));
+        }
+        if let Ok(Some(mut notes)) = segment.notes(endian, &cache) {
+            while let Ok(Some(note)) = notes.next() {
+                if note.name() == object::elf::ELF_NOTE_GNU
+                    && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+                {
+                    build_id = Some(note.desc().iter().map(|b| format!("{b:02x}")).collect());
+                }
+            }
+        }
+    }
+    Some(SegmentFile {
+        file_offset: file_offset?,
+        build_id,
+    })
+}
+
+/// Mappings for the code segments locations fall in, made as they are first needed.
+struct Mappings {
+    modules: Vec<Module>,
+    /// Segment (module index, range) to mapping id.
+    ids: HashMap<(usize, usize), u64>,
+    mappings: Vec<proto::Mapping>,
+}
+
+impl Mappings {
+    fn id(&mut self, address: usize, strings: &mut Strings) -> u64 {
+        let Some((module, segment)) = self.modules.iter().enumerate().find_map(|(m, module)| {
+            module
+                .text
+                .iter()
+                .position(|r| r.contains(&address))
+                .map(|s| (m, s))
+        }) else {
+            return 0;
+        };
+        if let Some(&id) = self.ids.get(&(module, segment)) {
+            return id;
+        }
+        let Module {
+            path, bias, text, ..
+        } = &self.modules[module];
+        let Range { start, end } = text[segment].clone();
+        let file = segment_file(path, start.wrapping_sub(*bias) as u64);
+        let id = self.mappings.len() as u64 + 1;
+        self.mappings.push(proto::Mapping {
+            id,
+            memory_start: start as u64,
+            memory_limit: end as u64,
+            file_offset: file.as_ref().map_or(0, |f| f.file_offset),
+            filename: strings.get(&path.to_string_lossy()),
+            build_id: file.and_then(|f| f.build_id).map_or(0, |b| strings.get(&b)),
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            has_inline_frames: true,
+        });
+        self.ids.insert((module, segment), id);
+        id
+    }
+}
+
+/// Builds the profile of `snapshot`; mappings are this process's modules that hold its addresses.
+pub fn profile(
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+) -> proto::Profile {
+    let sites = CallSites::build(snapshot, resolver, options);
+    let mut strings = Strings::new();
+    let value_type = |strings: &mut Strings, r#type: &str, unit: &str| proto::ValueType {
+        r#type: strings.get(r#type),
+        unit: strings.get(unit),
+    };
+    let sample_type = vec![
+        value_type(&mut strings, "alloc_objects", "count"),
+        value_type(&mut strings, "alloc_space", "bytes"),
+        value_type(&mut strings, "inuse_objects", "count"),
+        value_type(&mut strings, "inuse_space", "bytes"),
+    ];
+    let period_type = Some(value_type(&mut strings, "space", "bytes"));
+    let mut mappings = Mappings {
+        modules: modules::loaded(),
+        ids: HashMap::new(),
+        mappings: Vec::new(),
+    };
+    let mut functions: Vec<proto::Function> = Vec::new();
+    let mut function_ids: HashMap<(i64, i64), u64> = HashMap::new();
+    let mut locations = Vec::with_capacity(sites.locations.len());
+    for (index, location) in sites.locations.iter().enumerate() {
+        let address = location.address.lookup_address();
+        let mut lines = Vec::new();
+        for frame in &location.frames {
+            if frame.function.is_none() && frame.file.is_none() {
+                continue;
+            }
+            let name = strings.get(frame.function.as_deref().unwrap_or("[unknown]"));
+            let filename = strings.get(frame.file.as_deref().unwrap_or(""));
+            let function_id = *function_ids.entry((name, filename)).or_insert_with(|| {
+                let id = functions.len() as u64 + 1;
+                functions.push(proto::Function {
+                    id,
+                    name,
+                    system_name: name,
+                    filename,
+                });
+                id
+            });
+            lines.push(proto::Line {
+                function_id,
+                line: i64::from(frame.line),
+                column: i64::from(frame.column),
+            });
+        }
+        locations.push(proto::Location {
+            id: index as u64 + 1,
+            mapping_id: mappings.id(address, &mut strings),
+            address: address as u64,
+            line: lines,
+        });
+    }
+    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let sample = sites
+        .sites
+        .iter()
+        .map(|site| proto::Sample {
+            location_id: site.locations.iter().map(|&l| l as u64 + 1).collect(),
+            value: vec![
+                clamp(site.allocated_blocks),
+                clamp(site.allocated_bytes),
+                clamp(site.live_blocks),
+                clamp(site.live_bytes),
+            ],
+        })
+        .collect();
+    let default_sample_type = strings.get("inuse_space");
+    let comment = vec![strings.get("memprof heap profile: every allocation recorded")];
+    proto::Profile {
+        sample_type,
+        sample,
+        mapping: mappings.mappings,
+        location: locations,
+        function: functions,
+        string_table: strings.table,
+        time_nanos: clamp(options.time.as_nanos().min(u128::from(u64::MAX)) as u64),
+        duration_nanos: clamp(options.elapsed.as_nanos().min(u128::from(u64::MAX)) as u64),
+        period_type,
+        period: 1,
+        comment,
+        default_sample_type,
+    }
+}
+
+/// Writes `snapshot` as a gzip-compressed pprof profile.
+pub fn write<W: Write + ?Sized>(
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+    out: &mut W,
+) -> io::Result<()> {
+    crate::capture::untracked(|| {
+        let bytes = profile(snapshot, resolver, options).encode_to_vec();
+        let mut gzip = GzEncoder::new(out, Compression::default());
+        gzip.write_all(&bytes)?;
+        gzip.finish()?;
+        Ok(())
+    })
+}

@@ -1,0 +1,363 @@
+//! The export writers against golden files built from a synthetic snapshot (folded stacks, DHAT
+//! JSON, heaptrack text), and the pprof profile decoded back and checked field by field.
+
+mod common;
+
+use memprof::export::{self, CallSites, ExportOptions, Value};
+use memprof::table::StackId;
+use memprof::{Frame, LiveBlock, ReturnAddress, Snapshot, StackSummary};
+use prost::Message;
+use std::collections::HashMap;
+use std::io::Read;
+use std::time::Duration;
+
+fn frame(function: &str, file: &str, line: u32, column: u32) -> Frame {
+    Frame {
+        function: Some(function.into()),
+        file: Some(file.into()),
+        line,
+        column,
+    }
+}
+
+/// Call sites covering what the writers must handle: inlined frames, a partly trimmed return
+/// address, two raw stacks that trim alike, a name with `;` and quotes, a frame known only by its
+/// module, an unknown frame, a stack with no frames at all, and a site whose blocks were all freed.
+fn synthetic() -> (Snapshot, HashMap<ReturnAddress, Vec<Frame>>) {
+    let alloc = "/rustc/0/library/alloc/src/vec/mod.rs";
+    let mut symbols = HashMap::new();
+    let mut add = |address: usize, frames: Vec<Frame>| {
+        symbols.insert(ReturnAddress(address), frames);
+    };
+    add(
+        0x1010,
+        vec![frame("memprof::hooks::record_alloc", "src/hooks.rs", 75, 9)],
+    );
+    add(
+        0x1020,
+        vec![frame("__rustc::__rust_alloc", "src/main.rs", 3, 1)],
+    );
+    // An allocator frame inlined into the collection operation: only the latter stays.
+    add(
+        0x1030,
+        vec![
+            frame(
+                "alloc::raw_vec::RawVecInner<A>::try_allocate_in",
+                alloc,
+                10,
+                5,
+            ),
+            frame("alloc::vec::Vec<T>::with_capacity", alloc, 20, 9),
+        ],
+    );
+    // `app::parse_row` inlined into `app::build_index`.
+    add(
+        0x2040,
+        vec![
+            frame("app::parse_row", "src/index.rs", 40, 13),
+            frame("app::build_index", "src/index.rs", 12, 5),
+        ],
+    );
+    add(0x2041, vec![frame("app::main", "src/main.rs", 30, 0)]);
+    add(
+        0x2050,
+        vec![frame(
+            "<[u8; 4] as app::Fill>::fill \"x\"",
+            "src/fill.rs",
+            7,
+            1,
+        )],
+    );
+    add(
+        0x2060,
+        vec![Frame {
+            function: Some("libfoo_alloc".into()),
+            file: Some("/usr/lib/libfoo.so".into()),
+            line: 0,
+            column: 0,
+        }],
+    );
+    let stack = |frames: &[usize], allocated_blocks, allocated_bytes| StackSummary {
+        frames: frames.iter().map(|&a| ReturnAddress(a)).collect(),
+        allocated_blocks,
+        allocated_bytes,
+        ..Default::default()
+    };
+    let stacks = vec![
+        // 0 and 1 trim to the same frames: one site.
+        stack(&[0x1010, 0x1020, 0x1030, 0x2040, 0x2041], 30, 30_000),
+        stack(&[0x1010, 0x1030, 0x2040, 0x2041], 5, 5_003),
+        stack(&[0x1010, 0x1020, 0x2050, 0x2041], 4, 64),
+        stack(&[0x1010, 0x2060, 0x9999, 0x2041], 2, 200),
+        // Freed entirely.
+        stack(&[0x1010, 0x1020, 0x2040, 0x2041], 7, 700),
+        // No frames at all (captured while a thread was exiting).
+        stack(&[], 1, 48),
+        // Never allocated from: left out.
+        stack(&[0x2041], 0, 0),
+    ];
+    let mut blocks = Vec::new();
+    let mut at = 0x10_0000;
+    let mut block = |stack: u32, size: u64, count: usize| {
+        for _ in 0..count {
+            blocks.push(LiveBlock {
+                address: at,
+                size,
+                stack: StackId(stack),
+                tag: 0,
+            });
+            at += 0x1000;
+        }
+    };
+    block(0, 1000, 10);
+    block(1, 1001, 2);
+    block(2, 16, 3);
+    block(3, 100, 1);
+    block(3, 60, 1);
+    block(5, 48, 1);
+    (Snapshot::from_parts(blocks, stacks, 50_000), symbols)
+}
+
+fn options() -> ExportOptions {
+    ExportOptions::default()
+        .pid(4242)
+        .command("app --index \"big file\"")
+        .elapsed(Duration::from_millis(1_500))
+        .time(Duration::from_secs(1_700_000_000))
+}
+
+fn render(
+    write: impl Fn(
+        &Snapshot,
+        &mut dyn memprof::Resolve,
+        &ExportOptions,
+        &mut Vec<u8>,
+    ) -> std::io::Result<()>,
+    options: &ExportOptions,
+) -> String {
+    let (snapshot, mut symbols) = synthetic();
+    let mut out = Vec::new();
+    write(&snapshot, &mut symbols, options, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn sites_merge_and_sort() {
+    let (snapshot, mut symbols) = synthetic();
+    let sites = CallSites::build(&snapshot, &mut symbols, &options());
+    let counts: Vec<_> = sites
+        .sites
+        .iter()
+        .map(|s| {
+            (
+                s.allocated_blocks,
+                s.allocated_bytes,
+                s.live_blocks,
+                s.live_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (35, 35_003, 12, 12_002),
+            (2, 200, 2, 160),
+            (4, 64, 3, 48),
+            (1, 48, 1, 48),
+            (7, 700, 0, 0),
+        ]
+    );
+}
+
+#[test]
+fn folded_live_bytes() {
+    let folded = render(export::folded::write, &options());
+    common::golden("export_live_bytes.folded", &folded);
+}
+
+#[test]
+fn folded_allocated_blocks() {
+    let folded = render(
+        export::folded::write,
+        &options().value(Value::AllocatedBlocks),
+    );
+    common::golden("export_allocated_blocks.folded", &folded);
+}
+
+#[test]
+fn dhat_json() {
+    let json = render(export::dhat::write, &options());
+    common::golden("export.dhat.json", &json);
+}
+
+#[test]
+fn heaptrack_text() {
+    let text = render(export::heaptrack::write_text, &options());
+    common::golden("export.heaptrack", &text);
+}
+
+#[test]
+fn heaptrack_gzip_holds_the_text() {
+    let (snapshot, mut symbols) = synthetic();
+    let mut gz = Vec::new();
+    export::heaptrack::write(&snapshot, &mut symbols, &options(), &mut gz).unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(text, render(export::heaptrack::write_text, &options()));
+}
+
+#[test]
+fn pprof_decodes_with_the_expected_fields() {
+    let (snapshot, mut symbols) = synthetic();
+    let mut gz = Vec::new();
+    export::pprof::write(&snapshot, &mut symbols, &options(), &mut gz).unwrap();
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let profile = export::pprof::proto::Profile::decode(&bytes[..]).unwrap();
+    let s = |i: i64| profile.string_table[i as usize].as_str();
+    assert_eq!(profile.string_table[0], "");
+    let types: Vec<(&str, &str)> = profile
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ]
+    );
+    let period = profile.period_type.as_ref().unwrap();
+    assert_eq!((s(period.r#type), s(period.unit)), ("space", "bytes"));
+    assert_eq!(profile.period, 1);
+    assert_eq!(s(profile.default_sample_type), "inuse_space");
+    assert_eq!(profile.time_nanos, 1_700_000_000 * 1_000_000_000);
+    assert_eq!(profile.duration_nanos, 1_500_000_000);
+    // Synthetic addresses fall in no loaded module.
+    assert!(profile.mapping.is_empty());
+
+    let function = |id: u64| {
+        let f = profile.function.iter().find(|f| f.id == id).unwrap();
+        (s(f.name), s(f.filename))
+    };
+    let location = |id: u64| profile.location.iter().find(|l| l.id == id).unwrap();
+    let first = &profile.sample[0];
+    assert_eq!(first.value, [35, 35_003, 12, 12_002]);
+    let leaf = location(first.location_id[0]);
+    assert_eq!(leaf.address, 0x1030 - 1);
+    // The trimmed allocator frame is gone; the collection operation stays.
+    let leaf_lines: Vec<_> = leaf
+        .line
+        .iter()
+        .map(|l| (function(l.function_id).0, l.line, l.column))
+        .collect();
+    assert_eq!(leaf_lines, [("alloc::vec::Vec<T>::with_capacity", 20, 9)]);
+    // Inlined frames: innermost first, the caller last.
+    let inlined = location(first.location_id[1]);
+    let names: Vec<_> = inlined
+        .line
+        .iter()
+        .map(|l| function(l.function_id))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("app::parse_row", "src/index.rs"),
+            ("app::build_index", "src/index.rs")
+        ]
+    );
+    assert_eq!(first.location_id.len(), 3);
+    // The site without frames has a sample with no locations; the freed one has zero in use.
+    let values: Vec<&[i64]> = profile.sample.iter().map(|s| &s.value[..]).collect();
+    assert!(values.contains(&&[7, 700, 0, 0][..]));
+    let frameless = profile
+        .sample
+        .iter()
+        .find(|s| s.value == [1, 48, 1, 48])
+        .unwrap();
+    assert!(frameless.location_id.is_empty());
+    // The unknown frame is a location without lines.
+    let unknown = profile
+        .location
+        .iter()
+        .find(|l| l.address == 0x9998)
+        .unwrap();
+    assert!(unknown.line.is_empty());
+}
+
+#[test]
+fn every_format_writes_through_write_path() {
+    let (snapshot, mut symbols) = synthetic();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("export_golden");
+    std::fs::create_dir_all(&dir).unwrap();
+    for ending in [
+        ".pb.gz",
+        ".folded",
+        ".dhat.json",
+        ".heaptrack.gz",
+        ".md",
+        ".tsv",
+    ] {
+        let pattern = format!("{}/out-%p-%e{ending}", dir.display());
+        let written = export::write_path(&pattern, &snapshot, &mut symbols, &options()).unwrap();
+        let name = written.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("out-4242-export_golden"), "{name}");
+        assert!(name.ends_with(ending), "{name}");
+        assert!(std::fs::metadata(&written).unwrap().len() > 0, "{name}");
+    }
+    let error = export::write_path(
+        &format!("{}/out.json", dir.display()),
+        &snapshot,
+        &mut symbols,
+        &options(),
+    )
+    .unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(error.to_string().contains(".dhat.json"), "{error}");
+}
+
+#[cfg(feature = "flamegraph")]
+#[test]
+fn flamegraph_svg_is_titled_counted_and_stable() {
+    let svg = render(export::flamegraph::write, &options());
+    assert!(svg.contains("memprof: live bytes"), "no title");
+    // inferno's tooltip per frame: name, count and unit.
+    assert!(
+        svg.contains("<title>app::parse_row (12,002 bytes, "),
+        "no tooltip for app::parse_row"
+    );
+    let titles: Vec<&str> = svg
+        .split("<title>")
+        .skip(1)
+        .map(|t| t.split("</title>").next().unwrap())
+        .collect();
+    assert!(
+        titles
+            .iter()
+            .any(|t| t.starts_with("&lt;[u8: 4] as app::Fill&gt;::fill &quot;x&quot; (48 bytes, ")),
+        "{titles:#?}"
+    );
+    assert_eq!(svg, render(export::flamegraph::write, &options()));
+    let blocks = render(
+        export::flamegraph::write,
+        &options()
+            .value(Value::AllocatedBlocks)
+            .title("index blocks"),
+    );
+    assert!(blocks.contains("index blocks"), "no custom title");
+    assert!(blocks.contains("<title>app::parse_row (42 blocks, "));
+
+    let empty = Snapshot::from_parts(Vec::new(), Vec::new(), 0);
+    let mut out = Vec::new();
+    export::flamegraph::write(&empty, &mut HashMap::new(), &options(), &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("memprof: live bytes: no live bytes in this snapshot"));
+    assert!(out.trim_end().ends_with("</svg>"));
+}
