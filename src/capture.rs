@@ -1,8 +1,8 @@
 //! The allocation path: capture a stack and record the event in the live table.
 //!
-//! Every function here runs inside the reentrancy guard (it takes a `&Guard` as proof), allocates
-//! nothing on its own (the stack buffer is thread-local), takes no lock but the table's futexes,
-//! never prints and never reads the environment.
+//! Allocations are recorded inside the reentrancy guard (they take a `&Guard` as proof); frees are
+//! applied even inside it. Nothing here allocates on its own (the stack buffer is thread-local),
+//! takes a lock but the table's futexes, prints or reads the environment.
 
 pub mod guard;
 pub mod modules;
@@ -13,7 +13,7 @@ pub use guard::{Guard, untracked};
 pub use stack::ReturnAddress;
 
 use crate::config::Config;
-use crate::table::{Block, TABLE};
+use crate::table::{Block, StackId, TABLE};
 use std::cell::RefCell;
 
 /// Most return addresses captured for one allocation.
@@ -46,58 +46,57 @@ pub enum Event<'a> {
     },
 }
 
-/// Applies one event to the process's live table; returns the removed block of a `Free`.
+/// Applies one event to the process's live table; returns the block it is about: the new one of
+/// an `Alloc`, the removed one of a `Free` (`None` when the table never saw it). Frees need no
+/// guard ([`free`]); allocations must be made inside one.
 #[inline]
-pub fn record(_guard: &Guard, event: Event<'_>) -> Option<Block> {
+pub fn record(event: Event<'_>) -> Option<Block> {
     match event {
         Event::Alloc {
             address,
             size,
             stack,
-        } => {
-            TABLE.insert(address, size, stack);
-            None
-        }
+        } => Some(Block {
+            size: size as u64,
+            stack: TABLE.insert(address, size, stack),
+            tag: 0,
+        }),
         Event::Free { address } => TABLE.remove(address),
     }
 }
 
-/// Records a new block, capturing the current stack.
+/// Records a new block, capturing the current stack; returns its stack.
 #[inline]
-pub fn alloc(guard: &Guard, config: &Config, address: usize, size: usize) {
+pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Option<StackId> {
     let depth = config.capture_depth();
-    let captured = FRAMES.try_with(|frames| {
-        let Ok(mut frames) = frames.try_borrow_mut() else {
-            return;
-        };
+    let recorded = FRAMES.try_with(|frames| {
+        let mut frames = frames.try_borrow_mut().ok()?;
         let n = stack::capture(config.unwinder, &mut frames[..depth]);
-        record(
-            guard,
-            Event::Alloc {
-                address,
-                size,
-                stack: &frames[..n],
-            },
-        );
+        let stack = &frames[..n];
+        record(Event::Alloc {
+            address,
+            size,
+            stack,
+        })
     });
-    if captured.is_err() {
+    let recorded = recorded.unwrap_or_else(|_| {
         // The thread is tearing down its locals: record the block without a stack rather than lose
         // it, so totals stay balanced when it is freed.
-        record(
-            guard,
-            Event::Alloc {
-                address,
-                size,
-                stack: &[],
-            },
-        );
-    }
+        let stack = &[];
+        record(Event::Alloc {
+            address,
+            size,
+            stack,
+        })
+    });
+    recorded.map(|block| block.stack)
 }
 
-/// Forgets a block about to be freed; returns what the table knew of it.
+/// Forgets a block about to be freed; returns what the table knew of it. Needs no guard: it
+/// never allocates.
 #[inline]
-pub fn free(guard: &Guard, address: usize) -> Option<Block> {
-    record(guard, Event::Free { address })
+pub fn free(address: usize) -> Option<Block> {
+    record(Event::Free { address })
 }
 
 /// Puts back a block that [`free`] removed, when its free did not happen (a failed `realloc`).

@@ -18,7 +18,8 @@ pub use global_alloc::MemProf;
 
 use crate::capture::{self, Guard, sampling};
 use crate::config::{self, Config};
-use crate::table::TABLE;
+use crate::scope;
+use crate::table::{self, TABLE};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Not started yet.
@@ -86,23 +87,37 @@ fn start(builder_interval: u64) -> Option<&'static Config> {
 pub fn record_alloc(address: usize, size: usize, builder_interval: u64) {
     if let Some(guard) = Guard::enter()
         && let Some(config) = recording(&guard, builder_interval)
-        && !PAUSED.load(Ordering::Relaxed)
     {
         let interval = TABLE.sample_interval();
-        if interval == 0 || sampling::sample(size, interval) {
-            capture::alloc(&guard, config, address, size);
+        let stack = if !PAUSED.load(Ordering::Relaxed)
+            && (interval == 0 || sampling::sample(size, interval))
+        {
+            capture::alloc(&guard, config, address, size)
+        } else {
+            None
+        };
+        if scope::any_open() {
+            scope::on_alloc(&guard, address, size, stack);
         }
     }
 }
 
 /// Forgets a block that is about to be freed.
+///
+/// Frees are applied even inside the reentrancy guard: a block of the program freed while memprof
+/// works (a report writing into the program's own buffer, code run `untracked`) must leave the
+/// table, or the table would name freed memory. Only the table's own memory, freed while this
+/// thread holds a shard, is never looked up.
 #[inline]
 pub fn record_free(address: usize) {
-    if STATE.load(Ordering::Acquire) == RECORDING
-        && TABLE.may_hold(address)
-        && let Some(guard) = Guard::enter()
-    {
-        capture::free(&guard, address);
+    if STATE.load(Ordering::Acquire) != RECORDING || table::holding_shards() {
+        return;
+    }
+    if TABLE.may_hold(address) {
+        capture::free(address);
+    }
+    if scope::any_open() {
+        scope::on_free(address);
     }
 }
 
@@ -118,12 +133,23 @@ pub fn record_realloc(
     builder_interval: u64,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
-    let old = (STATE.load(Ordering::Acquire) == RECORDING && TABLE.may_hold(old_address))
-        .then(|| Guard::enter().and_then(|guard| capture::free(&guard, old_address)))
-        .flatten();
+    let old = (STATE.load(Ordering::Acquire) == RECORDING
+        && !table::holding_shards()
+        && TABLE.may_hold(old_address))
+    .then(|| capture::free(old_address))
+    .flatten();
     let new_block = realloc();
     if !new_block.is_null() {
+        if scope::any_open() {
+            scope::on_free(old_address);
+        }
         record_alloc(new_block as usize, new_size, builder_interval);
+        // An explicit type tag belongs to the value, wherever its buffer moves.
+        if let Some(block) = old
+            && block.tag != 0
+        {
+            TABLE.set_tag(new_block as usize, block.tag);
+        }
     } else if let Some(block) = old
         && let Some(guard) = Guard::enter()
     {

@@ -74,19 +74,25 @@ pub mod capture;
 pub mod config;
 pub mod export;
 pub mod hooks;
+pub mod object_graph;
 pub mod report;
+pub mod scope;
 pub mod snapshot;
 pub mod symbolize;
 pub mod table;
+pub mod types;
 
 pub use capture::{ReturnAddress, untracked};
 pub use config::Config;
 pub use export::{ExportOptions, write_outputs};
 pub use hooks::{MemProf, is_paused, pause, resume};
+pub use object_graph::{log_object_sizes, object_size, pretty_log_object_graph};
 pub use report::{
     Change, Diff, Group, Report, ReportOptions, log_allocations, log_diff, pretty_log_allocations,
     pretty_log_diff,
 };
+pub use scope::{Scope, ScopeStats};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Frame, Resolve, Symbolizer};
 pub use table::HeapStats;
+pub use types::{log_object_counts, log_object_tallies, log_trace_target, tag, tagged};

@@ -9,6 +9,7 @@
 
 pub mod markdown;
 pub mod tsv;
+pub mod types;
 
 use crate::capture::ReturnAddress;
 use crate::config::Config;

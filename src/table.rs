@@ -18,9 +18,54 @@ pub mod stats;
 
 use crate::capture::ReturnAddress;
 use crate::capture::sampling;
+use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+thread_local! {
+    /// How many shards this thread holds: while it holds any, the blocks it frees are the table's
+    /// own memory, and looking them up would wait for a shard it holds itself.
+    static HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether the current thread holds a shard of a table.
+#[inline]
+pub fn holding_shards() -> bool {
+    HELD.try_with(Cell::get).unwrap_or(0) != 0
+}
+
+/// A held shard; [`holding_shards`] says so while it lives.
+pub struct ShardGuard<'a>(MutexGuard<'a, Shard>);
+
+impl<'a> ShardGuard<'a> {
+    fn lock(shard: &'a Mutex<Shard>) -> ShardGuard<'a> {
+        // A panic never happens while a shard is held, but a poisoned lock must not stop recording.
+        let guard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = HELD.try_with(|held| held.set(held.get() + 1));
+        ShardGuard(guard)
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        let _ = HELD.try_with(|held| held.set(held.get() - 1));
+    }
+}
+
+impl Deref for ShardGuard<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        &self.0
+    }
+}
+
+impl DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.0
+    }
+}
 
 pub use stacks::{StackId, StackRecord, Stacks};
 pub use stats::{HeapStats, Peak, ShardCounts};
@@ -184,7 +229,7 @@ impl Table {
     pub fn stats(&self) -> HeapStats {
         let mut stats = HeapStats::default();
         for shard in &self.shards {
-            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let shard = ShardGuard::lock(shard);
             self.add_counts(&mut stats, &shard);
         }
         stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
@@ -211,7 +256,7 @@ impl Table {
     }
 
     /// The totals of shards held by [`Table::lock_all`]: consistent with their blocks.
-    pub fn stats_of(&self, shards: &[MutexGuard<'_, Shard>]) -> HeapStats {
+    pub fn stats_of(&self, shards: &[ShardGuard<'_>]) -> HeapStats {
         let mut stats = HeapStats::default();
         for shard in shards {
             self.add_counts(&mut stats, shard);
@@ -221,19 +266,16 @@ impl Table {
     }
 
     #[inline]
-    fn shard(&self, address: usize) -> MutexGuard<'_, Shard> {
-        let index = (mix(address) >> 58) as usize % SHARDS;
-        // A panic never happens while a shard is held, but a poisoned lock must not stop recording.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn shard(&self, address: usize) -> ShardGuard<'_> {
+        ShardGuard::lock(&self.shards[(mix(address) >> 58) as usize % SHARDS])
     }
 
     /// Records a new live block allocated from `frames`.
     #[inline]
-    pub fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) {
+    pub fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) -> StackId {
         let stack = self.stacks.intern(frames);
         self.insert_block(address, size as u64, stack);
+        stack
     }
 
     /// Records a new live block whose stack is already interned.
@@ -299,6 +341,13 @@ impl Table {
         }
     }
 
+    /// Whether any block was ever recorded: one relaxed load, for callers that must cost nothing
+    /// when memprof is not the global allocator.
+    #[inline]
+    pub fn has_recorded(&self) -> bool {
+        self.peak.peak_bytes() != 0
+    }
+
     /// Sets the type tag of the live block that starts at `address`; returns the block's stack and
     /// its previous tag, or `None` when no live block starts there.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
@@ -309,11 +358,8 @@ impl Table {
     }
 
     /// Locks every shard, in order: while the returned guards live, no block is added or removed.
-    pub fn lock_all(&self) -> Vec<MutexGuard<'_, Shard>> {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner))
-            .collect()
+    pub fn lock_all(&self) -> Vec<ShardGuard<'_>> {
+        self.shards.iter().map(ShardGuard::lock).collect()
     }
 }
 

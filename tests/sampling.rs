@@ -7,6 +7,7 @@ mod common;
 static GLOBAL: memprof::MemProf = memprof::MemProf::new().sample_interval(8192);
 
 #[inline(never)]
+#[allow(clippy::vec_box, reason = "the boxes are the allocations under test")]
 fn many_small() -> Vec<Box<[u8; 64]>> {
     let boxes = (0..300_000).map(|_| Box::new([0u8; 64])).collect();
     std::hint::black_box(boxes)

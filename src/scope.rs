@@ -1,0 +1,301 @@
+//! Heap assertions for tests: what the code a thread runs allocates, frees and keeps.
+//!
+//! A [`Scope`] counts the allocations and frees *of the thread that opened it*, from its start
+//! until it is dropped, so tests running in parallel in one test binary each see their own code
+//! only. Counts are exact even under sampling (they come from the allocator's own arguments), and
+//! the scope remembers where its blocks came from, so a failing assertion can say so.
+//!
+//! ```rust,standalone_crate
+//! #[global_allocator]
+//! static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+//!
+//! fn main() {
+//!     let scope = memprof::Scope::start();
+//!     let v: Vec<u64> = Vec::with_capacity(100);
+//!     scope.assert_max_allocated_bytes(800);
+//!     drop(v);
+//!     scope.assert_no_leaks();
+//! }
+//! ```
+//!
+//! Only the blocks the thread allocates in the scope count, and only the thread's own frees of
+//! them: a block handed to another thread and freed there stays live for the scope, and freeing a
+//! block allocated before the scope changes nothing. A `realloc` is a free and an allocation.
+
+#![forbid(unsafe_code)]
+
+use crate::capture::{Guard, untracked};
+use crate::report::{self, Group, Report, ReportOptions};
+use crate::snapshot::Snapshot;
+use crate::table::{StackId, TABLE};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a scope has seen so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScopeStats {
+    /// Blocks allocated (a `realloc` counts as a free and an allocation).
+    pub allocated_blocks: u64,
+    /// Bytes allocated.
+    pub allocated_bytes: u64,
+    /// Blocks freed.
+    pub freed_blocks: u64,
+    /// Bytes freed.
+    pub freed_bytes: u64,
+    /// Blocks allocated and not freed yet.
+    pub live_blocks: u64,
+    /// Bytes allocated and not freed yet.
+    pub live_bytes: u64,
+    /// The most `live_bytes` reached.
+    pub peak_bytes: u64,
+}
+
+/// One open scope of a thread.
+struct State {
+    /// The scope's number, to find it when it closes.
+    id: u64,
+    /// Its counts.
+    stats: ScopeStats,
+    /// Blocks allocated per stack (when the stack was recorded).
+    sites: HashMap<StackId, (u64, u64)>,
+    /// Blocks allocated in the scope and not freed yet: address → size and stack (when recorded).
+    live: HashMap<usize, (u64, Option<StackId>)>,
+}
+
+thread_local! {
+    /// This thread's open scopes, innermost last.
+    static SCOPES: RefCell<Vec<State>> = const { RefCell::new(Vec::new()) };
+    /// Whether this thread has an open scope: the allocation path's only cost when it has none.
+    static OPEN: Cell<bool> = const { Cell::new(false) };
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether the current thread has an open scope.
+#[inline]
+pub fn any_open() -> bool {
+    OPEN.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Counts an allocation of this thread in its open scopes. Runs inside the guard.
+pub fn on_alloc(_guard: &Guard, address: usize, size: usize, stack: Option<StackId>) {
+    let _ = SCOPES.try_with(|scopes| {
+        let Ok(mut scopes) = scopes.try_borrow_mut() else {
+            return;
+        };
+        for scope in scopes.iter_mut() {
+            let stats = &mut scope.stats;
+            stats.allocated_blocks += 1;
+            stats.allocated_bytes += size as u64;
+            stats.live_blocks += 1;
+            stats.live_bytes += size as u64;
+            stats.peak_bytes = stats.peak_bytes.max(stats.live_bytes);
+            if let Some(stack) = stack {
+                let site = scope.sites.entry(stack).or_default();
+                site.0 += 1;
+                site.1 += size as u64;
+            }
+            scope.live.insert(address, (size as u64, stack));
+        }
+    });
+}
+
+/// Counts the free of a block of this thread's open scopes. Never allocates.
+pub fn on_free(address: usize) {
+    let _ = SCOPES.try_with(|scopes| {
+        let Ok(mut scopes) = scopes.try_borrow_mut() else {
+            return;
+        };
+        for scope in scopes.iter_mut() {
+            if let Some((size, _)) = scope.live.remove(&address) {
+                let stats = &mut scope.stats;
+                stats.freed_blocks += 1;
+                stats.freed_bytes += size;
+                stats.live_blocks -= 1;
+                stats.live_bytes -= size;
+            }
+        }
+    });
+}
+
+/// Counts this thread's allocations and frees until it is dropped; see the [module](self).
+#[must_use = "a scope counts only while it is alive"]
+pub struct Scope {
+    /// Which of the thread's scopes this is.
+    id: u64,
+    /// A scope belongs to the thread that opened it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Scope {
+    /// Opens a scope on the current thread.
+    pub fn start() -> Scope {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        untracked(|| {
+            SCOPES.with_borrow_mut(|scopes| {
+                scopes.push(State {
+                    id,
+                    stats: ScopeStats::default(),
+                    sites: HashMap::new(),
+                    live: HashMap::new(),
+                })
+            });
+            OPEN.set(true);
+        });
+        Scope {
+            id,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        untracked(|| {
+            SCOPES.with_borrow(|scopes| {
+                let state = scopes
+                    .iter()
+                    .find(|s| s.id == self.id)
+                    .expect("a scope's state lives as long as the scope");
+                f(state)
+            })
+        })
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> ScopeStats {
+        self.with(|s| s.stats)
+    }
+
+    /// Where the scope's blocks came from, grouped by context like the allocation report: all
+    /// blocks allocated in the scope (`live_only = false`) or those still live.
+    pub fn sites(&self, live_only: bool) -> Report {
+        let (sites, live) = self.with(|s| (s.sites.clone(), s.live.clone()));
+        untracked(|| {
+            let mut per_stack: HashMap<StackId, (u64, u64)> = HashMap::new();
+            if live_only {
+                let snapshot = Snapshot::take();
+                for block in &snapshot.blocks {
+                    if live
+                        .get(&block.address)
+                        .is_some_and(|l| l.1 == Some(block.stack))
+                    {
+                        let site = per_stack.entry(block.stack).or_default();
+                        site.0 += 1;
+                        site.1 += block.size;
+                    }
+                }
+            } else {
+                per_stack = sites;
+            }
+            let options = ReportOptions::from_env().min_bytes(0);
+            crate::symbolize::with_symbolizer(|symbolizer| {
+                let mut groups: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
+                for (stack, (blocks, bytes)) in per_stack {
+                    let frames = TABLE.stacks.record(stack).frames.clone();
+                    let context = report::context_of(&frames, symbolizer, &options);
+                    let group = groups.entry(context).or_default();
+                    group.0 += blocks;
+                    group.1 += bytes;
+                }
+                let groups = groups
+                    .into_iter()
+                    .map(|(context, (blocks, bytes))| Group {
+                        blocks,
+                        bytes,
+                        context,
+                    })
+                    .collect();
+                Report::from_groups(groups, 0)
+            })
+        })
+    }
+
+    /// Panics with what was expected, what was measured and where the blocks came from, unless
+    /// `ok`.
+    #[track_caller]
+    fn check(&self, ok: bool, expected: String, measured: String, live_only: bool) {
+        if ok {
+            return;
+        }
+        let mut sites = Vec::new();
+        let _ = report::markdown::write(&self.sites(live_only), &mut sites);
+        panic!(
+            "memprof: expected {expected} in this scope, measured {measured}.\nWhere the {} blocks came from:\n{}",
+            if live_only { "live" } else { "allocated" },
+            String::from_utf8_lossy(&sites)
+        );
+    }
+
+    /// Asserts that at most `n` blocks were allocated.
+    #[track_caller]
+    pub fn assert_max_allocated_blocks(&self, n: u64) {
+        let s = self.stats();
+        self.check(
+            s.allocated_blocks <= n,
+            format!("at most {n} blocks allocated"),
+            format!("{} blocks", s.allocated_blocks),
+            false,
+        );
+    }
+
+    /// Asserts that at most `n` bytes were allocated.
+    #[track_caller]
+    pub fn assert_max_allocated_bytes(&self, n: u64) {
+        let s = self.stats();
+        self.check(
+            s.allocated_bytes <= n,
+            format!("at most {n} bytes allocated"),
+            format!("{} bytes", s.allocated_bytes),
+            false,
+        );
+    }
+
+    /// Asserts that the live heap never grew by more than `n` bytes.
+    #[track_caller]
+    pub fn assert_max_peak_bytes(&self, n: u64) {
+        let s = self.stats();
+        self.check(
+            s.peak_bytes <= n,
+            format!("a peak of at most {n} bytes"),
+            format!("a peak of {} bytes", s.peak_bytes),
+            false,
+        );
+    }
+
+    /// Asserts that at most `n` bytes allocated in the scope are still live.
+    #[track_caller]
+    pub fn assert_max_live_bytes(&self, n: u64) {
+        let s = self.stats();
+        self.check(
+            s.live_bytes <= n,
+            format!("at most {n} bytes still live"),
+            format!("{} bytes in {} blocks", s.live_bytes, s.live_blocks),
+            true,
+        );
+    }
+
+    /// Asserts that everything allocated in the scope was freed.
+    #[track_caller]
+    pub fn assert_no_leaks(&self) {
+        let s = self.stats();
+        self.check(
+            s.live_blocks == 0,
+            "no block still live".to_string(),
+            format!("{} bytes in {} blocks", s.live_bytes, s.live_blocks),
+            true,
+        );
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        untracked(|| {
+            let _ = SCOPES.try_with(|scopes| {
+                let mut scopes = scopes.borrow_mut();
+                scopes.retain(|s| s.id != self.id);
+                let _ = OPEN.try_with(|open| open.set(!scopes.is_empty()));
+            });
+        });
+    }
+}
