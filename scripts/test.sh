@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: every test in a default build (stacks unwound with DWARF call-frame information),
-# the stack-dependent tests again in a frame-pointer build, and the doc-tests.
+# the stack-dependent tests again in a frame-pointer build, the type tests with v0 symbol
+# mangling, the heap assertions under libtest's threads, and the doc-tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,13 @@ echo "== frame-pointer build"
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --workspace --no-fail-fast \
   -E 'binary(stack_walk) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
+
+echo "== v0 symbol mangling (types from symbol names)"
+RUSTFLAGS="-C symbol-mangling-version=v0" CARGO_TARGET_DIR=target/v0 \
+  cargo nextest run --no-fail-fast -E 'binary(types_counts) | binary(object_graph_memprof_example)'
+
+echo "== heap assertions from tests running on threads of one process"
+cargo test --test heap_assertions
 
 echo "== doc-tests"
 cargo test --doc --all-features

@@ -1,7 +1,9 @@
 //! memprof: an in-process heap profiler for Rust.
 //!
 //! Put one line in your program and every allocation, reallocation and free is recorded with a
-//! truncated call stack in a live table; ask for a report whenever you like, or at exit.
+//! truncated call stack in a live table; ask for a report whenever you like, or at exit. Which call
+//! sites hold the live heap, what leaks, what churns, which types dominate, who keeps an object
+//! alive.
 //!
 //! # Quick start
 //!
@@ -30,35 +32,42 @@
 //! ```text
 //! | Allocations | Total size | Context |
 //! |------------:|-----------:|---------|
-//! |         100 |    800,000 | ` src/main.rs:7:25 in 'app::build_index::{closure#0}' `<br>` ... ` |
+//! |         100 |    800,000 | ` .../alloc/src/vec/mod.rs:3651:5 in 'alloc::vec::from_elem' `<br>` src/main.rs:7:25 in 'app::build_index::{closure#0}' `<br>` ... ` |
 //! ```
-//!
-//! # Reports
-//!
-//! | function | output |
-//! |---|---|
-//! | [`pretty_log_allocations`] | Markdown table: allocations, total size, context |
-//! | [`log_allocations`] | TSV: the number of lines, then `count \t bytes \t frame \t ...` per group |
-//! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
-//! | [`Snapshot::take`] + [`Report::live`] | the same data as values, for your own use |
 //!
 //! A frame reads `src/main.rs:12:5 in 'app::build_index'`: the file relative to the working
 //! directory, line and column, and the demangled function. memprof's own frames, the allocator shim
 //! and std's allocation internals are trimmed first, so the first frame is the collection operation
 //! you called (`Vec::with_capacity`, `Box::new`) or your own function.
 //!
+//! # Reports and exports
+//!
+//! | function | output |
+//! |---|---|
+//! | [`pretty_log_allocations`] | Markdown table: allocations, total size, context |
+//! | [`log_allocations`] | TSV: the number of lines, then `count \t bytes \t frame \t ...` per group |
+//! | [`pretty_log_diff`], [`log_diff`] | what grew or shrank between two [`Snapshot`]s ([`Snapshot::diff`]) |
+//! | [`log_object_counts`], [`log_object_sizes`] | live objects and reachable bytes per type ([`types`]) |
+//! | [`object_size`] | the heap bytes reachable from a value |
+//! | [`pretty_log_object_graph`] | a mermaid graph of who points to the live objects of a type |
+//! | [`log_object_tallies`], [`log_trace_target`] | objects created per type over the run; the contexts that created one type |
+//! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
+//! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
+//! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
+//!
 //! # Configuration
 //!
 //! Read once from the environment when the profiler starts; see [`config`] for the table
-//! (`MEMPROF_STACK_DEPTH`, `MEMPROF_STACK_SKIP`, `MEMPROF_MIN_BYTES`, `MEMPROF_PRINT_AT_EXIT`,
-//! `MEMPROF_ENABLED`, `MEMPROF_UNWINDER`).
+//! (`MEMPROF_STACK_DEPTH`, `MEMPROF_MIN_BYTES`, `MEMPROF_PRINT_AT_EXIT`, `MEMPROF_OUTPUT`,
+//! `MEMPROF_SAMPLE_INTERVAL`, ...). Recording can be switched off and on at run time with
+//! [`pause`] and [`resume`], or a signal (`MEMPROF_TOGGLE_SIGNAL`).
 //!
 //! # Stacks
 //!
-//! Built with `-C force-frame-pointers=yes`, memprof walks frame pointers: tens of nanoseconds per
-//! allocation. In a default build it unwinds with the DWARF call-frame information instead, which
-//! is slower but still shows your own functions. Line numbers need debug information
-//! (`debug = "line-tables-only"` in the release profile is enough).
+//! Built with `-C force-frame-pointers=yes`, memprof walks frame pointers. In a default build it
+//! unwinds with the DWARF call-frame information instead, which is slower but still shows your own
+//! functions. Names, lines and types need debug information (`debug = "limited"` in the release
+//! profile).
 //!
 //! # C and custom allocators
 //!
@@ -69,18 +78,19 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// The pipeline, in the order data flows.
-pub mod capture;
+// The pipeline, in the order data flows: configuration, the front doors, the allocation path,
+// the live table, its snapshots, then what is made of them.
 pub mod config;
-pub mod export;
 pub mod hooks;
-pub mod object_graph;
-pub mod report;
+pub mod capture;
+pub mod table;
 pub mod scope;
 pub mod snapshot;
 pub mod symbolize;
-pub mod table;
 pub mod types;
+pub mod report;
+pub mod object_graph;
+pub mod export;
 
 pub use capture::{ReturnAddress, untracked};
 pub use config::Config;

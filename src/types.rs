@@ -54,8 +54,8 @@
 //! [`Vec`], [`String`], [`Rc`] and [`Arc`] (the [`HeapValue`] trait; implement it for your own
 //! owners), and [`tag_block`] tags a raw block. An explicit tag wins over inference. Without
 //! memprof as the global allocator a tag costs one relaxed atomic load; with it, a lookup in a
-//! small registry and in the live table. A tag belongs to the block: when a `Vec` grows into a new
-//! block, tag it again.
+//! small registry and in the live table. A tag follows its value when a `realloc` moves it (a
+//! growing `Vec`), but not into a block allocated anew.
 //!
 //! # Reports
 //!

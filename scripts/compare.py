@@ -1,0 +1,631 @@
+#!/usr/bin/env python3
+"""memprof beside its peers, in one run: prints Markdown tables.
+
+    python3 scripts/compare.py            # about four minutes on 2 cores, after the builds
+    python3 scripts/compare.py --quick    # smaller inputs, one run each: about a minute
+
+What it measures (all in the same run, so the ratios hold on a noisy machine):
+
+1. Overhead per allocation: `benches/peers.rs` (divan), an alloc+free pair and a realloc round
+   trip through `System`, memprof and dhat-rs in one process, at stack depths 5, 16 and 32, in a
+   frame-pointer build and a default build (memprof's DWARF unwinder).
+2. Whole process: `examples/workload*.rs` on a churn workload, pulldown-cmark and serde_json,
+   without a profiler, with memprof (frame pointers; default build), dhat-rs, `heaptrack -r` and
+   `valgrind --tool=dhat`: time of the measured part, nanoseconds added per allocation, wall time
+   and peak resident set, each with its ratio to the run without a profiler. Valgrind runs a
+   smaller input against a plain run of that same input.
+3. Threads: churn throughput on 1 and 2 threads; 8 threads on 2 cores must end (no deadlock) with
+   every event accounted for (memprof's live totals back where they were, its allocation count
+   equal to dhat-rs's on the same work, every marked block seen).
+4. Memory: the profiler's resident bytes per live block, a million live 16-byte boxes.
+5. Reports: a million live blocks over ten thousand stacks: snapshot, the Markdown report and
+   each export, with a cold symbolizer and a warm one.
+
+Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
+shown. A tool that is not installed is skipped with a note in the table. The builds go to
+`--target-dir` (default `$CARGO_TARGET_DIR` or `target`) and `--fp-target-dir` (default
+`<target-dir>/fp`, built with `-C force-frame-pointers=yes`).
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ["workload", "workload_plain", "workload_dhat"]
+
+
+def log(message):
+    print(f"[compare] {message}", file=sys.stderr, flush=True)
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def wait_for_quiet(threshold, max_wait):
+    """Waits until the 1-minute load is at most `threshold`, for at most `max_wait` seconds."""
+    start = time.time()
+    while float(load()) > threshold and time.time() - start < max_wait:
+        log(f"load {load()} above {threshold}; waiting")
+        time.sleep(15)
+
+
+# ------------------------------------------------------------------------------------------------
+# builds
+
+
+def build(target_dir, frame_pointers):
+    """Builds the workload examples and the peers bench; returns {name: executable}."""
+    env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir))
+    if frame_pointers:
+        env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " -C force-frame-pointers=yes").strip()
+    executables = {}
+    commands = [
+        ["cargo", "build", "--release", "--message-format=json"]
+        + [a for e in EXAMPLES for a in ("--example", e)],
+        ["cargo", "bench", "--bench", "peers", "--no-run", "--message-format=json"],
+    ]
+    for command in commands:
+        log(("RUSTFLAGS='-C force-frame-pointers=yes' " if frame_pointers else "")
+            + f"CARGO_TARGET_DIR={target_dir} " + " ".join(command))
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"build failed: {' '.join(command)}")
+        for line in done.stdout.splitlines():
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if message.get("reason") == "compiler-artifact" and message.get("executable"):
+                executables[message["target"]["name"]] = message["executable"]
+    missing = [n for n in EXAMPLES + ["peers"] if n not in executables]
+    if missing:
+        sys.exit(f"build made no executable for {missing}")
+    return executables
+
+
+# ------------------------------------------------------------------------------------------------
+# running
+
+
+class Failed(Exception):
+    pass
+
+
+def run(command, env=None, timeout=900):
+    """Runs a command; returns (wall seconds, RESULT fields, stdout)."""
+    full_env = dict(os.environ)
+    for key in list(full_env):
+        if key.startswith("MEMPROF_"):
+            del full_env[key]
+    full_env.update(env or {})
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, env=full_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"timed out after {timeout} s: {' '.join(map(str, command))}")
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise Failed(f"exit {done.returncode}: {' '.join(map(str, command))}\n"
+                     f"{done.stderr[-2000:]}")
+    fields = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    return wall, fields, done.stdout
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+class Tool:
+    """One way of running the workload: a binary, maybe a wrapper, maybe an environment."""
+
+    def __init__(self, label, exe, wrapper=None, env=None, baseline=None, available=True,
+                 note=""):
+        self.label = label
+        self.exe = exe
+        self.wrapper = wrapper  # function(tmpdir) -> list of arguments before the binary
+        self.env = env or {}
+        self.baseline = baseline  # label of the run without a profiler to compare with
+        self.available = available
+        self.note = note
+
+    def run_once(self, scenario, size, tmpdir):
+        """One run: (wall seconds, RESULT fields)."""
+        prefix = self.wrapper(tmpdir) if self.wrapper else []
+        wall, fields, _ = run(prefix + [self.exe, scenario, str(size)], env=self.env)
+        for leftover in Path(tmpdir).iterdir():
+            leftover.unlink()
+        return wall, fields
+
+
+def summarize(samples):
+    """The medians of a tool's runs."""
+    return {
+        "wall": median([w for w, _ in samples]),
+        "hot": median([float(f["hot_s"]) for _, f in samples]),
+        "rss_kb": median([int(f["peak_rss_kb"]) for _, f in samples]),
+        "allocs": samples[-1][1].get("allocs", "-"),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. per-allocation overhead (divan)
+
+UNITS = {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def parse_divan(output):
+    """{(bench, arg): median ns} from divan's table."""
+    results, bench = {}, None
+    for line in output.splitlines():
+        m = re.match(r"^[│ ]*[├╰]─ (\S+)\s+(.*)$", line)
+        if not m:
+            continue
+        name, rest = m.groups()
+        cells = [c.strip() for c in rest.split("│")]
+        if not cells[0]:
+            bench = name
+            continue
+        if len(cells) < 3:
+            continue
+        value, unit = cells[2].split()
+        results[(bench, name)] = float(value) * UNITS[unit]
+    return results
+
+
+def per_allocation(builds, depths, sample_count, sample_size):
+    rows = []
+    for build_label, exes, unwinder in builds:
+        for depth in depths:
+            _, _, out = run([exes["peers"], "--bench", "--sample-count", str(sample_count),
+                             "--sample-size", str(sample_size)],
+                            env={"MEMPROF_STACK_DEPTH": str(depth)}, timeout=600)
+            r = parse_divan(out)
+            d = str(depth)
+            row = {"build": build_label, "unwinder": unwinder, "depth": depth, "load": load()}
+            for op in ("alloc_free", "realloc"):
+                system = r[(f"{op}_system", d)]
+                memprof = r[(f"{op}_memprof", d)]
+                dhat = r[(f"{op}_dhat", d)]
+                row[op] = (system, memprof, dhat)
+            rows.append(row)
+    return rows
+
+
+def fmt_ns(ns):
+    if ns is None:
+        return "–"
+    if ns >= 10_000:
+        return f"{ns / 1000:,.1f} µs"
+    return f"{ns:,.0f} ns" if ns >= 100 else f"{ns:.1f} ns"
+
+
+def print_per_allocation(rows):
+    print("### Overhead per allocation (divan, `benches/peers.rs`, median)\n")
+    print("Time per operation; `+` is the time added to plain `System` in the same process. "
+          "An alloc+free pair is one allocation; a realloc round trip is alloc, realloc, free "
+          "(two recorded allocations).\n")
+    print("| build | depth | op | System | memprof | memprof + | dhat-rs | dhat-rs + "
+          "| dhat-rs + / memprof + |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        for op, name in (("alloc_free", "alloc+free"), ("realloc", "realloc round trip")):
+            system, memprof, dhat = row[op]
+            added_m, added_d = memprof - system, dhat - system
+            ratio = f"{added_d / added_m:.1f}×" if added_m > 0 else "–"
+            print(f"| {row['build']} | {row['depth']} | {name} | {fmt_ns(system)} | "
+                  f"{fmt_ns(memprof)} | {fmt_ns(added_m)} | {fmt_ns(dhat)} | {fmt_ns(added_d)} | "
+                  f"{ratio} |")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. whole process
+
+
+def whole_process(tools, scenarios, valgrind_sizes, runs, tmpdir, count_exe):
+    """Returns per scenario ({tool label: (size, medians or None, note)}, {size: allocations}).
+
+    The tools take turns, run after run, so a change of the machine's load falls on all of them.
+    Valgrind runs once, on its smaller input, beside a plain run of that input."""
+    results = {}
+    for scenario, size in scenarios:
+        log(f"whole process: {scenario} {size} (load {load()})")
+        small = valgrind_sizes[scenario]
+        plan = []  # (tool, size, runs)
+        for tool in tools:
+            if tool.label.startswith("valgrind"):
+                plan.append((tool, small, 1))
+            elif tool.label.startswith("no profiler (Valgrind"):
+                plan.append((tool, small, runs))
+            else:
+                plan.append((tool, size, runs))
+        samples = {tool.label: [] for tool, _, _ in plan}
+        failed = {}
+        for r in range(runs):
+            for tool, s, n in plan:
+                if tool.available and r < n and tool.label not in failed:
+                    try:
+                        samples[tool.label].append(tool.run_once(scenario, s, tmpdir))
+                    except Failed as error:
+                        log(f"{tool.label} failed: {error}")
+                        failed[tool.label] = str(error).splitlines()[0]
+        measured = {}
+        for tool, s, _ in plan:
+            got = samples[tool.label]
+            if tool.label in failed:
+                measured[tool.label] = (s, None, f"FAILED: {failed[tool.label]}")
+            else:
+                measured[tool.label] = (s, summarize(got) if got else None, tool.note)
+        # Allocations in the measured part, as memprof counts them, at the Valgrind size too.
+        _, fields, _ = run([count_exe, scenario, str(small)])
+        counts = {size: None, small: int(fields["allocs"])}
+        for label, (s, m, _) in measured.items():
+            if m and m["allocs"] != "-" and s == size and label.startswith("memprof"):
+                counts[size] = int(m["allocs"])
+        results[scenario] = (measured, counts)
+    return results
+
+
+def print_whole_process(tools, results):
+    print("### Whole process (median of the runs)\n")
+    print("`measured` is the workload's own timing of its allocating part; `ns added / alloc` is "
+          "(measured − measured without a profiler) ÷ allocations in it (memprof's count). "
+          "`wall` is the whole process, tool start-up and its files included; peak RSS is "
+          "`VmHWM` of the workload process.\n")
+    by_label = {t.label: t for t in tools}
+    for scenario, (measured, counts) in results.items():
+        size = next(iter(measured.values()))[0]
+        print(f"**{scenario}** (size {size:,}, {counts[size] or 0:,} allocations measured)\n")
+        print("| tool | size | measured | ns added / alloc | wall | × wall | peak RSS | × RSS | "
+              "note |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for label, (s, m, note) in measured.items():
+            if m is None:
+                print(f"| {label} | {s:,} | – | – | – | – | – | – | "
+                      f"{note or 'not run'} |")
+                continue
+            base_label = by_label[label].baseline
+            base = measured.get(base_label, (None, None, None))[1] if base_label else None
+            allocs = counts.get(s)
+            added = ratio_wall = ratio_rss = "–"
+            if base:
+                if allocs:
+                    added = f"{(m['hot'] - base['hot']) * 1e9 / allocs:,.0f}"
+                ratio_wall = f"{m['wall'] / base['wall']:.2f}"
+                ratio_rss = f"{m['rss_kb'] / base['rss_kb']:.2f}"
+            print(f"| {label} | {s:,} | {m['hot']:.3f} s | {added} | {m['wall']:.2f} s | "
+                  f"{ratio_wall} | {m['rss_kb'] / 1024:,.1f} MB | {ratio_rss} | {note} |")
+        print()
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. threads
+
+
+def threads(exes_fp, exes, iterations, runs):
+    """Iterations per second on 1 and 2 threads; the configurations take turns, run after run."""
+    configs = [
+        ("no profiler (frame pointers)", exes_fp["workload_plain"], iterations),
+        ("memprof (frame pointers)", exes_fp["workload"], iterations),
+        ("memprof (default build, DWARF)", exes["workload"], iterations),
+        ("dhat-rs", exes["workload_dhat"], max(iterations // 5, 1000)),
+    ]
+    rates = {(label, t): [] for label, _, _ in configs for t in (1, 2)}
+    for _ in range(runs):
+        for label, exe, n in configs:
+            for t in (1, 2):
+                _, fields, _ = run([exe, "threads", str(n), str(t)])
+                rates[(label, t)].append(float(fields["iters_per_s"]))
+    return [(label, n, median(rates[(label, 1)]), median(rates[(label, 2)]))
+            for label, _, n in configs]
+
+
+def oversubscribed(exes, threads_count, iterations):
+    """8 threads on 2 cores: ends in time, and no event is lost."""
+    checks = []
+    try:
+        _, m, _ = run([exes["workload"], "threads", str(iterations), str(threads_count)],
+                      timeout=300)
+    except Failed as error:
+        return [("memprof ends (no deadlock)", False, str(error))]
+    checks.append(("memprof ends (no deadlock)", True, f"{float(m['hot_s']):.2f} s"))
+    checks.append(("live blocks back to the count before the threads", m["live_blocks_diff"] == "0",
+                   f"difference {m['live_blocks_diff']}"))
+    checks.append(("live bytes back to the count before the threads", m["live_bytes_diff"] == "0",
+                   f"difference {m['live_bytes_diff']}"))
+    checks.append(("every marked block of every thread seen in a snapshot",
+                   m["marks_seen"] == m["marks_expected"],
+                   f"{m['marks_seen']} of {m['marks_expected']}"))
+    try:
+        _, d, _ = run([exes["workload_dhat"], "threads", str(iterations), str(threads_count)],
+                      timeout=600)
+        checks.append(("allocations counted equal dhat-rs's count on the same work",
+                       d["allocs"] == m["allocs"], f"memprof {int(m['allocs']):,}, "
+                       f"dhat-rs {int(d['allocs']):,}"))
+    except Failed as error:
+        checks.append(("dhat-rs cross-check", False, str(error)))
+    return checks
+
+
+def print_threads(rows, checks, threads_count):
+    print("### Threads (churn, iterations per second, median)\n")
+    print("| tool | iterations per thread | 1 thread | 2 threads | 2 threads ÷ 1 thread |")
+    print("|---|---:|---:|---:|---:|")
+    for label, n, one, two in rows:
+        print(f"| {label} | {n:,} | {one:,.0f} | {two:,.0f} | {two / one:.2f}× |")
+    print()
+    print(f"{threads_count} threads on {os.cpu_count()} cores (memprof, frame pointers):\n")
+    print("| check | result | detail |")
+    print("|---|---|---|")
+    for name, ok, detail in checks:
+        print(f"| {name} | {'ok' if ok else 'FAILED'} | {detail} |")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. memory per live block
+
+
+def memory(tools_by_label, blocks, runs):
+    growth = {}
+    for label in ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
+                  "memprof (default build, DWARF)", "dhat-rs"):
+        tool = tools_by_label[label]
+        values, peaks = [], []
+        for _ in range(runs):
+            _, fields, _ = run([tool.exe, "live", str(blocks)], env=tool.env)
+            values.append(int(fields["rss_growth_kb"]))
+            peaks.append(int(fields["peak_rss_kb"]))
+        growth[label] = (median(values), median(peaks), tool.baseline)
+    return growth
+
+
+def print_memory(growth, blocks):
+    print(f"### Memory: {blocks:,} live blocks of 16 bytes (median)\n")
+    print("`RSS growth` is the resident set added while the blocks were allocated; the profiler's "
+          "share is that growth minus the growth without a profiler, per block.\n")
+    print("| tool | RSS growth | peak RSS | profiler bytes per live block (growth) | "
+          "(peak) |")
+    print("|---|---:|---:|---:|---:|")
+    for label, (kb, peak, base_label) in growth.items():
+        if base_label:
+            base_kb, base_peak, _ = growth[base_label]
+            per = f"{(kb - base_kb) * 1024 / blocks:.1f}"
+            per_peak = f"{(peak - base_peak) * 1024 / blocks:.1f}"
+        else:
+            per = per_peak = "–"
+        print(f"| {label} | {kb / 1024:,.1f} MB | {peak / 1024:,.1f} MB | {per} | {per_peak} |")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. reports
+
+
+def reports(exe, blocks, runs):
+    results = []
+    for _ in range(runs):
+        _, fields, _ = run([exe, "report", str(blocks)], timeout=900)
+        results.append(fields)
+    keys = [k for k in results[0] if k.endswith("_s")]
+    return {k: median([float(r[k]) for r in results]) for k in keys}, results[0]
+
+
+def print_reports(times, fields):
+    print(f"### Reports: {int(fields['live_blocks']):,} live blocks over "
+          f"{int(fields['stacks']):,} distinct stacks (median)\n")
+    print(f"Allocating them took {times['fill_s']:.2f} s under memprof; a snapshot "
+          f"{times['snapshot_s']:.2f} s.\n")
+    print("| output | cold symbolizer | warm symbolizer | size |")
+    print("|---|---:|---:|---:|")
+    print(f"| Markdown report (`pretty_log_allocations`, snapshot included) | "
+          f"{times['markdown_cold_s']:.2f} s | {times['markdown_warm_s']:.2f} s | "
+          f"{int(fields['markdown_bytes']):,} B |")
+    for name, title in (("pprof", "pprof `.pb.gz`"), ("folded", "folded stacks"),
+                        ("dhat", "DHAT JSON"), ("heaptrack", "heaptrack `.gz`")):
+        if f"{name}_cold_s" in times:
+            print(f"| {title} | {times[f'{name}_cold_s']:.2f} s | "
+                  f"{times[f'{name}_warm_s']:.2f} s | {int(fields[f'{name}_bytes']):,} B |")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
+# targets
+
+
+def print_targets(per_alloc, whole, thread_rows, growth, blocks):
+    def added(build, depth, op="alloc_free"):
+        for row in per_alloc:
+            if row["build"] == build and row["depth"] == depth:
+                s, m, d = row[op]
+                return m - s, d - s
+        return None, None
+
+    measured, counts = whole["churn"]
+    size = next(iter(measured.values()))[0]
+    allocs = counts[size]
+
+    def churn_added(label, base):
+        m, b = measured.get(label, (0, None, ""))[1], measured.get(base, (0, None, ""))[1]
+        if not (m and b and allocs):
+            return None
+        return (m["hot"] - b["hot"]) * 1e9 / allocs
+
+    fp5 = churn_added("memprof (frame pointers)", "no profiler (frame pointers)")
+    fp32 = churn_added("memprof (frame pointers), depth 32", "no profiler (frame pointers)")
+    dwarf5 = churn_added("memprof (default build, DWARF)", "no profiler")
+    dhat = churn_added("dhat-rs", "no profiler")
+    heaptrack = churn_added("heaptrack -r", "no profiler")
+    b_fp5, b_dhat5 = added("frame pointers", 5)
+    b_fp32, _ = added("frame pointers", 32)
+    b_dwarf5, _ = added("default (DWARF)", 5)
+    mem = growth.get("memprof (frame pointers)")
+    base = growth.get("no profiler (frame pointers)")
+    per_block = (mem[0] - base[0]) * 1024 / blocks if mem and base else None
+    scaling = next((two / one for label, _, one, two in thread_rows
+                    if label == "memprof (frame pointers)"), None)
+
+    def row(name, value, goal, ok, unit=""):
+        shown = "–" if value is None else f"{value:,.1f}{unit}"
+        verdict = "–" if value is None else ("met" if ok(value) else "missed")
+        print(f"| {name} | {goal} | {shown} | {verdict} |")
+
+    print("### Targets\n")
+    print("| target | goal | measured | |")
+    print("|---|---|---:|---|")
+    row("frame pointers, depth 5, churn: ns added per allocation", fp5, "≤ 40",
+        lambda v: v <= 40)
+    row("frame pointers, depth 5, alloc+free bench: ns added", b_fp5, "≤ 40", lambda v: v <= 40)
+    row("dhat-rs overhead ÷ memprof overhead (churn)", dhat / fp5 if dhat and fp5 else None,
+        "≥ 25", lambda v: v >= 25, "×")
+    row("dhat-rs overhead ÷ memprof overhead (alloc+free bench, depth 5)",
+        b_dhat5 / b_fp5 if b_dhat5 and b_fp5 else None, "≥ 25", lambda v: v >= 25, "×")
+    row("heaptrack -r overhead ÷ memprof overhead (churn)",
+        heaptrack / fp5 if heaptrack and fp5 else None, "≥ 15", lambda v: v >= 15, "×")
+    row("default build (DWARF), depth 5, churn: ns added", dwarf5, "≤ 150", lambda v: v <= 150)
+    row("default build (DWARF), depth 5, alloc+free bench: ns added", b_dwarf5, "≤ 150",
+        lambda v: v <= 150)
+    row("frame pointers, depth 32, churn: ns added", fp32, "≤ 80", lambda v: v <= 80)
+    row("frame pointers, depth 32, alloc+free bench: ns added", b_fp32, "≤ 80",
+        lambda v: v <= 80)
+    row("2 threads ÷ 1 thread throughput under memprof", scaling, "≥ 1.7", lambda v: v >= 1.7,
+        "×")
+    row("profiler bytes per live block", per_block, "≤ 40", lambda v: v <= 40)
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller inputs, one run each")
+    parser.add_argument("--runs", type=int, help="runs per measurement (default 5, quick 1)")
+    parser.add_argument("--target-dir", type=Path,
+                        default=Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")))
+    parser.add_argument("--fp-target-dir", type=Path)
+    parser.add_argument("--wait-load", type=float, metavar="LOAD",
+                        help="before measuring, wait (at most --max-wait s) for the 1-minute "
+                             "load to fall to LOAD")
+    parser.add_argument("--max-wait", type=float, default=600)
+    parser.add_argument("--only", default="alloc,process,threads,memory,reports",
+                        help="comma-separated sections to run")
+    args = parser.parse_args()
+    runs = args.runs or (1 if args.quick else 5)
+    fp_dir = args.fp_target_dir or args.target_dir / "fp"
+    only = set(args.only.split(","))
+
+    exes = build(args.target_dir, frame_pointers=False)
+    exes_fp = build(fp_dir, frame_pointers=True)
+    if args.wait_load is not None:
+        wait_for_quiet(args.wait_load, args.max_wait)
+
+    heaptrack = shutil.which("heaptrack")
+    valgrind = shutil.which("valgrind")
+    versions = []
+    for tool, flag in ((heaptrack, "--version"), (valgrind, "--version")):
+        if tool:
+            v = subprocess.run([tool, flag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True).stdout.strip().splitlines()
+            versions.append(v[0] if v else tool)
+    rustc = subprocess.run(["rustc", "--version"], stdout=subprocess.PIPE, text=True).stdout
+    print("## memprof beside its peers\n")
+    print(f"`python3 scripts/compare.py{' --quick' if args.quick else ''}` — {cpu_model()}, "
+          f"{os.cpu_count()} cores, Linux {platform.release()}, {rustc.strip()}, "
+          f"{', '.join(versions) or 'no heaptrack, no Valgrind'}; 1-minute load at the start: "
+          f"{load()}; median of {runs} run(s).\n")
+
+    tmpdir = tempfile.mkdtemp(prefix="memprof-compare-")
+    quick = args.quick
+    tools = [
+        Tool("no profiler", exes["workload_plain"]),
+        Tool("no profiler (frame pointers)", exes_fp["workload_plain"]),
+        Tool("memprof (frame pointers)", exes_fp["workload"],
+             baseline="no profiler (frame pointers)"),
+        Tool("memprof (frame pointers), depth 32", exes_fp["workload"],
+             env={"MEMPROF_STACK_DEPTH": "32"}, baseline="no profiler (frame pointers)"),
+        Tool("memprof (default build, DWARF)", exes["workload"], baseline="no profiler"),
+        Tool("dhat-rs", exes["workload_dhat"], baseline="no profiler"),
+        Tool("heaptrack -r", exes["workload_plain"],
+             wrapper=lambda d: [heaptrack, "-r", "-o", os.path.join(d, "heaptrack")],
+             baseline="no profiler", available=bool(heaptrack),
+             note="" if heaptrack else "heaptrack not installed"),
+        Tool("no profiler (Valgrind's size)", exes["workload_plain"]),
+        Tool("valgrind --tool=dhat", exes["workload_plain"],
+             wrapper=lambda d: [valgrind, "--tool=dhat",
+                                f"--dhat-out-file={os.path.join(d, 'dhat.out')}"],
+             baseline="no profiler (Valgrind's size)", available=bool(valgrind),
+             note=("smaller input, one run" if valgrind else "valgrind not installed")),
+    ]
+    by_label = {t.label: t for t in tools}
+    status = 0
+    per_alloc, whole, thread_rows, growth = [], {}, [], {}
+    if "alloc" in only:
+        log(f"per-allocation benches (load {load()})")
+        builds = [("frame pointers", exes_fp, "fp"), ("default (DWARF)", exes, "dwarf")]
+        per_alloc = per_allocation(builds, [5, 16, 32], 100 if quick else 200,
+                                   200 if quick else 1000)
+        print_per_allocation(per_alloc)
+    if "process" in only:
+        scenarios = ([("churn", 30_000), ("markdown", 5_000), ("json", 10_000)] if quick else
+                     [("churn", 100_000), ("markdown", 20_000), ("json", 20_000)])
+        valgrind_sizes = ({"churn": 5_000, "markdown": 1_000, "json": 2_000} if quick else
+                          {"churn": 20_000, "markdown": 2_000, "json": 3_000})
+        whole = whole_process(tools, scenarios, valgrind_sizes, runs, tmpdir,
+                              exes_fp["workload"])
+        print_whole_process(tools, whole)
+    if "threads" in only:
+        log(f"threads (load {load()})")
+        thread_rows = threads(exes_fp, exes, 20_000 if quick else 50_000, runs)
+        checks = oversubscribed(exes_fp, 8, 2_000 if quick else 5_000)
+        print_threads(thread_rows, checks, 8)
+        if not all(ok for _, ok, _ in checks):
+            status = 1
+    if "memory" in only:
+        log(f"memory (load {load()})")
+        growth = memory(by_label, 1_000_000, runs)
+        print_memory(growth, 1_000_000)
+    if "reports" in only:
+        log(f"reports (load {load()})")
+        times, fields = reports(exes["workload"], 1_000_000, 1 if quick else min(runs, 2))
+        print_reports(times, fields)
+    if any(m is None and note.startswith("FAILED")
+           for measured, _ in whole.values() for _, m, note in measured.values()):
+        status = 1
+    if per_alloc and whole and thread_rows and growth:
+        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000)
+    print(f"1-minute load at the end: {load()}.")
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
