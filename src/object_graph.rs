@@ -28,7 +28,7 @@ pub mod scan;
 
 use crate::capture::untracked;
 use crate::report::types::TypeRow;
-use crate::snapshot::{LiveBlock, Snapshot, StackSummary};
+use crate::snapshot::{LiveBlock, Snapshot};
 use crate::table::{StackId, TABLE};
 use crate::types::{self, Typing, names};
 pub use scan::BlockKind;
@@ -101,21 +101,7 @@ impl Heap {
     pub fn scan_with(kind: &dyn Fn(StackId, u32) -> BlockKind, progress_after: Duration) -> Heap {
         untracked(|| {
             let scanned = scan::scan_table(&TABLE, kind, progress_after);
-            let stacks: Vec<StackSummary> = TABLE
-                .stacks
-                .iter()
-                .map(|(_, record)| StackSummary {
-                    frames: record.frames.to_vec(),
-                    allocated_blocks: record
-                        .allocated_blocks
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    allocated_bytes: record
-                        .allocated_bytes
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    live_blocks: 0,
-                    live_bytes: 0,
-                })
-                .collect();
+            let stacks = crate::snapshot::stacks_of(&TABLE);
             let snapshot = Snapshot::from_parts(scanned.blocks, stacks, TABLE.stats().peak_bytes);
             Heap {
                 snapshot,

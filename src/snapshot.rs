@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use crate::capture::{ReturnAddress, untracked};
-use crate::table::{HeapStats, StackId, TABLE, Table};
+use crate::table::{HeapStats, ShardGuard, StackId, TABLE, Table};
 
 /// One live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +20,39 @@ pub struct LiveBlock {
     pub stack: StackId,
     /// Its type tag; 0 when unknown.
     pub tag: u32,
+}
+
+/// The live blocks of held shards, by address.
+pub fn blocks_of(shards: &[ShardGuard<'_>]) -> Vec<LiveBlock> {
+    let count = shards.iter().map(|s| s.blocks.len()).sum();
+    let mut blocks = Vec::with_capacity(count);
+    for shard in shards {
+        blocks.extend(shard.blocks.iter().map(|(&address, b)| LiveBlock {
+            address,
+            size: b.size,
+            stack: b.stack,
+            tag: b.tag,
+        }));
+    }
+    blocks.sort_unstable_by_key(|b| b.address);
+    blocks
+}
+
+/// Every stack of `table` with its allocated totals (live counts left at 0).
+pub fn stacks_of(table: &Table) -> Vec<StackSummary> {
+    let load =
+        |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    table
+        .stacks
+        .iter()
+        .map(|(_, record)| StackSummary {
+            frames: record.frames.to_vec(),
+            allocated_blocks: load(&record.allocated_blocks),
+            allocated_bytes: load(&record.allocated_bytes),
+            live_blocks: 0,
+            live_bytes: 0,
+        })
+        .collect()
 }
 
 /// One interned stack with its counters.
@@ -60,36 +93,11 @@ impl Snapshot {
 
     /// Copies `table` now. Call it inside the reentrancy guard when `table` is the process's own.
     pub fn of(table: &Table) -> Snapshot {
-        let (mut blocks, stats) = {
+        let (blocks, stats) = {
             let shards = table.lock_all();
-            let count = shards.iter().map(|s| s.blocks.len()).sum();
-            let mut blocks = Vec::with_capacity(count);
-            for shard in &shards {
-                blocks.extend(shard.blocks.iter().map(|(&address, b)| LiveBlock {
-                    address,
-                    size: b.size,
-                    stack: b.stack,
-                    tag: b.tag,
-                }));
-            }
-            (blocks, table.stats_of(&shards))
+            (blocks_of(&shards), table.stats_of(&shards))
         };
-        blocks.sort_unstable_by_key(|b| b.address);
-        let stacks = table
-            .stacks
-            .iter()
-            .map(|(_, record)| StackSummary {
-                frames: record.frames.to_vec(),
-                allocated_blocks: record
-                    .allocated_blocks
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                allocated_bytes: record
-                    .allocated_bytes
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                live_blocks: 0,
-                live_bytes: 0,
-            })
-            .collect();
+        let stacks = stacks_of(table);
         let mut snapshot =
             Snapshot::sampled(blocks, stacks, stats.peak_bytes, table.sample_interval());
         snapshot.stats.total_blocks = stats.total_blocks;

@@ -246,17 +246,7 @@ pub fn scan_table(
 ) -> Scanned {
     let mut progress = Progress::new("scanning the heap", progress_after);
     let shards = table.lock_all();
-    let count = shards.iter().map(|s| s.blocks.len()).sum();
-    let mut blocks: Vec<LiveBlock> = Vec::with_capacity(count);
-    for shard in &shards {
-        blocks.extend(shard.blocks.iter().map(|(&address, b)| LiveBlock {
-            address,
-            size: b.size,
-            stack: b.stack,
-            tag: b.tag,
-        }));
-    }
-    blocks.sort_unstable_by_key(|b| b.address);
+    let blocks = crate::snapshot::blocks_of(&shards);
     let lookup = Lookup::new(&blocks, kind);
     let total_bytes: u64 = blocks.iter().map(|b| b.size).sum();
     let mut first = Vec::with_capacity(blocks.len() + 1);
@@ -315,17 +305,7 @@ pub fn reachable_from<T: ?Sized>(
     let len = std::mem::size_of_val(value);
     let value = (value as *const T).cast::<u8>() as usize;
     let shards = table.lock_all();
-    let count = shards.iter().map(|s| s.blocks.len()).sum();
-    let mut blocks: Vec<LiveBlock> = Vec::with_capacity(count);
-    for shard in &shards {
-        blocks.extend(shard.blocks.iter().map(|(&address, b)| LiveBlock {
-            address,
-            size: b.size,
-            stack: b.stack,
-            tag: b.tag,
-        }));
-    }
-    blocks.sort_unstable_by_key(|b| b.address);
+    let blocks = crate::snapshot::blocks_of(&shards);
     let lookup = Lookup::new(&blocks, kind);
     let mut seen = vec![false; blocks.len()];
     let mut pending = Vec::new();
