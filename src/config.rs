@@ -18,6 +18,7 @@
 //! | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
 //! | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
 //! | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on |
+//! | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` |
 //! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
 //! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time |
 //! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise |
@@ -67,6 +68,8 @@ pub struct Config {
     pub output: Option<String>,
     /// The signal that writes a dump while the program runs (`MEMPROF_DUMP_SIGNAL`).
     pub dump_signal: Option<i32>,
+    /// Keep the per-stack live heap at the peak (`MEMPROF_PEAK`); `None` lets the builder decide.
+    pub peak: Option<bool>,
     /// Objects of the type shown in the object graph; 0 for all (`MEMPROF_REF_LIMIT`).
     pub ref_limit: usize,
     /// Levels of referrers followed back in the object graph; 0 for no limit (`MEMPROF_REF_LEVEL`).
@@ -95,6 +98,7 @@ impl Default for Config {
             toggle_signal: None,
             output: None,
             dump_signal: None,
+            peak: None,
             ref_limit: 10,
             ref_level: 5,
             trace_target: None,
@@ -213,6 +217,7 @@ impl Config {
             }
         };
         let enabled = flag("MEMPROF_ENABLED", defaults.enabled);
+        let peak = lookup("MEMPROF_PEAK").map(|_| flag("MEMPROF_PEAK", false));
         let print_at_exit = flag("MEMPROF_PRINT_AT_EXIT", defaults.print_at_exit);
         let unwinder = match lookup("MEMPROF_UNWINDER").as_deref().map(str::trim) {
             None | Some("auto") | Some("") => defaults.unwinder,
@@ -237,6 +242,7 @@ impl Config {
             toggle_signal,
             output,
             dump_signal,
+            peak,
             ref_limit,
             ref_level,
             trace_target,

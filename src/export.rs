@@ -14,9 +14,10 @@
 //! std's allocation internals go) but, unlike a report, not cut to a depth: every frame that was
 //! captured stays. Stacks that trim to the same frames are one call site.
 //!
-//! Each export carries, per call site, what was allocated over the run (blocks and bytes) and what
-//! is live in the snapshot (blocks and bytes). What was live at the heap's peak is not in a
-//! snapshot yet; see [`CallSites`] for where it plugs in once the table keeps it.
+//! Each export carries, per call site, what was allocated over the run (blocks and bytes), what is
+//! live in the snapshot, and what was live at the heap's peak when the table keeps it
+//! (`MEMPROF_PEAK=1`, [`MemProf::track_peak`](crate::MemProf::track_peak); otherwise the live
+//! values stand in for it).
 //!
 //! Addresses written to files are return addresses minus one: inside the call instruction, the
 //! address the symbolizer looked up.
@@ -213,6 +214,10 @@ pub struct CallSite {
     pub live_bytes: u64,
     /// The size of each live block, in address order.
     pub live_sizes: Vec<u64>,
+    /// Blocks live at the heap's peak; the live values when the snapshot does not know the peak.
+    pub peak_blocks: u64,
+    /// Bytes live at the heap's peak; the live values when the snapshot does not know the peak.
+    pub peak_bytes: u64,
 }
 
 impl CallSite {
@@ -233,10 +238,6 @@ impl CallSite {
 /// stack id they hold, so a snapshot always gives the same order. Locations are in the order the
 /// sites first use them.
 ///
-/// Per-site values at the heap's peak (pprof's and DHAT's "at t-gmax", heaptrack's peak) need the
-/// table to keep per-stack counters at the peak; they would become one more field here, filled in
-/// [`CallSites::build`] from the snapshot, and the writers read it where they now write the
-/// snapshot's live values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CallSites {
     /// Every location any site uses.
@@ -320,6 +321,13 @@ impl CallSites {
             entry.allocated_bytes += stack.allocated_bytes;
             entry.live_blocks += stack.live_blocks;
             entry.live_bytes += stack.live_bytes;
+            let (peak_blocks, peak_bytes) = if snapshot.peak_known {
+                (stack.peak_blocks, stack.peak_bytes)
+            } else {
+                (stack.live_blocks, stack.live_bytes)
+            };
+            entry.peak_blocks += peak_blocks;
+            entry.peak_bytes += peak_bytes;
             site_of_stack[stack_index] = Some(site);
         }
         for block in &snapshot.blocks {

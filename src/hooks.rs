@@ -14,7 +14,7 @@ pub mod c_abi;
 pub mod global_alloc;
 mod triggers;
 
-pub use global_alloc::MemProf;
+pub use global_alloc::{MemProf, Settings};
 
 use crate::capture::{self, Guard, sampling};
 use crate::config::{self, Config};
@@ -55,16 +55,16 @@ pub fn is_paused() -> bool {
 /// The configuration when recording, starting the profiler on first use with the allocator
 /// builder's sampling interval.
 #[inline]
-fn recording(_guard: &Guard, builder_interval: u64) -> Option<&'static Config> {
+fn recording(_guard: &Guard, builder: Settings) -> Option<&'static Config> {
     match STATE.load(Ordering::Acquire) {
         RECORDING => Some(config::get()),
-        IDLE => start(builder_interval),
+        IDLE => start(builder),
         _ => None,
     }
 }
 
 #[cold]
-fn start(builder_interval: u64) -> Option<&'static Config> {
+fn start(builder: Settings) -> Option<&'static Config> {
     if STATE
         .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -73,7 +73,12 @@ fn start(builder_interval: u64) -> Option<&'static Config> {
     }
     let config = config::get();
     if config.enabled {
-        TABLE.set_sample_interval(config.sample_interval.unwrap_or(builder_interval));
+        TABLE.set_sample_interval(config.sample_interval.unwrap_or(builder.sample_interval));
+        let peak_wanted = config
+            .output
+            .as_deref()
+            .is_some_and(|o| o.contains(".dhat.json"));
+        TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
         triggers::install(config);
     }
     let state = if config.enabled { RECORDING } else { OFF };
@@ -81,12 +86,12 @@ fn start(builder_interval: u64) -> Option<&'static Config> {
     (state == RECORDING).then_some(config)
 }
 
-/// Records a block the wrapped allocator just returned; `builder_interval` is the allocator's own
-/// sampling interval, used when `MEMPROF_SAMPLE_INTERVAL` is unset.
+/// Records a block the wrapped allocator just returned; `builder` holds the allocator's own
+/// settings, used where the environment does not say otherwise.
 #[inline]
-pub fn record_alloc(address: usize, size: usize, builder_interval: u64) {
+pub fn record_alloc(address: usize, size: usize, builder: Settings) {
     if let Some(guard) = Guard::enter()
-        && let Some(config) = recording(&guard, builder_interval)
+        && let Some(config) = recording(&guard, builder)
     {
         let interval = TABLE.sample_interval();
         let stack = if !PAUSED.load(Ordering::Relaxed)
@@ -130,7 +135,7 @@ pub fn record_free(address: usize) {
 pub fn record_realloc(
     old_address: usize,
     new_size: usize,
-    builder_interval: u64,
+    builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
     let old = (STATE.load(Ordering::Acquire) == RECORDING
@@ -143,7 +148,7 @@ pub fn record_realloc(
         if scope::any_open() {
             scope::on_free(old_address);
         }
-        record_alloc(new_block as usize, new_size, builder_interval);
+        record_alloc(new_block as usize, new_size, builder);
         // An explicit type tag belongs to the value, wherever its buffer moves.
         if let Some(block) = old
             && block.tag != 0

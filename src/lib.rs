@@ -95,7 +95,7 @@ pub mod export;
 pub use capture::{ReturnAddress, untracked};
 pub use config::Config;
 pub use export::{ExportOptions, write_outputs};
-pub use hooks::{MemProf, is_paused, pause, resume};
+pub use hooks::{MemProf, Settings, is_paused, pause, resume};
 pub use object_graph::{log_object_sizes, object_size, pretty_log_object_graph};
 pub use report::{
     Change, Diff, Group, Report, ReportOptions, log_allocations, log_diff, pretty_log_allocations,

@@ -49,8 +49,7 @@ pub fn stacks_of(table: &Table) -> Vec<StackSummary> {
             frames: record.frames.to_vec(),
             allocated_blocks: load(&record.allocated_blocks),
             allocated_bytes: load(&record.allocated_bytes),
-            live_blocks: 0,
-            live_bytes: 0,
+            ..StackSummary::default()
         })
         .collect()
 }
@@ -68,6 +67,10 @@ pub struct StackSummary {
     pub live_blocks: u64,
     /// Bytes from this stack live in the snapshot.
     pub live_bytes: u64,
+    /// Blocks from this stack live at the heap's peak (when [`Snapshot::peak_known`]).
+    pub peak_blocks: u64,
+    /// Bytes from this stack live at the heap's peak (when [`Snapshot::peak_known`]).
+    pub peak_bytes: u64,
 }
 
 /// A copy of the live table at one moment.
@@ -83,6 +86,10 @@ pub struct Snapshot {
     /// allocation was recorded. When not 0, every count is an unbiased estimate: each block stands
     /// for more than itself (see [`sampling`](crate::capture::sampling)).
     pub sample_interval: u64,
+    /// Whether the stacks' `peak_*` counts are known: the table kept its peak
+    /// ([`Table::set_track_peak`], `MEMPROF_PEAK=1`). They describe a moment within 1/64 of the
+    /// peak's live bytes ([`PeakTable`](crate::table::PeakTable)).
+    pub peak_known: bool,
 }
 
 impl Snapshot {
@@ -98,10 +105,23 @@ impl Snapshot {
             (blocks_of(&shards), table.stats_of(&shards))
         };
         let stacks = stacks_of(table);
+        let peak = table.peak_table();
         let mut snapshot =
             Snapshot::sampled(blocks, stacks, stats.peak_bytes, table.sample_interval());
         snapshot.stats.total_blocks = stats.total_blocks;
         snapshot.stats.total_bytes = stats.total_bytes;
+        if let Some(peak) = peak {
+            // The heap is at (or above) its captured peak now: the peak is this very moment.
+            let now = peak.live_bytes <= snapshot.stats.live_bytes;
+            for (id, stack) in snapshot.stacks.iter_mut().enumerate() {
+                (stack.peak_blocks, stack.peak_bytes) = if now {
+                    (stack.live_blocks, stack.live_bytes)
+                } else {
+                    peak.stacks.get(id).copied().unwrap_or_default()
+                };
+            }
+            snapshot.peak_known = true;
+        }
         snapshot
     }
 
@@ -153,6 +173,7 @@ impl Snapshot {
             stacks,
             stats,
             sample_interval,
+            peak_known: false,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::capture::sampling;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 thread_local! {
@@ -68,7 +68,7 @@ impl DerefMut for ShardGuard<'_> {
 }
 
 pub use stacks::{StackId, StackRecord, Stacks};
-pub use stats::{HeapStats, Peak, ShardCounts};
+pub use stats::{HeapStats, Peak, PeakTable, ShardCounts};
 
 /// Number of address shards; a power of two.
 pub const SHARDS: usize = 64;
@@ -156,6 +156,12 @@ pub struct Table {
     /// Under sampling: how many live blocks hash to each slot (saturating at 255, then sticky), so
     /// a slot at 0 proves an address was never recorded.
     filter: [AtomicU8; FILTER],
+    /// Whether stacks count their live blocks and the peak table is kept.
+    track_peak: AtomicBool,
+    /// A new peak was reached since the last capture of the peak table.
+    peak_due: AtomicBool,
+    /// The live heap per stack at the peak, when tracked.
+    peak_table: Mutex<PeakTable>,
 }
 
 impl Default for Table {
@@ -182,7 +188,86 @@ impl Table {
             peak: Peak::new(),
             sample_interval: AtomicU64::new(0),
             filter: [const { AtomicU8::new(0) }; FILTER],
+            track_peak: AtomicBool::new(false),
+            peak_due: AtomicBool::new(false),
+            peak_table: Mutex::new(PeakTable {
+                live_bytes: 0,
+                stacks: Vec::new(),
+            }),
         }
+    }
+
+    /// Keeps per-stack live counts and the table of the heap's peak from now on. Call it before
+    /// the first block is recorded.
+    pub fn set_track_peak(&self, track: bool) {
+        self.track_peak.store(track, Relaxed);
+    }
+
+    /// Whether the peak table is kept.
+    #[inline]
+    pub fn tracks_peak(&self) -> bool {
+        self.track_peak.load(Relaxed)
+    }
+
+    /// Adds a live block to the peak accounting.
+    #[inline]
+    fn grow(&self, stack: StackId, size: u64) {
+        let bytes = self.peak_bytes_of(size);
+        let new_peak = self.peak.grow(bytes);
+        if self.tracks_peak() {
+            self.stacks.record(stack).on_live(true, bytes);
+            if new_peak {
+                self.peak_due.store(true, Relaxed);
+            }
+        }
+    }
+
+    /// Takes a live block out of the peak accounting; first captures the peak table when a new
+    /// peak is due (the heap is about to come down from it).
+    #[inline]
+    fn shrink(&self, stack: StackId, size: u64) {
+        let bytes = self.peak_bytes_of(size);
+        if self.tracks_peak() {
+            if self.peak_due.load(Relaxed) {
+                self.capture_peak();
+            }
+            self.stacks.record(stack).on_live(false, bytes);
+        }
+        self.peak.shrink(bytes);
+    }
+
+    #[cold]
+    fn capture_peak(&self) {
+        // Never wait on the allocation path: another thread capturing now does it for us.
+        let Ok(mut peak) = self.peak_table.try_lock() else {
+            return;
+        };
+        let live = self.peak.live_bytes();
+        if live <= peak.live_bytes {
+            return;
+        }
+        self.peak_due.store(false, Relaxed);
+        if live - peak.live_bytes <= peak.live_bytes / 64 {
+            return;
+        }
+        peak.live_bytes = live;
+        peak.stacks.clear();
+        peak.stacks.extend(self.stacks.iter().map(|(_, record)| {
+            (
+                record.live_blocks.load(Relaxed),
+                record.live_bytes.load(Relaxed),
+            )
+        }));
+    }
+
+    /// The table of the heap's peak, when tracked: `None` otherwise.
+    pub fn peak_table(&self) -> Option<PeakTable> {
+        self.tracks_peak().then(|| {
+            self.peak_table
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
     }
 
     /// Mean bytes between sampled allocations; 0 when every allocation is recorded.
@@ -284,7 +369,7 @@ impl Table {
         let interval = self.sample_interval();
         let (blocks, bytes) = sampling::estimate(size, interval);
         self.stacks.record(stack).on_alloc(blocks, bytes);
-        self.peak.grow(self.peak_bytes_of(size));
+        self.grow(stack, size);
         if interval != 0 {
             self.filter_add(address);
         }
@@ -323,7 +408,7 @@ impl Table {
 
     /// Undoes, outside the shard, what recording `block` added to the peak and the filter.
     fn forget(&self, address: usize, block: &Block) {
-        self.peak.shrink(self.peak_bytes_of(block.size));
+        self.shrink(block.stack, block.size);
         if self.sample_interval() != 0 {
             self.filter_remove(address);
         }
@@ -332,7 +417,7 @@ impl Table {
     /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
     /// (a failed `realloc`).
     pub fn restore(&self, address: usize, block: Block) {
-        self.peak.grow(self.peak_bytes_of(block.size));
+        self.grow(block.stack, block.size);
         if self.sample_interval() != 0 {
             self.filter_add(address);
         }

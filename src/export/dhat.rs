@@ -7,8 +7,8 @@
 //! |---|---|
 //! | `tb`, `tbk` | bytes and blocks allocated over the run |
 //! | `eb`, `ebk` | bytes and blocks live in the snapshot ("at t-end") |
-//! | `mb`, `mbk` | the site's most live bytes and blocks: **approximated by the live values**, a lower bound, until the table keeps a per-site maximum |
-//! | `gb`, `gbk` | bytes and blocks live at the global peak: **approximated by the live values**, with `tg` = `te`, until the table keeps per-site values at the peak |
+//! | `mb`, `mbk` | the site's most live bytes and blocks: **approximated** by the larger of its live and at-peak values, a lower bound (the table keeps no per-site maximum) |
+//! | `gb`, `gbk` | bytes and blocks live at the global peak, when the table keeps the peak (`MEMPROF_PEAK`, on for `.dhat.json` outputs); otherwise the live values. `tg` is `te`: the peak's time is not kept |
 //!
 //! `tl` (total lifetimes) is left out: blocks carry no allocation time, so the viewer's
 //! average-lifetime column reads `NaN` rather than a made-up number. Times are in µs (`tu`) since
@@ -111,9 +111,11 @@ pub fn write<W: Write + ?Sized>(
                 })
                 .collect();
             let (eb, ebk) = (site.live_bytes, site.live_blocks);
+            let (gb, gbk) = (site.peak_bytes, site.peak_blocks);
+            let (mb, mbk) = (eb.max(gb), ebk.max(gbk));
             let _ = writeln!(
                 json,
-                "{}{{\"tb\":{},\"tbk\":{},\"mb\":{eb},\"mbk\":{ebk},\"gb\":{eb},\"gbk\":{ebk},\
+                "{}{{\"tb\":{},\"tbk\":{},\"mb\":{mb},\"mbk\":{mbk},\"gb\":{gb},\"gbk\":{gbk},\
                  \"eb\":{eb},\"ebk\":{ebk},\"fs\":[{}]}}",
                 if i == 0 { "" } else { "," },
                 site.allocated_bytes,

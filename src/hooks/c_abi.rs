@@ -15,7 +15,7 @@ use std::os::fd::FromRawFd;
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
     if !ptr.is_null() {
-        super::record_alloc(ptr as usize, size, 0);
+        super::record_alloc(ptr as usize, size, super::Settings::default());
     }
 }
 
@@ -39,7 +39,9 @@ pub extern "C" fn memprof_record_realloc(
     if new_ptr.is_null() {
         return;
     }
-    super::record_realloc(old_address, new_size, 0, || new_ptr.cast());
+    super::record_realloc(old_address, new_size, super::Settings::default(), || {
+        new_ptr.cast()
+    });
 }
 
 /// Writes to the open file descriptor `fd`, without closing it.

@@ -22,8 +22,17 @@ use std::alloc::{GlobalAlloc, Layout, System};
 pub struct MemProf<A = System> {
     /// The allocator that does the work.
     inner: A,
-    /// Mean bytes between recorded allocations; 0 records every one.
-    sample_interval: u64,
+    /// What the program chose; the environment may override it when the profiler starts.
+    settings: Settings,
+}
+
+/// The settings a program gives its [`MemProf`] in code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Mean bytes between recorded allocations; 0 records every one (`MEMPROF_SAMPLE_INTERVAL`).
+    pub sample_interval: u64,
+    /// Whether the live heap per stack at the peak is kept (`MEMPROF_PEAK`).
+    pub track_peak: bool,
 }
 
 impl MemProf<System> {
@@ -38,7 +47,10 @@ impl<A> MemProf<A> {
     pub const fn wrap(inner: A) -> Self {
         MemProf {
             inner,
-            sample_interval: 0,
+            settings: Settings {
+                sample_interval: 0,
+                track_peak: false,
+            },
         }
     }
 
@@ -46,7 +58,15 @@ impl<A> MemProf<A> {
     /// makes every report an unbiased estimate; 0 records every allocation (the default).
     /// `MEMPROF_SAMPLE_INTERVAL` overrides it.
     pub const fn sample_interval(mut self, bytes: u64) -> Self {
-        self.sample_interval = bytes;
+        self.settings.sample_interval = bytes;
+        self
+    }
+
+    /// Keeps, per stack, what was live when the heap was at its peak (DHAT's "at t-gmax"), at the
+    /// cost of two more atomic counters per allocation and free. `MEMPROF_PEAK` overrides it;
+    /// a `.dhat.json` output turns it on.
+    pub const fn track_peak(mut self, track: bool) -> Self {
+        self.settings.track_peak = track;
         self
     }
 
@@ -66,7 +86,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         // SAFETY: forwarded with the caller's layout, which meets `alloc`'s requirements.
         let ptr = unsafe { self.inner.alloc(layout) };
         if !ptr.is_null() {
-            super::record_alloc(ptr as usize, layout.size(), self.sample_interval);
+            super::record_alloc(ptr as usize, layout.size(), self.settings);
         }
         ptr
     }
@@ -76,7 +96,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         // SAFETY: forwarded with the caller's layout, which meets `alloc_zeroed`'s requirements.
         let ptr = unsafe { self.inner.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            super::record_alloc(ptr as usize, layout.size(), self.sample_interval);
+            super::record_alloc(ptr as usize, layout.size(), self.settings);
         }
         ptr
     }
@@ -90,7 +110,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        super::record_realloc(ptr as usize, new_size, self.sample_interval, || {
+        super::record_realloc(ptr as usize, new_size, self.settings, || {
             // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came from
             // `inner` through this allocator.
             unsafe { self.inner.realloc(ptr, layout, new_size) }

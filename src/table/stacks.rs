@@ -37,6 +37,10 @@ pub struct StackRecord {
     pub allocated_blocks: AtomicU64,
     /// Bytes allocated from this stack over the whole run.
     pub allocated_bytes: AtomicU64,
+    /// Blocks from this stack live now; kept only while the table tracks its peak.
+    pub live_blocks: AtomicU64,
+    /// Bytes from this stack live now; kept only while the table tracks its peak.
+    pub live_bytes: AtomicU64,
 }
 
 impl StackRecord {
@@ -44,6 +48,18 @@ impl StackRecord {
     pub(super) fn on_alloc(&self, blocks: u64, bytes: u64) {
         self.allocated_blocks.fetch_add(blocks, Relaxed);
         self.allocated_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts a block of `bytes` live (`true`) or gone (`false`), for the peak table.
+    #[inline]
+    pub(super) fn on_live(&self, live: bool, bytes: u64) {
+        if live {
+            self.live_blocks.fetch_add(1, Relaxed);
+            self.live_bytes.fetch_add(bytes, Relaxed);
+        } else {
+            self.live_blocks.fetch_sub(1, Relaxed);
+            self.live_bytes.fetch_sub(bytes, Relaxed);
+        }
     }
 }
 
@@ -127,6 +143,8 @@ impl Stacks {
             hash,
             allocated_blocks: AtomicU64::new(0),
             allocated_bytes: AtomicU64::new(0),
+            live_blocks: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
         }) as u32;
         index.insert_unique(hash, id, |id| self.get(*id).hash);
         StackId(id)

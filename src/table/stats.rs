@@ -54,13 +54,17 @@ impl Peak {
         }
     }
 
+    /// Adds `size` live bytes; returns whether that set a new peak.
     #[inline]
-    pub(super) fn grow(&self, size: u64) {
+    pub(super) fn grow(&self, size: u64) -> bool {
         let live = self.live_bytes.fetch_add(size, Relaxed) + size;
         // Most allocations do not set a new peak: a plain load keeps the common case cheap.
-        if live > self.peak_bytes.load(Relaxed) {
-            self.peak_bytes.fetch_max(live, Relaxed);
-        }
+        live > self.peak_bytes.load(Relaxed) && self.peak_bytes.fetch_max(live, Relaxed) < live
+    }
+
+    /// Bytes live now.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Relaxed)
     }
 
     #[inline]
@@ -72,4 +76,18 @@ impl Peak {
     pub fn peak_bytes(&self) -> u64 {
         self.peak_bytes.load(Relaxed)
     }
+}
+
+/// What was live per stack when the heap was at its peak (DHAT's t-gmax).
+///
+/// It is not copied on every new peak: a new peak only marks a capture as due, and the capture
+/// happens at the next free (the moment the heap starts to come down), and only when the heap has
+/// grown by more than 1/64 since the last capture. So it costs one copy of the per-stack counters
+/// per 1.6% of growth, and describes a moment whose live bytes are within 1.6% of the peak.
+#[derive(Clone, Debug, Default)]
+pub struct PeakTable {
+    /// Live bytes at the captured moment.
+    pub live_bytes: u64,
+    /// Live `(blocks, bytes)` per stack id at that moment.
+    pub stacks: Vec<(u64, u64)>,
 }
