@@ -31,6 +31,11 @@ use std::sync::OnceLock;
 /// Largest accepted `MEMPROF_STACK_DEPTH`.
 pub const MAX_STACK_DEPTH: usize = 64;
 
+/// Raw frames captured beyond the depth shown, for those trimmed before it: memprof's own, the
+/// allocator shim's and std's allocation internals. An optimized build has about 6 of them; in an
+/// unoptimized one every function is a frame of its own, iterator adapters included.
+pub const TRIMMED_FRAMES: usize = if cfg!(debug_assertions) { 24 } else { 12 };
+
 /// How stacks are captured on the allocation path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unwinder {
@@ -111,7 +116,7 @@ impl Config {
     /// Raw return addresses captured per allocation: enough for the frames shown, the frames skipped,
     /// and the allocator and std frames that are trimmed before them.
     pub fn capture_depth(&self) -> usize {
-        (self.stack_depth + self.stack_skip + 24).min(crate::capture::MAX_FRAMES)
+        (self.stack_depth + self.stack_skip + TRIMMED_FRAMES).min(crate::capture::MAX_FRAMES)
     }
 
     /// Reads the configuration from the process environment; warnings go to stderr.
@@ -330,7 +335,7 @@ mod tests {
         assert!(config.print_at_exit);
         assert!(!config.enabled);
         assert_eq!(config.unwinder, Unwinder::Dwarf);
-        assert_eq!(config.capture_depth(), 16 + 2 + 24);
+        assert_eq!(config.capture_depth(), 16 + 2 + TRIMMED_FRAMES);
     }
 
     #[test]

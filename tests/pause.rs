@@ -10,7 +10,8 @@ static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 
 #[inline(never)]
 fn while_paused() -> Vec<Vec<u8>> {
-    std::hint::black_box((0..10).map(|_| vec![0u8; 10_000]).collect())
+    // A size of its own, so an optimizer cannot fold this function into `while_recording`.
+    std::hint::black_box((0..10).map(|_| vec![0u8; 9_999]).collect())
 }
 
 #[inline(never)]

@@ -1,0 +1,156 @@
+//! A workload that allocates the way real programs do, profiled by memprof: run it to see what
+//! memprof costs, and compare with `workload_plain` (no profiler) and `workload_dhat` (dhat-rs).
+//! `scripts/compare.py` runs them all, with heaptrack and Valgrind, and prints a table.
+//!
+//! ```text
+//! cargo run --release --example workload -- churn 200000
+//! cargo run --release --example workload -- markdown 20000
+//! cargo run --release --example workload -- json 100000
+//! cargo run --release --example workload -- threads 100000 2
+//! cargo run --release --example workload -- live 1000000
+//! cargo run --release --example workload -- report 1000000
+//! ```
+//!
+//! Besides the scenarios of `examples/workload/mod.rs`, this one has `report [blocks]`: `blocks`
+//! live blocks over 10,000 distinct stacks, then the time to take a snapshot, render the Markdown
+//! report (with a cold symbolizer, then a warm one) and write each export format (cold, warm).
+
+#[path = "workload/stacks.rs"]
+mod stacks;
+#[path = "workload/mod.rs"]
+mod workload;
+
+use memprof::export::{self, ExportOptions, Format};
+use memprof::{HeapStats, Snapshot, Symbolizer};
+use std::hint::black_box;
+use std::io::{self, Write};
+use std::time::Instant;
+use workload::{Counts, Outcome, Tool};
+
+#[global_allocator]
+static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+
+const TOOL: Tool = Tool {
+    name: "memprof",
+    counts: || {
+        let stats = HeapStats::get();
+        Some(Counts {
+            total_blocks: stats.total_blocks,
+            live_blocks: stats.live_blocks,
+            live_bytes: stats.live_bytes,
+        })
+    },
+    live_of_size: |size| {
+        let snapshot = Snapshot::take();
+        Some(
+            snapshot
+                .blocks
+                .iter()
+                .filter(|b| b.size == size as u64)
+                .count() as u64,
+        )
+    },
+};
+
+fn main() {
+    let config = memprof::config::get();
+    let mut outcome = if std::env::args().nth(1).as_deref() == Some("report") {
+        let blocks = std::env::args()
+            .nth(2)
+            .map(|s| s.parse().expect("the size is a whole number"))
+            .unwrap_or(1_000_000);
+        report_scenario(blocks)
+    } else {
+        workload::run(&TOOL)
+    };
+    outcome.set("unwinder", format!("{:?}", config.unwinder));
+    outcome.set("stack_depth", config.stack_depth);
+    outcome.print();
+}
+
+// ---------------------------------------------------------------------------------------------
+// report: many live blocks over many distinct stacks
+
+/// Distinct stacks of the report scenario.
+const STACKS: usize = 10_000;
+
+/// `blocks` live blocks, spread evenly over [`STACKS`] stacks.
+#[inline(never)]
+fn fill(blocks: usize) -> Vec<stacks::Block> {
+    let mut kept = Vec::with_capacity(blocks);
+    for i in 0..blocks {
+        let stack = i % STACKS;
+        kept.push(stacks::MIDS[stack / 100](stacks::LEAVES[stack % 100]));
+    }
+    kept
+}
+
+/// A writer that counts the bytes it is given and drops them.
+#[derive(Default)]
+struct Count(u64);
+
+impl Write for Count {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Seconds taken by `f`, with what it returned.
+fn seconds<R>(f: impl FnOnce() -> R) -> (f64, R) {
+    let start = Instant::now();
+    let result = f();
+    (start.elapsed().as_secs_f64(), result)
+}
+
+fn report_scenario(blocks: usize) -> Outcome {
+    let tool = Tool {
+        name: "memprof",
+        ..TOOL
+    };
+    let mut outcome = Outcome::new(&tool, "report", blocks);
+    let (fill_s, kept) = seconds(|| fill(blocks));
+    outcome.set("fill_s", format!("{fill_s:.3}"));
+
+    let (snapshot_s, snapshot) = seconds(Snapshot::take);
+    outcome.set("snapshot_s", format!("{snapshot_s:.3}"));
+    outcome.set("live_blocks", snapshot.blocks.len());
+    outcome.set("stacks", snapshot.stacks.len());
+
+    // The Markdown report as users call it: snapshot, symbolize (the process's symbolizer, cold
+    // the first time), group and render.
+    for pass in ["cold", "warm"] {
+        let mut out = Count::default();
+        let (s, result) = seconds(|| memprof::pretty_log_allocations(&mut out));
+        result.expect("the report renders");
+        outcome.set(&format!("markdown_{pass}_s"), format!("{s:.3}"));
+        outcome.set("markdown_bytes", out.0);
+    }
+
+    // Every export of the same snapshot, each with a new symbolizer, then again with it warm.
+    let options = ExportOptions::default();
+    let working_dir = memprof::config::get().working_dir.clone();
+    for (name, format) in [
+        ("pprof", Format::Pprof),
+        ("folded", Format::Folded),
+        ("dhat", Format::Dhat),
+        ("heaptrack", Format::Heaptrack),
+    ] {
+        let mut symbolizer = memprof::untracked(|| Symbolizer::new(working_dir.clone()));
+        for pass in ["cold", "warm"] {
+            let mut out = Count::default();
+            let (s, result) =
+                seconds(|| export::write(format, &snapshot, &mut symbolizer, &options, &mut out));
+            result.expect("the export writes");
+            outcome.set(&format!("{name}_{pass}_s"), format!("{s:.3}"));
+            outcome.set(&format!("{name}_bytes"), out.0);
+        }
+        memprof::untracked(|| drop(symbolizer));
+    }
+    black_box(kept);
+    outcome
+}
