@@ -24,10 +24,10 @@ pub struct LiveBlock {
 
 /// The live blocks of held shards, by address.
 pub fn blocks_of(shards: &[ShardGuard<'_>]) -> Vec<LiveBlock> {
-    let count = shards.iter().map(|s| s.blocks.len()).sum();
+    let count = shards.iter().map(|s| s.len()).sum();
     let mut blocks = Vec::with_capacity(count);
     for shard in shards {
-        blocks.extend(shard.blocks.iter().map(|(&address, b)| LiveBlock {
+        blocks.extend(shard.iter().map(|(address, b)| LiveBlock {
             address,
             size: b.size,
             stack: b.stack,

@@ -120,26 +120,128 @@ impl BuildHasher for AddressHasher {
     }
 }
 
+/// How a block is stored beside its address: 8 bytes, so an entry of the hash map is 16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    /// The size, or [`LARGE`] when it is kept in [`Shard::large`].
+    size: u32,
+    /// The stack id, with [`TAGGED`] set when the block has a tag in [`Shard::tags`].
+    stack: u32,
+}
+
+/// An [`Entry::size`] that says the size did not fit in 32 bits.
+const LARGE: u32 = u32::MAX;
+/// The bit of [`Entry::stack`] that says the block has a tag; stack ids stay below it.
+const TAGGED: u32 = 1 << 31;
+
 /// Live blocks of one shard, keyed by address.
-pub type Blocks = hashbrown::HashMap<usize, Block, AddressHasher>;
+type Blocks = hashbrown::HashMap<usize, Entry, AddressHasher>;
 
 /// One shard of the live table.
-#[derive(Default)]
 pub struct Shard {
     /// Live blocks whose address maps to this shard.
-    pub blocks: Blocks,
+    blocks: Blocks,
+    /// Sizes of 4 GiB or more, by address: rare, so they do not widen every entry.
+    large: hashbrown::HashMap<usize, u64, AddressHasher>,
+    /// Type tags set explicitly, by address: rare, so they do not widen every entry.
+    tags: hashbrown::HashMap<usize, u32, AddressHasher>,
     /// This shard's counters.
     pub counts: ShardCounts,
 }
 
 impl Shard {
-    fn add(&mut self, address: usize, block: Block) -> Option<Block> {
-        self.counts.live_bytes += block.size;
-        let stale = self.blocks.insert(address, block);
-        if let Some(stale) = &stale {
-            self.counts.live_bytes -= stale.size;
+    const fn new() -> Shard {
+        Shard {
+            blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            large: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            tags: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            counts: ShardCounts {
+                live_bytes: 0,
+                total_blocks: 0,
+                total_bytes: 0,
+            },
         }
+    }
+
+    /// The block at `address` as stored in `entry`.
+    fn unpack(&self, address: usize, entry: Entry) -> Block {
+        Block {
+            size: if entry.size == LARGE {
+                self.large
+                    .get(&address)
+                    .copied()
+                    .unwrap_or(u64::from(LARGE))
+            } else {
+                u64::from(entry.size)
+            },
+            stack: StackId(entry.stack & !TAGGED),
+            tag: if entry.stack & TAGGED != 0 {
+                self.tags.get(&address).copied().unwrap_or(0)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Adds a block; returns the one that was at the same address.
+    fn add(&mut self, address: usize, block: Block) -> Option<Block> {
+        let size = u32::try_from(block.size)
+            .ok()
+            .filter(|&s| s != LARGE)
+            .unwrap_or(LARGE);
+        let tagged = if block.tag != 0 { TAGGED } else { 0 };
+        let entry = Entry {
+            size,
+            stack: block.stack.0 & !TAGGED | tagged,
+        };
+        let stale = self
+            .blocks
+            .insert(address, entry)
+            .map(|old| self.forget_entry(address, old));
+        if size == LARGE {
+            self.large.insert(address, block.size);
+        }
+        if block.tag != 0 {
+            self.tags.insert(address, block.tag);
+        }
+        self.counts.live_bytes += block.size;
         stale
+    }
+
+    /// Clears what `entry`, just taken out of the map, kept beside it; returns its block.
+    fn forget_entry(&mut self, address: usize, entry: Entry) -> Block {
+        let block = self.unpack(address, entry);
+        if entry.size == LARGE {
+            self.large.remove(&address);
+        }
+        if entry.stack & TAGGED != 0 {
+            self.tags.remove(&address);
+        }
+        self.counts.live_bytes -= block.size;
+        block
+    }
+
+    /// Removes the block at `address`.
+    fn take(&mut self, address: usize) -> Option<Block> {
+        let entry = self.blocks.remove(&address)?;
+        Some(self.forget_entry(address, entry))
+    }
+
+    /// Live blocks in this shard.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether this shard holds no block.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Every live block of this shard with its address, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, Block)> + '_ {
+        self.blocks
+            .iter()
+            .map(|(&address, &entry)| (address, self.unpack(address, entry)))
     }
 }
 
@@ -174,16 +276,7 @@ impl Table {
     /// An empty table.
     pub const fn new() -> Table {
         Table {
-            shards: [const {
-                Mutex::new(Shard {
-                    blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
-                    counts: ShardCounts {
-                        live_bytes: 0,
-                        total_blocks: 0,
-                        total_bytes: 0,
-                    },
-                })
-            }; SHARDS],
+            shards: [const { Mutex::new(Shard::new()) }; SHARDS],
             stacks: Stacks::new(),
             peak: Peak::new(),
             sample_interval: AtomicU64::new(0),
@@ -324,11 +417,11 @@ impl Table {
     fn add_counts(&self, stats: &mut HeapStats, shard: &Shard) {
         match self.sample_interval() {
             0 => {
-                stats.live_blocks += shard.blocks.len() as u64;
+                stats.live_blocks += shard.len() as u64;
                 stats.live_bytes += shard.counts.live_bytes;
             }
             interval => {
-                let (blocks, bytes) = shard.blocks.values().fold((0.0, 0.0), |(b, s), block| {
+                let (blocks, bytes) = shard.iter().fold((0.0, 0.0), |(b, s), (_, block)| {
                     let (wb, ws) = sampling::weight(block.size, interval);
                     (b + wb, s + ws)
                 });
@@ -396,12 +489,7 @@ impl Table {
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
-        let block = {
-            let mut shard = self.shard(address);
-            let block = shard.blocks.remove(&address)?;
-            shard.counts.live_bytes -= block.size;
-            block
-        };
+        let block = self.shard(address).take(address)?;
         self.forget(address, &block);
         Some(block)
     }
@@ -437,9 +525,23 @@ impl Table {
     /// its previous tag, or `None` when no live block starts there.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
         let mut shard = self.shard(address);
-        let block = shard.blocks.get_mut(&address)?;
-        let previous = std::mem::replace(&mut block.tag, tag);
-        Some((block.stack, previous))
+        let entry = *shard.blocks.get(&address)?;
+        let block = shard.unpack(address, entry);
+        let stack = if tag == 0 {
+            shard.tags.remove(&address);
+            block.stack.0
+        } else {
+            shard.tags.insert(address, tag);
+            block.stack.0 | TAGGED
+        };
+        shard.blocks.insert(
+            address,
+            Entry {
+                size: entry.size,
+                stack,
+            },
+        );
+        Some((block.stack, block.tag))
     }
 
     /// Locks every shard, in order: while the returned guards live, no block is added or removed.

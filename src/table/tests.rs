@@ -132,3 +132,38 @@ fn an_address_reused_without_free_retires_the_stale_block() {
     let stats = table.stats();
     assert_eq!((stats.live_blocks, stats.live_bytes), (1, 30));
 }
+
+#[test]
+fn large_sizes_and_tags_survive_packing() {
+    let table = Table::new();
+    let huge = 5u64 << 30;
+    table.insert_block(0x3000, huge, table.stacks.intern(&frames(2)));
+    table.insert(0x4000, u32::MAX as usize, &frames(2));
+    table.insert(0x5000, 48, &frames(3));
+    assert_eq!(
+        table.set_tag(0x5000, 7),
+        Some((table.stacks.intern(&frames(3)), 0))
+    );
+    assert_eq!(table.set_tag(0x6000, 7), None);
+    let snapshot = crate::Snapshot::of(&table);
+    let sizes: Vec<(usize, u64, u32)> = snapshot
+        .blocks
+        .iter()
+        .map(|b| (b.address, b.size, b.tag))
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            (0x3000, huge, 0),
+            (0x4000, u32::MAX as u64, 0),
+            (0x5000, 48, 7)
+        ]
+    );
+    assert_eq!(snapshot.stats.live_bytes, huge + u32::MAX as u64 + 48);
+    assert_eq!(table.remove(0x3000).map(|b| b.size), Some(huge));
+    assert_eq!(table.remove(0x5000).map(|b| b.tag), Some(7));
+    // Removing a tagged block clears its tag: a new block at that address starts untagged.
+    table.insert(0x5000, 16, &frames(3));
+    assert_eq!(table.remove(0x5000).map(|b| b.tag), Some(0));
+    assert_eq!(table.stats().live_bytes, u32::MAX as u64);
+}
