@@ -5,17 +5,16 @@
 //!
 //! `cargo bench --bench overhead`
 
-use divan::{Bencher, black_box};
-use std::alloc::{GlobalAlloc, Layout, System};
+mod common;
+
+use common::{at_depth, pair, round_trip};
+use divan::Bencher;
+use std::alloc::System;
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 
 const DEPTHS: [usize; 3] = [5, 16, 32];
-const LAYOUT: Layout = match Layout::from_size_align(64, 8) {
-    Ok(layout) => layout,
-    Err(_) => panic!("valid layout"),
-};
 
 fn main() {
     println!(
@@ -24,34 +23,6 @@ fn main() {
         memprof::config::get().stack_depth
     );
     divan::main();
-}
-
-/// Calls `f` from `depth` frames further down the stack.
-#[inline(never)]
-fn at_depth(depth: usize, f: &mut dyn FnMut()) {
-    if depth == 0 {
-        f();
-    } else {
-        at_depth(black_box(depth - 1), f);
-        black_box(());
-    }
-}
-
-fn pair(allocator: &dyn GlobalAlloc) {
-    // SAFETY: a non-zero-size layout, freed once by the allocator that made it.
-    unsafe {
-        let p = allocator.alloc(black_box(LAYOUT));
-        allocator.dealloc(black_box(p), LAYOUT);
-    }
-}
-
-fn round_trip(allocator: &dyn GlobalAlloc) {
-    // SAFETY: as in `pair`; the realloc'd block is freed with its new size.
-    unsafe {
-        let p = allocator.alloc(black_box(LAYOUT));
-        let q = allocator.realloc(p, LAYOUT, black_box(256));
-        allocator.dealloc(q, Layout::from_size_align_unchecked(256, 8));
-    }
 }
 
 #[divan::bench(args = DEPTHS)]

@@ -14,19 +14,17 @@
 //!
 //! `MEMPROF_STACK_DEPTH=16 cargo bench --bench peers`
 
-use divan::{Bencher, black_box};
-use std::alloc::{GlobalAlloc, Layout, System};
+mod common;
+
+use common::{at_depth, pair, round_trip};
+use divan::Bencher;
+use std::alloc::System;
 
 #[global_allocator]
 static DHAT: dhat::Alloc = dhat::Alloc;
 
 /// memprof over `System`, called directly.
 static MEMPROF: memprof::MemProf = memprof::MemProf::new();
-
-const LAYOUT: Layout = match Layout::from_size_align(64, 8) {
-    Ok(layout) => layout,
-    Err(_) => panic!("valid layout"),
-};
 
 fn main() {
     let config = memprof::config::get();
@@ -44,34 +42,6 @@ fn main() {
 /// The call depth of every bench: memprof's capture depth.
 fn depth() -> [usize; 1] {
     [memprof::config::get().stack_depth]
-}
-
-/// Calls `f` from `depth` frames further down the stack.
-#[inline(never)]
-fn at_depth(depth: usize, f: &mut dyn FnMut()) {
-    if depth == 0 {
-        f();
-    } else {
-        at_depth(black_box(depth - 1), f);
-        black_box(());
-    }
-}
-
-fn pair(allocator: &dyn GlobalAlloc) {
-    // SAFETY: a non-zero-size layout, freed once by the allocator that made it.
-    unsafe {
-        let p = allocator.alloc(black_box(LAYOUT));
-        allocator.dealloc(black_box(p), LAYOUT);
-    }
-}
-
-fn round_trip(allocator: &dyn GlobalAlloc) {
-    // SAFETY: as in `pair`; the realloc'd block is freed with its new size.
-    unsafe {
-        let p = allocator.alloc(black_box(LAYOUT));
-        let q = allocator.realloc(p, LAYOUT, black_box(256));
-        allocator.dealloc(q, Layout::from_size_align_unchecked(256, 8));
-    }
 }
 
 #[divan::bench(args = depth())]

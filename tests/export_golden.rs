@@ -4,8 +4,7 @@
 mod common;
 
 use memprof::export::{self, CallSites, ExportOptions, Value};
-use memprof::table::StackId;
-use memprof::{Frame, LiveBlock, ReturnAddress, Snapshot, StackSummary};
+use memprof::{Frame, ReturnAddress, Snapshot, StackSummary};
 use prost::Message;
 use std::collections::HashMap;
 use std::io::Read;
@@ -96,25 +95,14 @@ fn synthetic() -> (Snapshot, HashMap<ReturnAddress, Vec<Frame>>) {
         // Never allocated from: left out.
         stack(&[0x2041], 0, 0),
     ];
-    let mut blocks = Vec::new();
-    let mut at = 0x10_0000;
-    let mut block = |stack: u32, size: u64, count: usize| {
-        for _ in 0..count {
-            blocks.push(LiveBlock {
-                address: at,
-                size,
-                stack: StackId(stack),
-                tag: 0,
-            });
-            at += 0x1000;
-        }
-    };
-    block(0, 1000, 10);
-    block(1, 1001, 2);
-    block(2, 16, 3);
-    block(3, 100, 1);
-    block(3, 60, 1);
-    block(5, 48, 1);
+    let blocks = common::blocks(&[
+        (0, 1000, 10),
+        (1, 1001, 2),
+        (2, 16, 3),
+        (3, 100, 1),
+        (3, 60, 1),
+        (5, 48, 1),
+    ]);
     (Snapshot::from_parts(blocks, stacks, 50_000), symbols)
 }
 

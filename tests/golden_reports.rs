@@ -73,24 +73,13 @@ fn synthetic() -> (Snapshot, HashMap<ReturnAddress, Vec<Frame>>) {
         stack(&[0x10, 0x20, 0x70, 0x50], 1, 100),
         stack(&[0x10, 0x20, 0x99], 1, 2048),
     ];
-    let mut blocks = Vec::new();
-    let mut at = 0x10_0000;
-    let mut block = |stack: u32, size: u64, count: usize| {
-        for _ in 0..count {
-            blocks.push(LiveBlock {
-                address: at,
-                size,
-                stack: StackId(stack),
-                tag: 0,
-            });
-            at += 0x1000;
-        }
-    };
-    block(0, 8000, 1200);
-    block(1, 8000, 2);
-    block(2, 1000, 3);
-    block(3, 100, 1);
-    block(4, 2048, 1);
+    let blocks = common::blocks(&[
+        (0, 8000, 1200),
+        (1, 8000, 2),
+        (2, 1000, 3),
+        (3, 100, 1),
+        (4, 2048, 1),
+    ]);
     (Snapshot::from_parts(blocks, stacks, 0), symbols)
 }
 

@@ -54,3 +54,22 @@ pub fn groups_mentioning(needle: &str, depth: usize) -> Vec<memprof::Group> {
         .filter(|g| g.context.iter().any(|f| f.contains(needle)))
         .collect()
 }
+
+/// Synthetic live blocks, 4 KiB apart from 0x10_0000: `count` blocks of `size` bytes per
+/// `(stack, size, count)`, in that order.
+pub fn blocks(spec: &[(u32, u64, usize)]) -> Vec<memprof::LiveBlock> {
+    let mut at = 0x10_0000;
+    let mut blocks = Vec::new();
+    for &(stack, size, count) in spec {
+        for _ in 0..count {
+            blocks.push(memprof::LiveBlock {
+                address: at,
+                size,
+                stack: memprof::table::StackId(stack),
+                tag: 0,
+            });
+            at += 0x1000;
+        }
+    }
+    blocks
+}
