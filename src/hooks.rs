@@ -153,7 +153,8 @@ pub fn record_realloc(
         if let Some(block) = old
             && block.tag != 0
         {
-            TABLE.set_tag(new_block as usize, block.tag);
+            // Inside the guard: the tag map may grow while its shard is held.
+            capture::untracked(|| TABLE.set_tag(new_block as usize, block.tag));
         }
     } else if let Some(block) = old
         && let Some(guard) = Guard::enter()

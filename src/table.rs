@@ -509,7 +509,8 @@ impl Table {
         if self.sample_interval() != 0 {
             self.filter_add(address);
         }
-        if let Some(stale) = self.shard(address).add(address, block) {
+        let stale = self.shard(address).add(address, block);
+        if let Some(stale) = stale {
             self.forget(address, &stale);
         }
     }
@@ -522,7 +523,8 @@ impl Table {
     }
 
     /// Sets the type tag of the live block that starts at `address`; returns the block's stack and
-    /// its previous tag, or `None` when no live block starts there.
+    /// its previous tag, or `None` when no live block starts there. Call it inside the reentrancy
+    /// guard: the tag map may allocate while the shard is held.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
         let mut shard = self.shard(address);
         let entry = *shard.blocks.get(&address)?;
