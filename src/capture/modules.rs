@@ -41,6 +41,12 @@ pub fn loaded() -> Vec<Module> {
     modules
 }
 
+/// `dl_iterate_phdr` callback: appends one module to the vector behind `data`.
+///
+/// # Safety
+///
+/// `info` must point to a `dl_phdr_info` valid for the call, and `data` to a `Vec<Module>` that
+/// nothing else uses during the call.
 unsafe extern "C" fn visit(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
