@@ -10,14 +10,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::time::Duration;
 
-fn frame(function: &str, file: &str, line: u32, column: u32) -> Frame {
-    Frame {
-        function: Some(function.into()),
-        file: Some(file.into()),
-        line,
-        column,
-    }
-}
+use common::frame;
 
 /// Call sites covering what the writers must handle: inlined frames, a partly trimmed return
 /// address, two raw stacks that trim alike, a name with `;` and quotes, a frame known only by its

@@ -6,14 +6,7 @@ use memprof::table::StackId;
 use memprof::{Frame, LiveBlock, Report, ReportOptions, ReturnAddress, Snapshot, StackSummary};
 use std::collections::HashMap;
 
-fn frame(function: &str, file: &str, line: u32, column: u32) -> Frame {
-    Frame {
-        function: Some(function.into()),
-        file: Some(file.into()),
-        line,
-        column,
-    }
-}
+use common::frame;
 
 /// Four call sites: one above a thousand blocks, one with backticks in its frame, one below the
 /// default `min_bytes`, and two raw stacks that print the same context (one group).

@@ -19,14 +19,7 @@ use std::sync::Arc;
 const BOXED: &str = "/rustc/abc/library/alloc/src/boxed.rs";
 const RAW_VEC: &str = "/rustc/abc/library/alloc/src/raw_vec/mod.rs";
 
-fn frame(function: &str, file: &str, line: u32, column: u32) -> Frame {
-    Frame {
-        function: Some(function.to_owned()),
-        file: Some(file.to_owned()),
-        line,
-        column,
-    }
-}
+use common::frame;
 
 type Resolver = HashMap<ReturnAddress, Vec<Frame>>;
 

@@ -73,3 +73,13 @@ pub fn blocks(spec: &[(u32, u64, usize)]) -> Vec<memprof::LiveBlock> {
     }
     blocks
 }
+
+/// A synthetic frame with a function, a file and a position.
+pub fn frame(function: &str, file: &str, line: u32, column: u32) -> memprof::Frame {
+    memprof::Frame {
+        function: Some(function.into()),
+        file: Some(file.into()),
+        line,
+        column,
+    }
+}
