@@ -16,17 +16,26 @@ static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 
 #[inline(never)]
 fn block_4096() -> Vec<u8> {
-    std::hint::black_box(Vec::with_capacity(4096))
+    let block = Vec::with_capacity(4096);
+    // Used after the call, so the call is not a tail call that would leave no frame.
+    std::hint::black_box(&block);
+    block
 }
 
 #[inline(never)]
 fn block_3000() -> Vec<u8> {
-    std::hint::black_box(Vec::with_capacity(3000))
+    let block = Vec::with_capacity(3000);
+    // Used after the call, so the call is not a tail call that would leave no frame.
+    std::hint::black_box(&block);
+    block
 }
 
 #[inline(never)]
 fn block_5000() -> Vec<u8> {
-    std::hint::black_box(Vec::with_capacity(5000))
+    let block = Vec::with_capacity(5000);
+    // Used after the call, so the call is not a tail call that would leave no frame.
+    std::hint::black_box(&block);
+    block
 }
 
 /// Allocates from the three sites; returns what stays live.

@@ -18,7 +18,12 @@ fn make_many() -> Vec<Box<Foo>> {
 #[allow(clippy::vec_box)]
 #[inline(never)]
 fn make_few() -> Vec<Box<Foo>> {
-    (0..300).map(|id| Box::new(Foo { id })).collect()
+    // Written differently from `make_many`, so an optimizer cannot merge the two into one.
+    let mut foos = Vec::with_capacity(300);
+    for id in 0..300 {
+        foos.push(Box::new(Foo { id }));
+    }
+    std::hint::black_box(foos)
 }
 
 fn log(f: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
