@@ -4,13 +4,13 @@
 mod common;
 
 use memprof::export::{self, CallSites, ExportOptions, Value};
-use memprof::{Frame, ReturnAddress, Snapshot, StackSummary};
+use memprof::{Frame, ReturnAddress, Snapshot};
 use prost::Message;
 use std::collections::HashMap;
 use std::io::Read;
 use std::time::Duration;
 
-use common::frame;
+use common::{frame, stack};
 
 /// Call sites covering what the writers must handle: inlined frames, a partly trimmed return
 /// address, two raw stacks that trim alike, a name with `;` and quotes, a frame known only by its
@@ -69,12 +69,6 @@ fn synthetic() -> (Snapshot, HashMap<ReturnAddress, Vec<Frame>>) {
             column: 0,
         }],
     );
-    let stack = |frames: &[usize], allocated_blocks, allocated_bytes| StackSummary {
-        frames: frames.iter().map(|&a| ReturnAddress(a)).collect(),
-        allocated_blocks,
-        allocated_bytes,
-        ..Default::default()
-    };
     let stacks = vec![
         // 0 and 1 trim to the same frames: one site.
         stack(&[0x1010, 0x1020, 0x1030, 0x2040, 0x2041], 30, 30_000),

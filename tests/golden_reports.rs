@@ -3,10 +3,10 @@
 mod common;
 
 use memprof::table::StackId;
-use memprof::{Frame, LiveBlock, Report, ReportOptions, ReturnAddress, Snapshot, StackSummary};
+use memprof::{Frame, LiveBlock, Report, ReportOptions, ReturnAddress, Snapshot};
 use std::collections::HashMap;
 
-use common::frame;
+use common::{frame, stack};
 
 /// Four call sites: one above a thousand blocks, one with backticks in its frame, one below the
 /// default `min_bytes`, and two raw stacks that print the same context (one group).
@@ -53,12 +53,6 @@ fn synthetic() -> (Snapshot, HashMap<ReturnAddress, Vec<Frame>>) {
         ReturnAddress(0x70),
         vec![frame("app::tiny", "src/tiny.rs", 0, 0)],
     );
-    let stack = |frames: &[usize], allocated_blocks, allocated_bytes| StackSummary {
-        frames: frames.iter().map(|&a| ReturnAddress(a)).collect(),
-        allocated_blocks,
-        allocated_bytes,
-        ..Default::default()
-    };
     let stacks = vec![
         stack(&[0x10, 0x20, 0x30, 0x40, 0x50], 2000, 16_000_000),
         stack(&[0x10, 0x20, 0x30, 0x41, 0x50], 10, 80_000),

@@ -83,3 +83,17 @@ pub fn frame(function: &str, file: &str, line: u32, column: u32) -> memprof::Fra
         column,
     }
 }
+
+/// A synthetic stack with its allocated totals (live counts are derived from the blocks).
+pub fn stack(
+    frames: &[usize],
+    allocated_blocks: u64,
+    allocated_bytes: u64,
+) -> memprof::StackSummary {
+    memprof::StackSummary {
+        frames: frames.iter().map(|&a| memprof::ReturnAddress(a)).collect(),
+        allocated_blocks,
+        allocated_bytes,
+        ..Default::default()
+    }
+}
