@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use crate::capture::{ReturnAddress, untracked};
-use crate::table::{HeapStats, ShardGuard, StackId, TABLE, Table};
+use crate::table::{HeapStats, Locked, StackId, TABLE, Table};
 
 /// One live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,19 +22,20 @@ pub struct LiveBlock {
     pub tag: u32,
 }
 
-/// The live blocks of held shards, by address.
-pub fn blocks_of(shards: &[ShardGuard<'_>]) -> Vec<LiveBlock> {
-    let count = shards.iter().map(|s| s.len()).sum();
-    let mut blocks = Vec::with_capacity(count);
-    for shard in shards {
-        blocks.extend(shard.iter().map(|(address, b)| LiveBlock {
+/// The live blocks of a held table, by address.
+pub fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
+    let mut blocks = Vec::with_capacity(table.len());
+    table.for_each_block(|address, b| {
+        blocks.push(LiveBlock {
             address,
             size: b.size,
             stack: b.stack,
             tag: b.tag,
-        }));
+        });
+    });
+    if !blocks.is_sorted_by_key(|b| b.address) {
+        blocks.sort_unstable_by_key(|b| b.address);
     }
-    blocks.sort_unstable_by_key(|b| b.address);
     blocks
 }
 
@@ -101,8 +102,8 @@ impl Snapshot {
     /// Copies `table` now. Call it inside the reentrancy guard when `table` is the process's own.
     pub fn of(table: &Table) -> Snapshot {
         let (blocks, stats) = {
-            let shards = table.lock_all();
-            (blocks_of(&shards), table.stats_of(&shards))
+            let held = table.lock_all();
+            (blocks_of(&held), held.stats())
         };
         let stacks = stacks_of(table);
         let peak = table.peak_table();

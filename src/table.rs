@@ -1,10 +1,14 @@
 //! The live table: every live block by address, with its size and interned stack.
 //!
-//! Blocks are spread over [`SHARDS`] shards by address, each behind its own `std::sync::Mutex`
-//! (a futex: it never allocates), so threads allocating at the same time rarely meet. A block's
-//! stack is interned once in [`stacks`]; the block keeps only the stack's id. Each shard counts its
-//! own blocks and bytes under its lock; [`stats`] adds them up. Everything here is called inside
-//! the reentrancy guard, so the maps' own growth goes to the wrapped allocator unrecorded.
+//! A block is one word in the [`shadow`] of the address space, at a place computed from its
+//! address, so consecutive blocks have neighbouring words and the allocation and free paths touch
+//! cache lines they touched moments before. Locks, counters and the rare extras (sizes of 4 GiB
+//! or more, type tags, addresses the shadow cannot hold) are spread over [`SHARDS`] shards by the
+//! block's 4 KiB page, each behind its own `std::sync::Mutex` (a futex: it never allocates), so
+//! threads allocating at the same time, each in its own arena, rarely meet. A block's stack is
+//! interned once in [`stacks`]; the block keeps only the stack's id. Each shard counts its own
+//! blocks and bytes under its lock; [`stats`] adds them up. Everything here is called inside the
+//! reentrancy guard, so the table's own growth goes to the wrapped allocator unrecorded.
 //!
 //! Under sampling (a non-zero [`Table::sample_interval`]) only sampled blocks are in the table and
 //! every count is an estimate: allocated totals add each block's randomly rounded weight, live
@@ -13,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod shadow;
 pub mod stacks;
 pub mod stats;
 
@@ -67,6 +72,7 @@ impl DerefMut for ShardGuard<'_> {
     }
 }
 
+pub use shadow::Shadow;
 pub use stacks::{StackId, StackRecord, Stacks};
 pub use stats::{HeapStats, Peak, PeakTable, ShardCounts};
 
@@ -120,30 +126,54 @@ impl BuildHasher for AddressHasher {
     }
 }
 
-/// How a block is stored beside its address: 8 bytes, so an entry of the hash map is 16.
+/// How a block is stored: one word, in the shadow or in [`Shard::odd`]. The low half is the size
+/// plus one (so a stored word is never 0), or [`LARGE`] when the size is kept in [`Shard::large`];
+/// the high half is the stack id, with [`TAGGED`] set when the block has a tag in [`Shard::tags`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Entry {
-    /// The size, or [`LARGE`] when it is kept in [`Shard::large`].
-    size: u32,
-    /// The stack id, with [`TAGGED`] set when the block has a tag in [`Shard::tags`].
-    stack: u32,
-}
+struct Word(u64);
 
-/// An [`Entry::size`] that says the size did not fit in 32 bits.
+/// A size field that says the size is kept in [`Shard::large`].
 const LARGE: u32 = u32::MAX;
-/// The bit of [`Entry::stack`] that says the block has a tag; stack ids stay below it.
+/// The bit of the stack field that says the block has a tag; stack ids stay below it.
 const TAGGED: u32 = 1 << 31;
 
-/// Live blocks of one shard, keyed by address.
-type Blocks = hashbrown::HashMap<usize, Entry, AddressHasher>;
+impl Word {
+    fn new(block: &Block) -> Word {
+        let size = block
+            .size
+            .checked_add(1)
+            .and_then(|s| u32::try_from(s).ok())
+            .filter(|&s| s != LARGE)
+            .unwrap_or(LARGE);
+        let tagged = if block.tag != 0 { TAGGED } else { 0 };
+        let stack = block.stack.0 & !TAGGED | tagged;
+        Word(u64::from(size) | u64::from(stack) << 32)
+    }
 
-/// One shard of the live table.
+    fn is_large(self) -> bool {
+        self.0 as u32 == LARGE
+    }
+
+    fn is_tagged(self) -> bool {
+        (self.0 >> 32) as u32 & TAGGED != 0
+    }
+
+    fn stack(self) -> StackId {
+        StackId((self.0 >> 32) as u32 & !TAGGED)
+    }
+}
+
+/// Live blocks at addresses the shadow does not cover, keyed by address.
+type Blocks = hashbrown::HashMap<usize, Word, AddressHasher>;
+
+/// One shard of the live table: what is rare enough to be kept beside the shadow, and the
+/// counters of the blocks whose addresses map to it.
 pub struct Shard {
-    /// Live blocks whose address maps to this shard.
-    blocks: Blocks,
-    /// Sizes of 4 GiB or more, by address: rare, so they do not widen every entry.
+    /// Live blocks the shadow cannot hold (addresses not 16-byte aligned, or above 2^47).
+    odd: Blocks,
+    /// Sizes that do not fit a word, by address: rare, so they do not widen every word.
     large: hashbrown::HashMap<usize, u64, AddressHasher>,
-    /// Type tags set explicitly, by address: rare, so they do not widen every entry.
+    /// Type tags set explicitly, by address: rare, so they do not widen every word.
     tags: hashbrown::HashMap<usize, u32, AddressHasher>,
     /// This shard's counters.
     pub counts: ShardCounts,
@@ -152,10 +182,11 @@ pub struct Shard {
 impl Shard {
     const fn new() -> Shard {
         Shard {
-            blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            odd: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             large: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             tags: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             counts: ShardCounts {
+                live_blocks: 0,
                 live_bytes: 0,
                 total_blocks: 0,
                 total_bytes: 0,
@@ -163,19 +194,19 @@ impl Shard {
         }
     }
 
-    /// The block at `address` as stored in `entry`.
-    fn unpack(&self, address: usize, entry: Entry) -> Block {
+    /// The block at `address` as stored in `word`.
+    fn unpack(&self, address: usize, word: Word) -> Block {
         Block {
-            size: if entry.size == LARGE {
+            size: if word.is_large() {
                 self.large
                     .get(&address)
                     .copied()
                     .unwrap_or(u64::from(LARGE))
             } else {
-                u64::from(entry.size)
+                (word.0 as u32 - 1).into()
             },
-            stack: StackId(entry.stack & !TAGGED),
-            tag: if entry.stack & TAGGED != 0 {
+            stack: word.stack(),
+            tag: if word.is_tagged() {
                 self.tags.get(&address).copied().unwrap_or(0)
             } else {
                 0
@@ -183,71 +214,119 @@ impl Shard {
         }
     }
 
-    /// Adds a block; returns the one that was at the same address.
-    fn add(&mut self, address: usize, block: Block) -> Option<Block> {
-        let size = u32::try_from(block.size)
-            .ok()
-            .filter(|&s| s != LARGE)
-            .unwrap_or(LARGE);
-        let tagged = if block.tag != 0 { TAGGED } else { 0 };
-        let entry = Entry {
-            size,
-            stack: block.stack.0 & !TAGGED | tagged,
-        };
-        let stale = self
-            .blocks
-            .insert(address, entry)
-            .map(|old| self.forget_entry(address, old));
-        if size == LARGE {
+    /// Keeps beside the word what does not fit in it, and counts the block.
+    fn keep(&mut self, address: usize, block: &Block, word: Word) {
+        if word.is_large() {
             self.large.insert(address, block.size);
         }
         if block.tag != 0 {
             self.tags.insert(address, block.tag);
         }
+        self.counts.live_blocks += 1;
         self.counts.live_bytes += block.size;
-        stale
     }
 
-    /// Clears what `entry`, just taken out of the map, kept beside it; returns its block.
-    fn forget_entry(&mut self, address: usize, entry: Entry) -> Block {
-        let block = self.unpack(address, entry);
-        if entry.size == LARGE {
+    /// Clears what `word`, just taken out, kept beside it; returns its block.
+    fn forget(&mut self, address: usize, word: Word) -> Block {
+        let block = self.unpack(address, word);
+        if word.is_large() {
             self.large.remove(&address);
         }
-        if entry.stack & TAGGED != 0 {
+        if word.is_tagged() {
             self.tags.remove(&address);
         }
+        self.counts.live_blocks -= 1;
         self.counts.live_bytes -= block.size;
         block
     }
 
-    /// Removes the block at `address`.
-    fn take(&mut self, address: usize) -> Option<Block> {
-        let entry = self.blocks.remove(&address)?;
-        Some(self.forget_entry(address, entry))
-    }
-
-    /// Live blocks in this shard.
+    /// Live blocks whose addresses map to this shard.
     pub fn len(&self) -> usize {
-        self.blocks.len()
+        self.counts.live_blocks as usize
     }
 
-    /// Whether this shard holds no block.
+    /// Whether no live block maps to this shard.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.counts.live_blocks == 0
+    }
+}
+
+/// Every shard of a table, held: while it lives no block is added or removed, and its blocks and
+/// totals agree with each other.
+pub struct Locked<'a> {
+    table: &'a Table,
+    shards: [ShardGuard<'a>; SHARDS],
+}
+
+impl Locked<'_> {
+    /// Live blocks.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.len()).sum()
     }
 
-    /// Every live block of this shard with its address, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (usize, Block)> + '_ {
-        self.blocks
-            .iter()
-            .map(|(&address, &entry)| (address, self.unpack(address, entry)))
+    /// Whether no block is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
+
+    /// Calls `f(address, block)` for every live block: those in the shadow by increasing address,
+    /// then the others.
+    pub fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {
+        self.table.shadow.for_each(|address, word| {
+            f(
+                address,
+                self.shards[shard_of(address)].unpack(address, Word(word)),
+            );
+        });
+        for shard in &self.shards {
+            for (&address, &word) in &shard.odd {
+                f(address, shard.unpack(address, word));
+            }
+        }
+    }
+
+    /// The totals of the held table.
+    pub fn stats(&self) -> HeapStats {
+        let mut stats = HeapStats::default();
+        match self.table.sample_interval() {
+            0 => {
+                for shard in &self.shards {
+                    stats.live_blocks += shard.counts.live_blocks;
+                    stats.live_bytes += shard.counts.live_bytes;
+                }
+            }
+            interval => {
+                let (mut blocks, mut bytes) = (0.0, 0.0);
+                self.for_each_block(|_, block| {
+                    let (wb, ws) = sampling::weight(block.size, interval);
+                    blocks += wb;
+                    bytes += ws;
+                });
+                stats.live_blocks = blocks.round() as u64;
+                stats.live_bytes = bytes.round() as u64;
+            }
+        }
+        for shard in &self.shards {
+            stats.total_blocks += shard.counts.total_blocks;
+            stats.total_bytes += shard.counts.total_bytes;
+        }
+        stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
+        stats
+    }
+}
+
+/// The shard of `address`: by its 4 KiB page, so blocks allocated one after another share a lock
+/// that stays in the allocating core's cache, and threads working in different arenas rarely meet.
+#[inline]
+fn shard_of(address: usize) -> usize {
+    (mix(address >> 12) >> 58) as usize % SHARDS
 }
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.
 pub struct Table {
-    /// Live blocks, sharded by address.
+    /// Live blocks by address.
+    shadow: Shadow,
+    /// Locks and side tables, sharded by address.
     shards: [Mutex<Shard>; SHARDS],
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
@@ -276,6 +355,7 @@ impl Table {
     /// An empty table.
     pub const fn new() -> Table {
         Table {
+            shadow: Shadow::new(),
             shards: [const { Mutex::new(Shard::new()) }; SHARDS],
             stacks: Stacks::new(),
             peak: Peak::new(),
@@ -403,41 +483,19 @@ impl Table {
         }
     }
 
-    /// The current totals, adding up the shards one at a time.
+    /// The current totals. Without sampling it adds up the shards one at a time; under sampling
+    /// it weighs every live block, holding every shard.
     pub fn stats(&self) -> HeapStats {
+        if self.sample_interval() != 0 {
+            return self.lock_all().stats();
+        }
         let mut stats = HeapStats::default();
         for shard in &self.shards {
             let shard = ShardGuard::lock(shard);
-            self.add_counts(&mut stats, &shard);
-        }
-        stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
-        stats
-    }
-
-    fn add_counts(&self, stats: &mut HeapStats, shard: &Shard) {
-        match self.sample_interval() {
-            0 => {
-                stats.live_blocks += shard.len() as u64;
-                stats.live_bytes += shard.counts.live_bytes;
-            }
-            interval => {
-                let (blocks, bytes) = shard.iter().fold((0.0, 0.0), |(b, s), (_, block)| {
-                    let (wb, ws) = sampling::weight(block.size, interval);
-                    (b + wb, s + ws)
-                });
-                stats.live_blocks += blocks.round() as u64;
-                stats.live_bytes += bytes.round() as u64;
-            }
-        }
-        stats.total_blocks += shard.counts.total_blocks;
-        stats.total_bytes += shard.counts.total_bytes;
-    }
-
-    /// The totals of shards held by [`Table::lock_all`]: consistent with their blocks.
-    pub fn stats_of(&self, shards: &[ShardGuard<'_>]) -> HeapStats {
-        let mut stats = HeapStats::default();
-        for shard in shards {
-            self.add_counts(&mut stats, shard);
+            stats.live_blocks += shard.counts.live_blocks;
+            stats.live_bytes += shard.counts.live_bytes;
+            stats.total_blocks += shard.counts.total_blocks;
+            stats.total_bytes += shard.counts.total_bytes;
         }
         stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
         stats
@@ -445,7 +503,37 @@ impl Table {
 
     #[inline]
     fn shard(&self, address: usize) -> ShardGuard<'_> {
-        ShardGuard::lock(&self.shards[(mix(address) >> 58) as usize % SHARDS])
+        ShardGuard::lock(&self.shards[shard_of(address)])
+    }
+
+    /// Stores `block` at `address` in the held `shard`; returns the block that was there.
+    fn add(&self, shard: &mut Shard, address: usize, block: Block) -> Option<Block> {
+        let word = Word::new(&block);
+        let old = match self.shadow.set(address, word.0) {
+            Some(old) => (old != 0).then_some(Word(old)),
+            None => shard.odd.insert(address, word),
+        };
+        let stale = old.map(|old| shard.forget(address, old));
+        shard.keep(address, &block, word);
+        stale
+    }
+
+    /// The word of the block at `address` in the held `shard`, left in place.
+    fn word(&self, shard: &Shard, address: usize) -> Option<Word> {
+        match self.shadow.get(address) {
+            0 => shard.odd.get(&address).copied(),
+            word => Some(Word(word)),
+        }
+    }
+
+    /// Takes the block at `address` out of the held `shard`.
+    fn take(&self, shard: &mut Shard, address: usize) -> Option<Block> {
+        let word = match self.shadow.take(address) {
+            0 if shard.odd.is_empty() => return None,
+            0 => shard.odd.remove(&address)?,
+            word => Word(word),
+        };
+        Some(shard.forget(address, word))
     }
 
     /// Records a new live block allocated from `frames`.
@@ -470,7 +558,8 @@ impl Table {
             let mut shard = self.shard(address);
             shard.counts.total_blocks += blocks;
             shard.counts.total_bytes += bytes;
-            shard.add(
+            self.add(
+                &mut shard,
                 address,
                 Block {
                     size,
@@ -489,7 +578,7 @@ impl Table {
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
-        let block = self.shard(address).take(address)?;
+        let block = self.take(&mut self.shard(address), address)?;
         self.forget(address, &block);
         Some(block)
     }
@@ -509,7 +598,7 @@ impl Table {
         if self.sample_interval() != 0 {
             self.filter_add(address);
         }
-        let stale = self.shard(address).add(address, block);
+        let stale = self.add(&mut self.shard(address), address, block);
         if let Some(stale) = stale {
             self.forget(address, &stale);
         }
@@ -527,28 +616,18 @@ impl Table {
     /// guard: the tag map may allocate while the shard is held.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
         let mut shard = self.shard(address);
-        let entry = *shard.blocks.get(&address)?;
-        let block = shard.unpack(address, entry);
-        let stack = if tag == 0 {
-            shard.tags.remove(&address);
-            block.stack.0
-        } else {
-            shard.tags.insert(address, tag);
-            block.stack.0 | TAGGED
-        };
-        shard.blocks.insert(
-            address,
-            Entry {
-                size: entry.size,
-                stack,
-            },
-        );
+        let word = self.word(&shard, address)?;
+        let block = shard.unpack(address, word);
+        self.add(&mut shard, address, Block { tag, ..block });
         Some((block.stack, block.tag))
     }
 
-    /// Locks every shard, in order: while the returned guards live, no block is added or removed.
-    pub fn lock_all(&self) -> Vec<ShardGuard<'_>> {
-        self.shards.iter().map(ShardGuard::lock).collect()
+    /// Holds every shard, in order: while the result lives, no block is added or removed.
+    pub fn lock_all(&self) -> Locked<'_> {
+        Locked {
+            table: self,
+            shards: std::array::from_fn(|i| ShardGuard::lock(&self.shards[i])),
+        }
     }
 }
 

@@ -32,6 +32,8 @@ impl HeapStats {
 /// Counters of one address shard, changed only under its lock.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ShardCounts {
+    /// The shard's live blocks.
+    pub live_blocks: u64,
     /// Bytes of the shard's live blocks.
     pub live_bytes: u64,
     /// Blocks allocated into this shard over the run.

@@ -36,9 +36,10 @@ fn frames(stack: u8) -> Vec<ReturnAddress> {
         .collect()
 }
 
-/// Addresses: slot `s` lives at one of two places, so reallocs move blocks.
+/// Addresses: slot `s` lives at one of two places, so reallocs move blocks, between the shadow
+/// (16-byte aligned) and the side map (8-byte aligned).
 fn address(slot: u8, generation: bool) -> usize {
-    0x10_0000 + usize::from(slot) * 0x100 + if generation { 0x80 } else { 0 }
+    0x10_0000 + usize::from(slot) * 0x100 + if generation { 0x88 } else { 0 }
 }
 
 proptest! {
