@@ -116,7 +116,12 @@ impl Shadow {
         if touched.load(Relaxed) & bit == 0 {
             touched.fetch_or(bit, Relaxed);
         }
-        Some(chunk.words[word].swap(value, Relaxed))
+        // The caller serializes the writers of a word: a load and a store do, without the cost of
+        // a locked instruction.
+        let word = &chunk.words[word];
+        let old = word.load(Relaxed);
+        word.store(value, Relaxed);
+        Some(old)
     }
 
     /// The word of `address` when its chunk exists.
