@@ -115,7 +115,7 @@ pub fn record_alloc(address: usize, size: usize, builder: Settings) {
 /// thread holds a shard, is never looked up.
 #[inline]
 pub fn record_free(address: usize) {
-    if STATE.load(Ordering::Acquire) != RECORDING || table::holding_shards() {
+    if STATE.load(Ordering::Acquire) != RECORDING || table::holding_table() {
         return;
     }
     if TABLE.may_hold(address) {
@@ -139,7 +139,7 @@ pub fn record_realloc(
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
     let old = (STATE.load(Ordering::Acquire) == RECORDING
-        && !table::holding_shards()
+        && !table::holding_table()
         && TABLE.may_hold(old_address))
     .then(|| capture::free(old_address))
     .flatten();

@@ -41,16 +41,18 @@ pub fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
 
 /// Every stack of `table` with its allocated totals (live counts left at 0).
 pub fn stacks_of(table: &Table) -> Vec<StackSummary> {
-    let load =
-        |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    let allocated = table.allocated();
     table
         .stacks
         .iter()
-        .map(|(_, record)| StackSummary {
-            frames: record.frames.to_vec(),
-            allocated_blocks: load(&record.allocated_blocks),
-            allocated_bytes: load(&record.allocated_bytes),
-            ..StackSummary::default()
+        .map(|(id, record)| {
+            let (blocks, bytes) = allocated.get(id.0 as usize).copied().unwrap_or((0, 0));
+            StackSummary {
+                frames: record.frames.to_vec(),
+                allocated_blocks: blocks,
+                allocated_bytes: bytes,
+                ..StackSummary::default()
+            }
         })
         .collect()
 }

@@ -2,13 +2,18 @@
 //!
 //! A block is one word in the [`shadow`] of the address space, at a place computed from its
 //! address, so consecutive blocks have neighbouring words and the allocation and free paths touch
-//! cache lines they touched moments before. Locks, counters and the rare extras (sizes of 4 GiB
-//! or more, type tags, addresses the shadow cannot hold) are spread over [`SHARDS`] shards by the
-//! block's 4 KiB page, each behind its own `std::sync::Mutex` (a futex: it never allocates), so
-//! threads allocating at the same time, each in its own arena, rarely meet. A block's stack is
-//! interned once in [`stacks`]; the block keeps only the stack's id. Each shard counts its own
-//! blocks and bytes under its lock; [`stats`] adds them up. Everything here is called inside the
-//! reentrancy guard, so the table's own growth goes to the wrapped allocator unrecorded.
+//! cache lines they touched moments before. What does not fit a word (sizes of 4 GiB or more, type
+//! tags, addresses the shadow cannot hold) is rare and kept in side tables behind small locks.
+//! Counters are per thread ([`writers`]): each recording thread writes its own with plain stores,
+//! and readers add them up. A change of the table costs one locked instruction, the door that
+//! lets a reader hold the table still ([`Table::lock_all`]) while it copies or scans it. A block's
+//! stack is interned once in [`stacks`]; the block keeps only the stack's id. Everything here is
+//! called inside the reentrancy guard, so the table's own growth goes to the wrapped allocator
+//! unrecorded.
+//!
+//! The heap's peak is counted from per-thread batches of at most [`PEAK_BATCH`] bytes, so without
+//! [`Table::set_track_peak`] it may miss the true peak by that much per thread; with it, every
+//! change reaches the peak counter at once and the peak is exact.
 //!
 //! Under sampling (a non-zero [`Table::sample_interval`]) only sampled blocks are in the table and
 //! every count is an estimate: allocated totals add each block's randomly rounded weight, live
@@ -20,67 +25,59 @@
 pub mod shadow;
 pub mod stacks;
 pub mod stats;
+pub mod writers;
 
-use crate::capture::ReturnAddress;
-use crate::capture::sampling;
+use crate::capture::{Guard, ReturnAddress, sampling};
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use writers::{CLAIMED, Entered, Writer, bump};
+
+pub use shadow::Shadow;
+pub use stacks::{StackId, StackRecord, Stacks};
+pub use stats::{HeapStats, Peak, PeakTable};
 
 thread_local! {
-    /// How many shards this thread holds: while it holds any, the blocks it frees are the table's
-    /// own memory, and looking them up would wait for a shard it holds itself.
+    /// How many tables this thread holds still, or side tables it holds: while it holds any, the
+    /// blocks it frees are the table's own memory, and looking them up would wait for itself.
     static HELD: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Whether the current thread holds a shard of a table.
+/// Whether the current thread holds a table still, or one of its side tables.
 #[inline]
-pub fn holding_shards() -> bool {
+pub fn holding_table() -> bool {
     HELD.try_with(Cell::get).unwrap_or(0) != 0
 }
 
-/// A held shard; [`holding_shards`] says so while it lives.
-pub struct ShardGuard<'a>(MutexGuard<'a, Shard>);
+/// Counts a hold for [`holding_table`] while it lives.
+struct Hold;
 
-impl<'a> ShardGuard<'a> {
-    fn lock(shard: &'a Mutex<Shard>) -> ShardGuard<'a> {
-        // A panic never happens while a shard is held, but a poisoned lock must not stop recording.
-        let guard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+impl Hold {
+    fn new() -> Hold {
         let _ = HELD.try_with(|held| held.set(held.get() + 1));
-        ShardGuard(guard)
+        Hold
     }
 }
 
-impl Drop for ShardGuard<'_> {
+impl Drop for Hold {
     fn drop(&mut self) {
         let _ = HELD.try_with(|held| held.set(held.get() - 1));
     }
 }
 
-impl Deref for ShardGuard<'_> {
-    type Target = Shard;
-    fn deref(&self) -> &Shard {
-        &self.0
-    }
-}
-
-impl DerefMut for ShardGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Shard {
-        &mut self.0
-    }
-}
-
-pub use shadow::Shadow;
-pub use stacks::{StackId, StackRecord, Stacks};
-pub use stats::{HeapStats, Peak, PeakTable, ShardCounts};
-
-/// Number of address shards; a power of two.
-pub const SHARDS: usize = 64;
+/// Side tables; a power of two.
+const SIDES: usize = 16;
 
 /// Slots of the sampled-block filter; a power of two (32 KiB, so it stays in cache).
 const FILTER: usize = 1 << 15;
+
+/// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
+/// tracked exactly.
+pub const PEAK_BATCH: i64 = 64 * 1024;
+
+/// Ids of tables, so a thread knows which table its claimed writer belongs to.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What the table knows of one live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,13 +123,13 @@ impl BuildHasher for AddressHasher {
     }
 }
 
-/// How a block is stored: one word, in the shadow or in [`Shard::odd`]. The low half is the size
-/// plus one (so a stored word is never 0), or [`LARGE`] when the size is kept in [`Shard::large`];
-/// the high half is the stack id, with [`TAGGED`] set when the block has a tag in [`Shard::tags`].
+/// How a block is stored: one word, in the shadow or in [`Side::odd`]. The low half is the size
+/// plus one (so a stored word is never 0), or [`LARGE`] when the size is kept in [`Side::large`];
+/// the high half is the stack id, with [`TAGGED`] set when the block has a tag in [`Side::tags`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Word(u64);
 
-/// A size field that says the size is kept in [`Shard::large`].
+/// A size field that says the size is kept in [`Side::large`].
 const LARGE: u32 = u32::MAX;
 /// The bit of the stack field that says the block has a tag; stack ids stay below it.
 const TAGGED: u32 = 1 << 31;
@@ -161,36 +158,37 @@ impl Word {
     fn stack(self) -> StackId {
         StackId((self.0 >> 32) as u32 & !TAGGED)
     }
+
+    /// Whether part of the block is kept in the side tables.
+    fn has_side(self) -> bool {
+        self.is_large() || self.is_tagged()
+    }
+
+    /// The size, when it is kept in the word.
+    fn small_size(self) -> u64 {
+        u64::from(self.0 as u32 - 1)
+    }
 }
 
 /// Live blocks at addresses the shadow does not cover, keyed by address.
 type Blocks = hashbrown::HashMap<usize, Word, AddressHasher>;
 
-/// One shard of the live table: what is rare enough to be kept beside the shadow, and the
-/// counters of the blocks whose addresses map to it.
-pub struct Shard {
+/// What does not fit in the shadow's words, for the addresses that map to one side table.
+pub struct Side {
     /// Live blocks the shadow cannot hold (addresses not 16-byte aligned, or above 2^47).
     odd: Blocks,
-    /// Sizes that do not fit a word, by address: rare, so they do not widen every word.
+    /// Sizes that do not fit a word, by address.
     large: hashbrown::HashMap<usize, u64, AddressHasher>,
-    /// Type tags set explicitly, by address: rare, so they do not widen every word.
+    /// Type tags set explicitly, by address.
     tags: hashbrown::HashMap<usize, u32, AddressHasher>,
-    /// This shard's counters.
-    pub counts: ShardCounts,
 }
 
-impl Shard {
-    const fn new() -> Shard {
-        Shard {
+impl Side {
+    const fn new() -> Side {
+        Side {
             odd: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             large: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             tags: hashbrown::HashMap::with_hasher(AddressHasher(0)),
-            counts: ShardCounts {
-                live_blocks: 0,
-                live_bytes: 0,
-                total_blocks: 0,
-                total_bytes: 0,
-            },
         }
     }
 
@@ -203,7 +201,7 @@ impl Shard {
                     .copied()
                     .unwrap_or(u64::from(LARGE))
             } else {
-                (word.0 as u32 - 1).into()
+                word.small_size()
             },
             stack: word.stack(),
             tag: if word.is_tagged() {
@@ -213,55 +211,35 @@ impl Shard {
             },
         }
     }
-
-    /// Keeps beside the word what does not fit in it, and counts the block.
-    fn keep(&mut self, address: usize, block: &Block, word: Word) {
-        if word.is_large() {
-            self.large.insert(address, block.size);
-        }
-        if block.tag != 0 {
-            self.tags.insert(address, block.tag);
-        }
-        self.counts.live_blocks += 1;
-        self.counts.live_bytes += block.size;
-    }
-
-    /// Clears what `word`, just taken out, kept beside it; returns its block.
-    fn forget(&mut self, address: usize, word: Word) -> Block {
-        let block = self.unpack(address, word);
-        if word.is_large() {
-            self.large.remove(&address);
-        }
-        if word.is_tagged() {
-            self.tags.remove(&address);
-        }
-        self.counts.live_blocks -= 1;
-        self.counts.live_bytes -= block.size;
-        block
-    }
-
-    /// Live blocks whose addresses map to this shard.
-    pub fn len(&self) -> usize {
-        self.counts.live_blocks as usize
-    }
-
-    /// Whether no live block maps to this shard.
-    pub fn is_empty(&self) -> bool {
-        self.counts.live_blocks == 0
-    }
 }
 
-/// Every shard of a table, held: while it lives no block is added or removed, and its blocks and
-/// totals agree with each other.
+/// A held side table; [`holding_table`] says so while it lives.
+struct SideGuard<'a> {
+    side: MutexGuard<'a, Side>,
+    _hold: Hold,
+}
+
+/// A table held still: while it lives no block is added or removed, and its blocks and totals
+/// agree with each other.
 pub struct Locked<'a> {
     table: &'a Table,
-    shards: [ShardGuard<'a>; SHARDS],
+    sides: [MutexGuard<'a, Side>; SIDES],
+    _freezer: MutexGuard<'a, ()>,
+    _hold: Hold,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.table
+            .frozen
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl Locked<'_> {
     /// Live blocks.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.len()).sum()
+        self.table.counts().live_blocks as usize
     }
 
     /// Whether no block is live.
@@ -273,64 +251,75 @@ impl Locked<'_> {
     /// then the others.
     pub fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {
         self.table.shadow.for_each(|address, word| {
-            f(
-                address,
-                self.shards[shard_of(address)].unpack(address, Word(word)),
-            );
+            let word = Word(word);
+            let block = if word.has_side() {
+                self.sides[side_of(address)].unpack(address, word)
+            } else {
+                Block {
+                    size: word.small_size(),
+                    stack: word.stack(),
+                    tag: 0,
+                }
+            };
+            f(address, block);
         });
-        for shard in &self.shards {
-            for (&address, &word) in &shard.odd {
-                f(address, shard.unpack(address, word));
+        for side in &self.sides {
+            for (&address, &word) in &side.odd {
+                f(address, side.unpack(address, word));
             }
         }
     }
 
     /// The totals of the held table.
     pub fn stats(&self) -> HeapStats {
-        let mut stats = HeapStats::default();
-        match self.table.sample_interval() {
-            0 => {
-                for shard in &self.shards {
-                    stats.live_blocks += shard.counts.live_blocks;
-                    stats.live_bytes += shard.counts.live_bytes;
-                }
-            }
-            interval => {
-                let (mut blocks, mut bytes) = (0.0, 0.0);
-                self.for_each_block(|_, block| {
-                    let (wb, ws) = sampling::weight(block.size, interval);
-                    blocks += wb;
-                    bytes += ws;
-                });
-                stats.live_blocks = blocks.round() as u64;
-                stats.live_bytes = bytes.round() as u64;
-            }
-        }
-        for shard in &self.shards {
-            stats.total_blocks += shard.counts.total_blocks;
-            stats.total_bytes += shard.counts.total_bytes;
+        let mut stats = self.table.counts();
+        if let interval @ 1.. = self.table.sample_interval() {
+            let (mut blocks, mut bytes) = (0.0, 0.0);
+            self.for_each_block(|_, block| {
+                let (wb, ws) = sampling::weight(block.size, interval);
+                blocks += wb;
+                bytes += ws;
+            });
+            stats.live_blocks = blocks.round() as u64;
+            stats.live_bytes = bytes.round() as u64;
         }
         stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
         stats
     }
 }
 
-/// The shard of `address`: by its 4 KiB page, so blocks allocated one after another share a lock
-/// that stays in the allocating core's cache, and threads working in different arenas rarely meet.
+/// The side table of `address`.
 #[inline]
-fn shard_of(address: usize) -> usize {
-    (mix(address >> 12) >> 58) as usize % SHARDS
+fn side_of(address: usize) -> usize {
+    (mix(address) >> 60) as usize % SIDES
 }
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.
 pub struct Table {
     /// Live blocks by address.
     shadow: Shadow,
-    /// Locks and side tables, sharded by address.
-    shards: [Mutex<Shard>; SHARDS],
+    /// What does not fit the shadow's words, by address.
+    sides: [Mutex<Side>; SIDES],
+    /// How many blocks [`Side::odd`] holds over all side tables: while 0, a free that the shadow
+    /// does not know needs no lock.
+    odd_blocks: AtomicUsize,
+    /// One per thread that recorded; see [`writers`].
+    writers: boxcar::Vec<Writer>,
+    /// The writer of threads whose locals are gone (they are ending), behind `orphan_lock`.
+    orphan: Writer,
+    /// Serializes the users of `orphan`.
+    orphan_lock: Mutex<()>,
+    /// Set while a reader holds the table still.
+    frozen: AtomicBool,
+    /// One reader at a time holds the table still.
+    freezer: Mutex<()>,
+    /// This table's id for [`writers::CLAIMED`]; 0 until a thread first claims a writer.
+    id: AtomicU64,
+    /// Whether any block was ever recorded.
+    recorded: AtomicBool,
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
-    /// Live bytes over all shards, and their peak.
+    /// Live bytes over all threads (in batches), and their peak.
     peak: Peak,
     /// Mean bytes between sampled allocations; 0 records every allocation.
     sample_interval: AtomicU64,
@@ -356,7 +345,15 @@ impl Table {
     pub const fn new() -> Table {
         Table {
             shadow: Shadow::new(),
-            shards: [const { Mutex::new(Shard::new()) }; SHARDS],
+            sides: [const { Mutex::new(Side::new()) }; SIDES],
+            odd_blocks: AtomicUsize::new(0),
+            writers: boxcar::Vec::new(),
+            orphan: Writer::new(),
+            orphan_lock: Mutex::new(()),
+            frozen: AtomicBool::new(false),
+            freezer: Mutex::new(()),
+            id: AtomicU64::new(0),
+            recorded: AtomicBool::new(false),
             stacks: Stacks::new(),
             peak: Peak::new(),
             sample_interval: AtomicU64::new(0),
@@ -370,8 +367,110 @@ impl Table {
         }
     }
 
-    /// Keeps per-stack live counts and the table of the heap's peak from now on. Call it before
-    /// the first block is recorded.
+    /// This table's id, assigned on first use.
+    fn id(&self) -> u64 {
+        match self.id.load(Relaxed) {
+            0 => {
+                let new = NEXT_TABLE_ID.fetch_add(1, Relaxed);
+                match self.id.compare_exchange(0, new, Relaxed, Relaxed) {
+                    Ok(_) => new,
+                    Err(current) => current,
+                }
+            }
+            id => id,
+        }
+    }
+
+    /// Runs `f` inside the table as this thread's writer; `None` when this thread is inside the
+    /// table already or holds it still.
+    #[inline]
+    fn change<R>(&self, f: impl FnOnce(&Entered<'_>) -> R) -> Option<R> {
+        if holding_table() {
+            return None;
+        }
+        let id = self.id();
+        let claimed = CLAIMED.try_with(|claimed| {
+            if claimed.table.get() != id {
+                // Claiming may allocate, and so may registering the local's destructor.
+                let _guard = Guard::enter();
+                claimed.index.set(self.claim_writer());
+                claimed.table.set(id);
+            }
+            claimed.index.get()
+        });
+        match claimed.ok().and_then(|index| self.writers.get(index)) {
+            Some(writer) => writer.enter(&self.frozen).map(|entered| f(&entered)),
+            None => {
+                let _orphan = self
+                    .orphan_lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                self.orphan.enter(&self.frozen).map(|entered| f(&entered))
+            }
+        }
+    }
+
+    #[cold]
+    fn claim_writer(&self) -> usize {
+        for (index, writer) in self.writers.iter() {
+            if writer.try_claim() {
+                return index;
+            }
+        }
+        self.writers.push(Writer::claimed())
+    }
+
+    /// Gives back the writer a thread of this table claimed, when `table` is this table's id.
+    fn release_writer(&self, table: u64, index: usize) {
+        if table != 0
+            && table == self.id.load(Relaxed)
+            && let Some(writer) = self.writers.get(index)
+        {
+            writer.release();
+        }
+    }
+
+    /// Every writer, the orphans' included.
+    fn all_writers(&self) -> impl Iterator<Item = &Writer> {
+        self.writers
+            .iter()
+            .map(|(_, w)| w)
+            .chain(std::iter::once(&self.orphan))
+    }
+
+    /// The writers' counters added up (not under sampling's weights), without a peak.
+    fn counts(&self) -> HeapStats {
+        let mut stats = HeapStats::default();
+        for w in self.all_writers() {
+            stats.live_blocks = stats.live_blocks.wrapping_add(w.live_blocks.load(Relaxed));
+            stats.live_bytes = stats.live_bytes.wrapping_add(w.live_bytes.load(Relaxed));
+            stats.total_blocks = stats
+                .total_blocks
+                .wrapping_add(w.total_blocks.load(Relaxed));
+            stats.total_bytes = stats.total_bytes.wrapping_add(w.total_bytes.load(Relaxed));
+        }
+        // Read while other threads change them, the sums may be caught between a block's
+        // allocation in one thread and its free in another.
+        if stats.live_blocks > i64::MAX as u64 {
+            stats.live_blocks = 0;
+        }
+        if stats.live_bytes > i64::MAX as u64 {
+            stats.live_bytes = 0;
+        }
+        stats
+    }
+
+    /// `(blocks, bytes)` allocated per stack id, over all threads.
+    pub fn allocated(&self) -> Vec<(u64, u64)> {
+        let mut allocated = vec![(0, 0); self.stacks.len()];
+        for w in self.all_writers() {
+            w.add_stacks(&mut allocated);
+        }
+        allocated
+    }
+
+    /// Keeps per-stack live counts and the table of the heap's peak from now on, and makes the
+    /// peak exact. Call it before the first block is recorded.
     pub fn set_track_peak(&self, track: bool) {
         self.track_peak.store(track, Relaxed);
     }
@@ -382,11 +481,24 @@ impl Table {
         self.track_peak.load(Relaxed)
     }
 
+    /// Adds `bytes` (negative when a block goes) to the live bytes of the peak accounting: at
+    /// once when the peak is tracked, else in the writer's batch.
+    #[inline]
+    fn peak_change(&self, writer: &Writer, bytes: i64) -> bool {
+        let pending = writer.pending_peak.load(Relaxed) + bytes;
+        if !self.tracks_peak() && pending.abs() < PEAK_BATCH {
+            writer.pending_peak.store(pending, Relaxed);
+            return false;
+        }
+        writer.pending_peak.store(0, Relaxed);
+        self.peak.change(pending)
+    }
+
     /// Adds a live block to the peak accounting.
     #[inline]
-    fn grow(&self, stack: StackId, size: u64) {
+    fn grow(&self, writer: &Writer, stack: StackId, size: u64) {
         let bytes = self.peak_bytes_of(size);
-        let new_peak = self.peak.grow(bytes);
+        let new_peak = self.peak_change(writer, bytes as i64);
         if self.tracks_peak() {
             self.stacks.record(stack).on_live(true, bytes);
             if new_peak {
@@ -398,7 +510,7 @@ impl Table {
     /// Takes a live block out of the peak accounting; first captures the peak table when a new
     /// peak is due (the heap is about to come down from it).
     #[inline]
-    fn shrink(&self, stack: StackId, size: u64) {
+    fn shrink(&self, writer: &Writer, stack: StackId, size: u64) {
         let bytes = self.peak_bytes_of(size);
         if self.tracks_peak() {
             if self.peak_due.load(Relaxed) {
@@ -406,9 +518,8 @@ impl Table {
             }
             self.stacks.record(stack).on_live(false, bytes);
         }
-        self.peak.shrink(bytes);
+        self.peak_change(writer, -(bytes as i64));
     }
-
     #[cold]
     fn capture_peak(&self) {
         // Never wait on the allocation path: another thread capturing now does it for us.
@@ -483,57 +594,99 @@ impl Table {
         }
     }
 
-    /// The current totals. Without sampling it adds up the shards one at a time; under sampling
-    /// it weighs every live block, holding every shard.
+    /// The current totals. Without sampling it adds up the threads' counters (while other threads
+    /// record, a moment's changes may be caught half-way); under sampling it weighs every live
+    /// block, holding the table still.
     pub fn stats(&self) -> HeapStats {
         if self.sample_interval() != 0 {
             return self.lock_all().stats();
         }
-        let mut stats = HeapStats::default();
-        for shard in &self.shards {
-            let shard = ShardGuard::lock(shard);
-            stats.live_blocks += shard.counts.live_blocks;
-            stats.live_bytes += shard.counts.live_bytes;
-            stats.total_blocks += shard.counts.total_blocks;
-            stats.total_bytes += shard.counts.total_bytes;
-        }
+        let mut stats = self.counts();
         stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
         stats
     }
 
-    #[inline]
-    fn shard(&self, address: usize) -> ShardGuard<'_> {
-        ShardGuard::lock(&self.shards[shard_of(address)])
+    /// The side table of `address`, held.
+    fn side(&self, address: usize) -> SideGuard<'_> {
+        let _hold = Hold::new();
+        SideGuard {
+            side: self.sides[side_of(address)]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            _hold,
+        }
     }
 
-    /// Stores `block` at `address` in the held `shard`; returns the block that was there.
-    fn add(&self, shard: &mut Shard, address: usize, block: Block) -> Option<Block> {
+    /// Stores `block` at `address`; returns the block that was there.
+    fn add(&self, entered: &Entered<'_>, address: usize, block: Block) -> Option<Block> {
         let word = Word::new(&block);
         let old = match self.shadow.set(address, word.0) {
-            Some(old) => (old != 0).then_some(Word(old)),
-            None => shard.odd.insert(address, word),
+            Some(0) => None,
+            Some(old) => Some(Word(old)),
+            None => {
+                let old = self.side(address).side.odd.insert(address, word);
+                if old.is_none() {
+                    self.odd_blocks.fetch_add(1, Relaxed);
+                }
+                old
+            }
         };
-        let stale = old.map(|old| shard.forget(address, old));
-        shard.keep(address, &block, word);
+        let stale = old.map(|old| self.forget(entered, address, old));
+        if word.has_side() {
+            let mut side = self.side(address);
+            if word.is_large() {
+                side.side.large.insert(address, block.size);
+            }
+            if block.tag != 0 {
+                side.side.tags.insert(address, block.tag);
+            }
+        }
+        bump(&entered.writer.live_blocks, 1);
+        bump(&entered.writer.live_bytes, block.size);
         stale
     }
 
-    /// The word of the block at `address` in the held `shard`, left in place.
-    fn word(&self, shard: &Shard, address: usize) -> Option<Word> {
+    /// Clears what `word`, just taken out, kept beside it and counts the block gone; returns it.
+    fn forget(&self, entered: &Entered<'_>, address: usize, word: Word) -> Block {
+        let block = if word.has_side() {
+            let mut side = self.side(address);
+            let block = side.side.unpack(address, word);
+            side.side.large.remove(&address);
+            side.side.tags.remove(&address);
+            block
+        } else {
+            Block {
+                size: word.small_size(),
+                stack: word.stack(),
+                tag: 0,
+            }
+        };
+        bump(&entered.writer.live_blocks, 1u64.wrapping_neg());
+        bump(&entered.writer.live_bytes, block.size.wrapping_neg());
+        block
+    }
+
+    /// The word of the block at `address`, left in place.
+    fn word(&self, address: usize) -> Option<Word> {
         match self.shadow.get(address) {
-            0 => shard.odd.get(&address).copied(),
+            0 if self.odd_blocks.load(Relaxed) == 0 => None,
+            0 => self.side(address).side.odd.get(&address).copied(),
             word => Some(Word(word)),
         }
     }
 
-    /// Takes the block at `address` out of the held `shard`.
-    fn take(&self, shard: &mut Shard, address: usize) -> Option<Block> {
+    /// Takes the block at `address` out.
+    fn take(&self, entered: &Entered<'_>, address: usize) -> Option<Block> {
         let word = match self.shadow.take(address) {
-            0 if shard.odd.is_empty() => return None,
-            0 => shard.odd.remove(&address)?,
+            0 if self.odd_blocks.load(Relaxed) == 0 => return None,
+            0 => {
+                let word = self.side(address).side.odd.remove(&address)?;
+                self.odd_blocks.fetch_sub(1, Relaxed);
+                word
+            }
             word => Word(word),
         };
-        Some(shard.forget(address, word))
+        Some(self.forget(entered, address, word))
     }
 
     /// Records a new live block allocated from `frames`.
@@ -547,45 +700,47 @@ impl Table {
     /// Records a new live block whose stack is already interned.
     #[inline]
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
+        if !self.recorded.load(Relaxed) {
+            self.recorded.store(true, Relaxed);
+        }
         let interval = self.sample_interval();
-        let (blocks, bytes) = sampling::estimate(size, interval);
-        self.stacks.record(stack).on_alloc(blocks, bytes);
-        self.grow(stack, size);
         if interval != 0 {
             self.filter_add(address);
         }
-        let stale = {
-            let mut shard = self.shard(address);
-            shard.counts.total_blocks += blocks;
-            shard.counts.total_bytes += bytes;
-            self.add(
-                &mut shard,
-                address,
-                Block {
-                    size,
-                    stack,
-                    tag: 0,
-                },
-            )
-        };
-        // An address handed out twice without a free in between means a free went unseen (another
-        // allocator, or one made before memprof was ready): the stale block is gone.
-        if let Some(stale) = stale {
-            self.forget(address, &stale);
-        }
+        self.change(|entered| {
+            let (blocks, bytes) = sampling::estimate(size, interval);
+            let writer = entered.writer;
+            writer.count_stack(stack.0, blocks, bytes);
+            bump(&writer.total_blocks, blocks);
+            bump(&writer.total_bytes, bytes);
+            self.grow(writer, stack, size);
+            let block = Block {
+                size,
+                stack,
+                tag: 0,
+            };
+            // An address handed out twice without a free in between means a free went unseen
+            // (another allocator, or one made before memprof was ready): the stale block is gone.
+            if let Some(stale) = self.add(entered, address, block) {
+                self.retire(entered, address, &stale);
+            }
+        });
     }
 
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
-        let block = self.take(&mut self.shard(address), address)?;
-        self.forget(address, &block);
-        Some(block)
+        self.change(|entered| {
+            let block = self.take(entered, address)?;
+            self.retire(entered, address, &block);
+            Some(block)
+        })
+        .flatten()
     }
 
-    /// Undoes, outside the shard, what recording `block` added to the peak and the filter.
-    fn forget(&self, address: usize, block: &Block) {
-        self.shrink(block.stack, block.size);
+    /// Undoes what recording `block` added to the peak and the filter.
+    fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block) {
+        self.shrink(entered.writer, block.stack, block.size);
         if self.sample_interval() != 0 {
             self.filter_remove(address);
         }
@@ -594,39 +749,58 @@ impl Table {
     /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
     /// (a failed `realloc`).
     pub fn restore(&self, address: usize, block: Block) {
-        self.grow(block.stack, block.size);
         if self.sample_interval() != 0 {
             self.filter_add(address);
         }
-        let stale = self.add(&mut self.shard(address), address, block);
-        if let Some(stale) = stale {
-            self.forget(address, &stale);
-        }
+        self.change(|entered| {
+            self.grow(entered.writer, block.stack, block.size);
+            if let Some(stale) = self.add(entered, address, block) {
+                self.retire(entered, address, &stale);
+            }
+        });
     }
 
     /// Whether any block was ever recorded: one relaxed load, for callers that must cost nothing
     /// when memprof is not the global allocator.
     #[inline]
     pub fn has_recorded(&self) -> bool {
-        self.peak.peak_bytes() != 0
+        self.recorded.load(Relaxed)
     }
 
     /// Sets the type tag of the live block that starts at `address`; returns the block's stack and
     /// its previous tag, or `None` when no live block starts there. Call it inside the reentrancy
-    /// guard: the tag map may allocate while the shard is held.
+    /// guard: the tag map may allocate.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
-        let mut shard = self.shard(address);
-        let word = self.word(&shard, address)?;
-        let block = shard.unpack(address, word);
-        self.add(&mut shard, address, Block { tag, ..block });
-        Some((block.stack, block.tag))
+        self.change(|entered| {
+            let word = self.word(address)?;
+            let block = if word.has_side() {
+                self.side(address).side.unpack(address, word)
+            } else {
+                Block {
+                    size: word.small_size(),
+                    stack: word.stack(),
+                    tag: 0,
+                }
+            };
+            self.add(entered, address, Block { tag, ..block });
+            Some((block.stack, block.tag))
+        })
+        .flatten()
     }
 
-    /// Holds every shard, in order: while the result lives, no block is added or removed.
+    /// Holds the table still: waits until no thread is changing it, and makes threads that come to
+    /// change it wait until the result is dropped. This thread must not hold it already.
     pub fn lock_all(&self) -> Locked<'_> {
+        let _hold = Hold::new();
+        let freezer = self.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        writers::freeze(&self.frozen, self.all_writers());
+        let sides =
+            std::array::from_fn(|i| self.sides[i].lock().unwrap_or_else(PoisonError::into_inner));
         Locked {
             table: self,
-            shards: std::array::from_fn(|i| ShardGuard::lock(&self.shards[i])),
+            sides,
+            _freezer: freezer,
+            _hold,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Interned stacks: each distinct raw stack is stored once and named by a dense [`StackId`].
 //!
 //! Records sit in an append-only concurrent vector, so a record is read by id without a lock and
-//! its counters are plain atomics. Finding the id of a stack goes through a small hash index,
+//! its live counters (kept only while the peak is tracked) are plain atomics; what each stack
+//! allocated is counted per thread (see [`super::writers`]). Finding the id of a stack goes through a small hash index,
 //! sharded by the stack's hash.
 
 use crate::capture::ReturnAddress;
@@ -33,10 +34,6 @@ pub struct StackRecord {
     pub frames: Box<[ReturnAddress]>,
     /// `hash(frames)`, kept so the index never hashes a stored stack again.
     hash: u64,
-    /// Blocks allocated from this stack over the whole run.
-    pub allocated_blocks: AtomicU64,
-    /// Bytes allocated from this stack over the whole run.
-    pub allocated_bytes: AtomicU64,
     /// Blocks from this stack live now; kept only while the table tracks its peak.
     pub live_blocks: AtomicU64,
     /// Bytes from this stack live now; kept only while the table tracks its peak.
@@ -44,12 +41,6 @@ pub struct StackRecord {
 }
 
 impl StackRecord {
-    #[inline]
-    pub(super) fn on_alloc(&self, blocks: u64, bytes: u64) {
-        self.allocated_blocks.fetch_add(blocks, Relaxed);
-        self.allocated_bytes.fetch_add(bytes, Relaxed);
-    }
-
     /// Counts a block of `bytes` live (`true`) or gone (`false`), for the peak table.
     #[inline]
     pub(super) fn on_live(&self, live: bool, bytes: u64) {
@@ -141,8 +132,6 @@ impl Stacks {
         let id = self.records.push(StackRecord {
             frames: frames.into(),
             hash,
-            allocated_blocks: AtomicU64::new(0),
-            allocated_bytes: AtomicU64::new(0),
             live_blocks: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
         }) as u32;

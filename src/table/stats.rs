@@ -1,10 +1,10 @@
 //! Process totals: current, peak and cumulative blocks and bytes.
 //!
-//! Counts that only need to be summed later (blocks, totals) live in each address shard, updated
-//! under the shard's lock that the allocation path holds anyway. Live bytes are also kept in one
-//! global atomic, the only way to know the exact peak.
+//! Counts that only need to be summed later (blocks, totals) are kept per thread (see
+//! [`super::writers`]). Live bytes also reach one global atomic, in per-thread batches (or at once
+//! when the peak is tracked exactly), the only way to know the peak.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Heap totals of the recorded allocations, readable at any time with [`HeapStats::get`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,49 +29,37 @@ impl HeapStats {
     }
 }
 
-/// Counters of one address shard, changed only under its lock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ShardCounts {
-    /// The shard's live blocks.
-    pub live_blocks: u64,
-    /// Bytes of the shard's live blocks.
-    pub live_bytes: u64,
-    /// Blocks allocated into this shard over the run.
-    pub total_blocks: u64,
-    /// Bytes allocated into this shard over the run.
-    pub total_bytes: u64,
-}
-
-/// The global live-bytes counter and its high-water mark.
+/// The live-bytes counter the peak is read from, and its high-water mark.
 pub struct Peak {
-    live_bytes: AtomicU64,
+    /// Live bytes, as the threads' batches reached it: signed, since one thread's batch of frees
+    /// may arrive before another's batch of the same blocks' allocations.
+    live_bytes: AtomicI64,
     peak_bytes: AtomicU64,
 }
 
 impl Peak {
     pub(super) const fn new() -> Peak {
         Peak {
-            live_bytes: AtomicU64::new(0),
+            live_bytes: AtomicI64::new(0),
             peak_bytes: AtomicU64::new(0),
         }
     }
 
-    /// Adds `size` live bytes; returns whether that set a new peak.
+    /// Adds `bytes` (negative when blocks go) to the live bytes; returns whether that set a new
+    /// peak.
     #[inline]
-    pub(super) fn grow(&self, size: u64) -> bool {
-        let live = self.live_bytes.fetch_add(size, Relaxed) + size;
-        // Most allocations do not set a new peak: a plain load keeps the common case cheap.
-        live > self.peak_bytes.load(Relaxed) && self.peak_bytes.fetch_max(live, Relaxed) < live
+    pub(super) fn change(&self, bytes: i64) -> bool {
+        let live = self.live_bytes.fetch_add(bytes, Relaxed) + bytes;
+        // Most changes do not set a new peak: a plain load keeps the common case cheap.
+        bytes > 0
+            && live > 0
+            && live as u64 > self.peak_bytes.load(Relaxed)
+            && self.peak_bytes.fetch_max(live as u64, Relaxed) < live as u64
     }
 
-    /// Bytes live now.
+    /// Bytes live now, as far as the batches have told.
     pub fn live_bytes(&self) -> u64 {
-        self.live_bytes.load(Relaxed)
-    }
-
-    #[inline]
-    pub(super) fn shrink(&self, size: u64) {
-        self.live_bytes.fetch_sub(size, Relaxed);
+        self.live_bytes.load(Relaxed).max(0) as u64
     }
 
     /// The most bytes that were live at once.

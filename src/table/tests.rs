@@ -89,18 +89,15 @@ proptest! {
             .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
             .collect();
         prop_assert_eq!(got, want);
-        // Per-stack counters: live ones from the snapshot, allocated ones from the table's atomics.
+        // Per-stack counters: live ones from the snapshot, allocated ones from the threads' counters.
+        let allocated_per_stack = table.allocated();
         for (id, record) in table.stacks.iter() {
             let stack = (record.frames.len() - 1) as u8;
             let live: Vec<_> = model.values().filter(|m| m.1 == stack).collect();
             let summary = snapshot.stack(id);
             prop_assert_eq!(summary.live_blocks, live.len() as u64);
             prop_assert_eq!(summary.live_bytes, live.iter().map(|m| m.0).sum::<u64>());
-            let ordering = std::sync::atomic::Ordering::Relaxed;
-            prop_assert_eq!(
-                (record.allocated_blocks.load(ordering), record.allocated_bytes.load(ordering)),
-                allocated[&stack]
-            );
+            prop_assert_eq!(allocated_per_stack[id.0 as usize], allocated[&stack]);
         }
         prop_assert_eq!(table.stacks.len(), allocated.len());
         let stats = table.stats();

@@ -1,0 +1,192 @@
+//! The threads that change a table, and how a reader holds it still.
+//!
+//! Each thread that records claims a [`Writer`] of the table: its own counters (live and
+//! allocated blocks and bytes, overall and per stack), which only that thread writes, with a plain
+//! load and store rather than a locked instruction, and which readers add up. A thread that ends
+//! gives its writer back for the next thread to claim; the counters are cumulative, so they stay.
+//!
+//! A writer changes the table between [`Writer::enter`] and [`Entered`]'s drop. Entering makes
+//! `busy` odd with one sequentially consistent store, then checks that no reader froze the table;
+//! a reader ([`Freeze`]) sets `frozen` with a sequentially consistent store, then waits until
+//! every writer's `busy` is even. One of the two always sees the other's store (Dekker's
+//! pattern), so while a reader holds the table no writer is inside it, and writers that come meanwhile wait at
+//! the door. That is one locked instruction per table change instead of a lock's two, on a cache
+//! line no other thread writes.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Adds `delta` to a counter that only its owner writes: a load and a store, no locked
+/// instruction. Wrapping, so that readers can add signed changes up.
+#[inline]
+pub(super) fn bump(counter: &AtomicU64, delta: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(delta),
+        Ordering::Relaxed,
+    );
+}
+
+/// One thread's share of a table's counters and its door into the table.
+#[derive(Debug, Default)]
+pub struct Writer {
+    /// Whether a live thread owns this writer.
+    claimed: AtomicBool,
+    /// Odd while the owner changes the table.
+    busy: AtomicU32,
+    /// Live blocks this writer added minus those it removed (wrapping).
+    pub(super) live_blocks: AtomicU64,
+    /// Live bytes, likewise.
+    pub(super) live_bytes: AtomicU64,
+    /// Blocks allocated through this writer.
+    pub(super) total_blocks: AtomicU64,
+    /// Bytes allocated through this writer.
+    pub(super) total_bytes: AtomicU64,
+    /// Live bytes not yet added to the table's peak counter.
+    pub(super) pending_peak: AtomicI64,
+    /// `(blocks, bytes)` allocated through this writer, by stack id.
+    stacks: boxcar::Vec<[AtomicU64; 2]>,
+}
+
+impl Writer {
+    /// A writer nobody owns.
+    pub(super) const fn new() -> Writer {
+        Writer {
+            claimed: AtomicBool::new(false),
+            busy: AtomicU32::new(0),
+            live_blocks: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
+            total_blocks: AtomicU64::new(0),
+            total_bytes: AtomicU64::new(0),
+            pending_peak: AtomicI64::new(0),
+            stacks: boxcar::Vec::new(),
+        }
+    }
+
+    /// Claims this writer when nobody owns it.
+    pub(super) fn try_claim(&self) -> bool {
+        !self.claimed.load(Ordering::Relaxed)
+            && self
+                .claimed
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// A writer owned from the start.
+    pub(super) fn claimed() -> Writer {
+        let writer = Writer::new();
+        writer.claimed.store(true, Ordering::Relaxed);
+        writer
+    }
+
+    /// Gives the writer back.
+    pub(super) fn release(&self) {
+        self.claimed.store(false, Ordering::Release);
+    }
+
+    /// Counts an allocation from `stack`. Only the owner calls it, inside the reentrancy guard
+    /// (the per-stack counters grow on first use of a stack).
+    #[inline]
+    pub(super) fn count_stack(&self, stack: u32, blocks: u64, bytes: u64) {
+        let index = stack as usize;
+        while self.stacks.count() <= index {
+            self.stacks.push(Default::default());
+        }
+        if let Some([b, s]) = self.stacks.get(index) {
+            bump(b, blocks);
+            bump(s, bytes);
+        }
+    }
+
+    /// Adds this writer's per-stack allocated counters to `into`, by stack id.
+    pub(super) fn add_stacks(&self, into: &mut Vec<(u64, u64)>) {
+        for (id, [b, s]) in self.stacks.iter() {
+            if into.len() <= id {
+                into.resize(id + 1, (0, 0));
+            }
+            into[id].0 = into[id].0.wrapping_add(b.load(Ordering::Relaxed));
+            into[id].1 = into[id].1.wrapping_add(s.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Enters the table, waiting while a reader holds it; `None` when the owner is inside already
+    /// (a free of the table's own memory, or a signal handler that interrupted a change).
+    #[inline]
+    pub(super) fn enter<'a>(&'a self, frozen: &AtomicBool) -> Option<Entered<'a>> {
+        loop {
+            let busy = self.busy.load(Ordering::Relaxed);
+            if busy % 2 == 1 {
+                return None;
+            }
+            self.busy.swap(busy + 1, Ordering::SeqCst);
+            if !frozen.load(Ordering::SeqCst) {
+                return Some(Entered { writer: self });
+            }
+            self.busy.store(busy + 2, Ordering::Release);
+            wait_while(|| frozen.load(Ordering::Acquire));
+        }
+    }
+
+    /// Waits until the owner is outside the table.
+    fn wait_outside(&self) {
+        wait_while(|| self.busy.load(Ordering::SeqCst) % 2 == 1);
+    }
+}
+
+/// A writer inside its table; leaving is dropping it.
+pub struct Entered<'a> {
+    /// The writer that entered.
+    pub writer: &'a Writer,
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let busy = self.writer.busy.load(Ordering::Relaxed);
+        self.writer.busy.store(busy + 1, Ordering::Release);
+    }
+}
+
+/// Spins, then yields, then sleeps, while `busy()` holds.
+fn wait_while(busy: impl Fn() -> bool) {
+    let mut rounds = 0u32;
+    while busy() {
+        if rounds < 64 {
+            std::hint::spin_loop();
+        } else if rounds < 128 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        rounds = rounds.saturating_add(1);
+    }
+}
+
+/// Freezes a table: sets `frozen` and waits until every writer is outside. The caller keeps
+/// `frozen` set while it reads and clears it after.
+pub(super) fn freeze<'a>(frozen: &AtomicBool, writers: impl Iterator<Item = &'a Writer>) {
+    frozen.store(true, Ordering::SeqCst);
+    for writer in writers {
+        writer.wait_outside();
+    }
+}
+
+thread_local! {
+    /// The writer this thread claimed: `(table id, index)`, `(0, 0)` before the first claim. Its
+    /// destructor gives the process table's writer back when the thread ends.
+    pub(super) static CLAIMED: Claimed = const { Claimed { table: Cell::new(0), index: Cell::new(0) } };
+}
+
+/// This thread's claimed writer.
+pub(super) struct Claimed {
+    /// The id of the table the writer belongs to; 0 for none.
+    pub(super) table: Cell<u64>,
+    /// The writer's index in that table.
+    pub(super) index: Cell<usize>,
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        super::TABLE.release_writer(self.table.get(), self.index.get());
+    }
+}
