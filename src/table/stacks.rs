@@ -14,12 +14,11 @@ use std::sync::{Mutex, PoisonError};
 const INDEX_SHARDS: usize = 16;
 
 /// Entries of the per-thread cache of recently interned stacks; a power of two.
-const RECENT: usize = 64;
+const RECENT: usize = 512;
 
 thread_local! {
     /// This thread's recently interned stacks, `(hash, id)` by `hash % RECENT`: most allocations
-    /// repeat a stack the thread used shortly before, and a hit needs no lock. An entry is only a
-    /// hint: it is checked against the record's frames before it is used.
+    /// repeat a stack the thread used shortly before, and a hit needs no lock.
     static RECENT_IDS: RefCell<[(u64, u32); RECENT]> = const { RefCell::new([(0, u32::MAX); RECENT]) };
 }
 
@@ -99,11 +98,15 @@ impl Stacks {
             .try_with(|recent| recent.try_borrow().map(|r| r[slot]).ok())
             .ok()
             .flatten();
+        // A hit is trusted on its 64-bit hash, checked against the record's (a thread's cache may
+        // hold ids of another table): two distinct stacks would have to collide, about one chance
+        // in 2^64 per lookup.
         if let Some((cached, id)) = hint
             && cached == hash
-            && let Some(record) = self.records.get(id as usize)
-            && record.hash == hash
-            && *record.frames == *frames
+            && self
+                .records
+                .get(id as usize)
+                .is_some_and(|r| r.hash == hash)
         {
             return StackId(id);
         }

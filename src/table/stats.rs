@@ -14,7 +14,9 @@ pub struct HeapStats {
     pub live_blocks: u64,
     /// Bytes live now.
     pub live_bytes: u64,
-    /// The most bytes that were live at once.
+    /// The most bytes that were live at once: exact when the peak is tracked (`MEMPROF_PEAK=1`,
+    /// [`MemProf::track_peak`](crate::MemProf::track_peak)), otherwise counted from per-thread
+    /// batches and short of the true peak by at most 64 KiB per recording thread.
     pub peak_bytes: u64,
     /// Blocks allocated over the whole run (a `realloc` counts as one).
     pub total_blocks: u64,

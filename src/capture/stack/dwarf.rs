@@ -156,11 +156,57 @@ mod imp {
         32 * 1024
     };
 
+    /// framehop caches per thread. framehop's rule cache is direct-mapped, 509 entries by
+    /// address, and every miss parses call-frame information again; two return addresses of one
+    /// hot stack that share a slot would miss on every walk. So each address goes to one of
+    /// several caches: first the one its hash picks, and after a miss because another address held
+    /// its slot, the other one its second hash picks ([`ThreadState::moved`]). Two addresses that
+    /// met in their first cache part in their second unless both hashes agree. Four caches: four
+    /// times the entries, for about 50 KiB more per thread.
+    const CACHES: usize = 4;
+
+    /// Addresses remembered as moved to their second cache; a power of two.
+    const MOVED: usize = 512;
+
+    /// The two caches the frame at `address` may use.
+    #[inline]
+    fn caches_of(address: u64) -> [usize; 2] {
+        let h = address.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        [(h >> 62) as usize, (h >> 59) as usize % CACHES]
+    }
+
     /// A thread's unwinding state.
     struct ThreadState {
-        cache: FramehopCache,
+        caches: [FramehopCache; CACHES],
+        /// Addresses using their second cache, by `address % MOVED`; 0 for none.
+        moved: [u64; MOVED],
         /// Walks that met code in no module, counted to space out the loader checks they cause.
         misses: u32,
+    }
+
+    impl ThreadState {
+        /// Unwinds one frame through the cache its address uses now; after a miss because another
+        /// address held the slot, the address switches to its other cache.
+        #[inline]
+        fn unwind_frame(
+            &mut self,
+            framehop: &Framehop,
+            frame: FrameAddress,
+            regs: &mut UnwindRegsX86_64,
+            read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+        ) -> Result<Option<u64>, framehop::Error> {
+            let address = frame.address_for_lookup();
+            let [first, second] = caches_of(address);
+            let moved = &mut self.moved[address as usize % MOVED];
+            let in_second = *moved == address;
+            let cache = &mut self.caches[if in_second { second } else { first }];
+            let collisions = cache.stats().miss_wrong_address_count;
+            let result = framehop.unwind_frame(frame, regs, cache, read_stack);
+            if cache.stats().miss_wrong_address_count != collisions {
+                *moved = if in_second { 0 } else { address };
+            }
+            result
+        }
     }
 
     thread_local! {
@@ -188,7 +234,8 @@ mod imp {
                     return 0;
                 };
                 let state = slot.get_or_insert_with(|| ThreadState {
-                    cache: FramehopCache::new_in(),
+                    caches: std::array::from_fn(|_| FramehopCache::new_in()),
+                    moved: [0; MOVED],
                     misses: 0,
                 });
                 walk_frames(registry, state, pc, sp, bp, high, out)
@@ -216,9 +263,7 @@ mod imp {
         let mut n = 0;
         while n < out.len() {
             let Ok(Some(return_address)) =
-                registry
-                    .framehop
-                    .unwind_frame(frame, &mut regs, &mut state.cache, &mut read_stack)
+                state.unwind_frame(&registry.framehop, frame, &mut regs, &mut read_stack)
             else {
                 break;
             };

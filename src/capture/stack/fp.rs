@@ -65,25 +65,35 @@ fn frame_pointer() -> usize {
 
 /// Walks the frame-pointer chain from the caller of this function; returns how many return
 /// addresses were written to `out`, innermost first.
+///
+/// The first frame pointer must lie in this thread's stack; every next one must be aligned and
+/// strictly above the last (so it stays above the stack's low end) and leave room for its two
+/// words below the stack's high end.
 #[inline(never)]
 pub fn walk(out: &mut [ReturnAddress]) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
     let mut fp = frame_pointer();
+    if fp < low || !fp.is_multiple_of(word) {
+        return 0;
+    }
+    let last = high.saturating_sub(2 * word);
     let mut n = 0;
-    while n < out.len() {
-        if fp < low || fp.saturating_add(2 * word) > high || !fp.is_multiple_of(word) {
+    for slot in out.iter_mut() {
+        if fp > last {
             break;
         }
-        // SAFETY: `fp` and `fp + word` lie inside this thread's own stack (checked just above),
-        // which is mapped and readable for the thread's whole life; both reads are aligned.
+        // SAFETY: `low <= fp <= high - 2 words` and `fp` is word-aligned (checked for the first
+        // frame pointer above and for each next one below, which is also above the last): both
+        // words lie inside this thread's own stack, which is mapped and readable for the thread's
+        // whole life, and both reads are aligned.
         let (next, ret) = unsafe { (*(fp as *const usize), *((fp + word) as *const usize)) };
         if ret == 0 {
             break;
         }
-        out[n] = ReturnAddress(ret);
+        *slot = ReturnAddress(ret);
         n += 1;
-        if next <= fp {
+        if next <= fp || !next.is_multiple_of(word) {
             break;
         }
         fp = next;
