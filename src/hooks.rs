@@ -112,7 +112,7 @@ pub fn record_alloc(address: usize, size: usize, builder: Settings) {
 /// Frees are applied even inside the reentrancy guard: a block of the program freed while memprof
 /// works (a report writing into the program's own buffer, code run `untracked`) must leave the
 /// table, or the table would name freed memory. Only the table's own memory, freed while this
-/// thread holds a shard, is never looked up.
+/// thread holds the table or changes it, is never looked up.
 #[inline]
 pub fn record_free(address: usize) {
     if STATE.load(Ordering::Acquire) != RECORDING || table::holding_table() {
@@ -153,7 +153,7 @@ pub fn record_realloc(
         if let Some(block) = old
             && block.tag != 0
         {
-            // Inside the guard: the tag map may grow while its shard is held.
+            // Inside the guard: the tag map may grow.
             capture::untracked(|| TABLE.set_tag(new_block as usize, block.tag));
         }
     } else if let Some(block) = old

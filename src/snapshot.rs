@@ -1,8 +1,8 @@
 //! A consistent copy of the live table: the only input of every report and export.
 //!
-//! [`Snapshot::take`] holds every shard of the table for the time of one copy, so no block is half
-//! added or half removed in it, and leaves the table alone afterwards: reports built from the copy
-//! never hold a lock the allocation path needs.
+//! [`Snapshot::take`] holds the table still for the time of one copy, so no block is half added or
+//! half removed in it, and leaves the table alone afterwards: reports built from the copy never
+//! make the allocation path wait.
 
 #![forbid(unsafe_code)]
 

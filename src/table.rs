@@ -90,8 +90,9 @@ pub struct Block {
     pub tag: u32,
 }
 
-/// Hashes an address: a folded multiply, so the bits the shard index and the hash map's buckets use
-/// all depend on every address bit (blocks are 16-byte aligned, so the low bits alone say nothing).
+/// Hashes an address: a folded multiply, so the bits the side-table index and the hash maps'
+/// buckets use all depend on every address bit (blocks are 16-byte aligned, so the low bits alone
+/// say nothing).
 #[inline]
 fn mix(address: usize) -> u64 {
     let product = (address as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);

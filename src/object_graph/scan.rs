@@ -3,11 +3,11 @@
 //! A reference is MemProf's conservative rule: a pointer-aligned word inside a live block whose
 //! value equals the start address of a live block. The scan is safe because:
 //!
-//! - every shard of the live table is held for the whole scan. A free (and the free half of a
-//!   `realloc`) removes its block from the table *before* handing it back to the wrapped
-//!   allocator, so while the shards are held no tracked block can be freed: frees of other
-//!   threads wait, and this thread's own frees and allocations (it runs inside the reentrancy
-//!   guard) go to the wrapped allocator without touching the table;
+//! - the live table is held still for the whole scan ([`Table::lock_all`]). A free (and the free
+//!   half of a `realloc`) removes its block from the table *before* handing it back to the
+//!   wrapped allocator, so while the table is held no tracked block can be freed: frees of other
+//!   threads wait at the table's door, and this thread's own frees and allocations (it runs
+//!   inside the reentrancy guard) go to the wrapped allocator without touching the table;
 //! - only words that lie entirely inside `[address, address + size)` of a block that is live in
 //!   the held table are read, with aligned volatile reads (a block is memory the allocator handed
 //!   out and has not taken back, whatever the program keeps in it);
@@ -236,7 +236,7 @@ pub struct Scanned {
     pub offset: Vec<u32>,
 }
 
-/// Copies the live blocks of `table` and finds every reference between them, holding every shard
+/// Copies the live blocks of `table` and finds every reference between them, holding the table
 /// meanwhile. `kind(stack, tag)` tells how to treat each block. Run it inside the reentrancy
 /// guard.
 pub fn scan_table(
@@ -245,8 +245,8 @@ pub fn scan_table(
     progress_after: Duration,
 ) -> Scanned {
     let mut progress = Progress::new("scanning the heap", progress_after);
-    let shards = table.lock_all();
-    let blocks = crate::snapshot::blocks_of(&shards);
+    let held = table.lock_all();
+    let blocks = crate::snapshot::blocks_of(&held);
     let lookup = Lookup::new(&blocks, kind);
     let total_bytes: u64 = blocks.iter().map(|b| b.size).sum();
     let mut first = Vec::with_capacity(blocks.len() + 1);
@@ -260,7 +260,7 @@ pub fn scan_table(
             scanned_bytes += block.size;
             continue;
         }
-        // SAFETY: the block is live in `table`, whose every shard is held until after this loop,
+        // SAFETY: the block is live in `table`, which is held still until after this loop,
         // so it cannot be freed meanwhile (see the module docs); `size` is the size it was
         // allocated with.
         unsafe {
@@ -281,7 +281,7 @@ pub fn scan_table(
         }
     }
     first.push(to.len());
-    drop(shards);
+    drop(held);
     drop(lookup);
     progress.finish(total_bytes, "bytes");
     Scanned {
@@ -294,7 +294,7 @@ pub fn scan_table(
 
 /// The bytes of the live blocks of `table` reachable from the bytes of `value`: the block
 /// holding `value` when it lies in one, plus every block reached through references, each counted
-/// once. `kind(stack, tag)` tells how to treat each block. Holds every shard
+/// once. `kind(stack, tag)` tells how to treat each block. Holds the table still
 /// meanwhile; run it inside the reentrancy guard.
 ///
 pub fn reachable_from<T: ?Sized>(
@@ -304,8 +304,8 @@ pub fn reachable_from<T: ?Sized>(
 ) -> u64 {
     let len = std::mem::size_of_val(value);
     let value = (value as *const T).cast::<u8>() as usize;
-    let shards = table.lock_all();
-    let blocks = crate::snapshot::blocks_of(&shards);
+    let held = table.lock_all();
+    let blocks = crate::snapshot::blocks_of(&held);
     let lookup = Lookup::new(&blocks, kind);
     let mut seen = vec![false; blocks.len()];
     let mut pending = Vec::new();
@@ -336,7 +336,7 @@ pub fn reachable_from<T: ?Sized>(
         if lookup.kinds[index].pointer_free {
             continue;
         }
-        // SAFETY: as in `scan_table`: the block is live in `table`, every shard of which is held.
+        // SAFETY: as in `scan_table`: the block is live in `table`, which is held still.
         unsafe {
             words(block.address, block.size as usize, |_, word| {
                 if let Some(target) = lookup.find(word) {
@@ -345,6 +345,6 @@ pub fn reachable_from<T: ?Sized>(
             });
         }
     }
-    drop(shards);
+    drop(held);
     bytes
 }

@@ -13,7 +13,7 @@
 //!
 //! Addresses the shadow does not cover (not 16-byte aligned, or beyond 2^47) are for the caller to
 //! keep elsewhere. A word is read and written with relaxed atomics; the caller serializes the
-//! writers of one word (the table's shard locks).
+//! writers of one word (the allocator hands an address out again only after its free).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -5,13 +5,13 @@
 //! load and store rather than a locked instruction, and which readers add up. A thread that ends
 //! gives its writer back for the next thread to claim; the counters are cumulative, so they stay.
 //!
-//! A writer changes the table between [`Writer::enter`] and [`Entered`]'s drop. Entering makes
-//! `busy` odd with one sequentially consistent store, then checks that no reader froze the table;
-//! a reader ([`Freeze`]) sets `frozen` with a sequentially consistent store, then waits until
-//! every writer's `busy` is even. One of the two always sees the other's store (Dekker's
-//! pattern), so while a reader holds the table no writer is inside it, and writers that come meanwhile wait at
-//! the door. That is one locked instruction per table change instead of a lock's two, on a cache
-//! line no other thread writes.
+//! A writer changes the table between entering it and dropping the [`Entered`] it got. Entering
+//! makes the writer's `busy` odd with one sequentially consistent store, then checks that no
+//! reader froze the table; a reader ([`super::Table::lock_all`]) sets `frozen` with a
+//! sequentially consistent store, then waits until every writer's `busy` is even. One of the two
+//! always sees the other's store (Dekker's pattern), so while a reader holds the table no writer
+//! is inside it, and writers that come meanwhile wait at the door. That is one locked instruction
+//! per table change instead of a lock's two, on a cache line no other thread writes.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
