@@ -32,7 +32,7 @@ use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use writers::{CLAIMED, Entered, Writer, bump};
+use writers::{CLAIMED, Entered, RELEASE, RELEASED, Writer, bump};
 
 pub use shadow::Shadow;
 pub use stacks::{StackId, StackRecord, Stacks};
@@ -306,7 +306,7 @@ pub struct Table {
     odd_blocks: AtomicUsize,
     /// One per thread that recorded; see [`writers`].
     writers: boxcar::Vec<Writer>,
-    /// The writer of threads whose locals are gone (they are ending), behind `orphan_lock`.
+    /// The writer of threads that are ending (their own was given back), behind `orphan_lock`.
     orphan: Writer,
     /// Serializes the users of `orphan`.
     orphan_lock: Mutex<()>,
@@ -390,16 +390,19 @@ impl Table {
             return None;
         }
         let id = self.id();
-        let claimed = CLAIMED.try_with(|claimed| {
-            if claimed.table.get() != id {
-                // Claiming may allocate, and so may registering the local's destructor.
+        let index = match CLAIMED.try_with(Cell::get) {
+            Ok((table, index)) if table == id => Some(index),
+            Ok((RELEASED, _)) | Err(_) => None,
+            Ok(_) => {
+                // Claiming may allocate, and so does registering the release at thread exit.
                 let _guard = Guard::enter();
-                claimed.index.set(self.claim_writer());
-                claimed.table.set(id);
+                let index = self.claim_writer();
+                let _ = CLAIMED.try_with(|claimed| claimed.set((id, index)));
+                let _ = RELEASE.try_with(|_| ());
+                Some(index)
             }
-            claimed.index.get()
-        });
-        match claimed.ok().and_then(|index| self.writers.get(index)) {
+        };
+        match index.and_then(|index| self.writers.get(index)) {
             Some(writer) => writer.enter(&self.frozen).map(|entered| f(&entered)),
             None => {
                 let _orphan = self

@@ -165,3 +165,40 @@ fn large_sizes_and_tags_survive_packing() {
     assert_eq!(table.remove(0x5000).map(|b| b.tag), Some(0));
     assert_eq!(table.stats().live_bytes, u32::MAX as u64);
 }
+
+#[test]
+fn ending_threads_give_their_writers_back() {
+    for i in 0..16 {
+        std::thread::spawn(move || {
+            let at = 0x7700_0000 + i * 16;
+            TABLE.insert(at, 8, &frames(1));
+            assert!(TABLE.remove(at).is_some());
+        })
+        .join()
+        .unwrap();
+    }
+    // Each thread claimed a writer and gave it back at its end, for the next thread to claim.
+    assert!(
+        TABLE.writers.count() <= 2,
+        "{} writers",
+        TABLE.writers.count()
+    );
+    assert_eq!(TABLE.counts().live_blocks, 0);
+}
+
+#[test]
+fn a_held_table_makes_other_threads_wait() {
+    let table = Table::new();
+    table.insert(0x8000, 8, &frames(0));
+    let held = table.lock_all();
+    std::thread::scope(|scope| {
+        let freer = scope.spawn(|| table.remove(0x8000));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // The free waits at the door while the table is held.
+        assert!(!freer.is_finished());
+        assert_eq!(held.len(), 1);
+        drop(held);
+        assert!(freer.join().unwrap().is_some());
+    });
+    assert_eq!(table.stats().live_blocks, 0);
+}

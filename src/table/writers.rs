@@ -172,21 +172,25 @@ pub(super) fn freeze<'a>(frozen: &AtomicBool, writers: impl Iterator<Item = &'a 
 }
 
 thread_local! {
-    /// The writer this thread claimed: `(table id, index)`, `(0, 0)` before the first claim. Its
-    /// destructor gives the process table's writer back when the thread ends.
-    pub(super) static CLAIMED: Claimed = const { Claimed { table: Cell::new(0), index: Cell::new(0) } };
+    /// The writer this thread claimed: `(table id, index)`, `(0, 0)` before the first claim.
+    /// Without a destructor, so reading it never registers one (which allocates).
+    pub(super) static CLAIMED: Cell<(u64, usize)> = const { Cell::new((0, 0)) };
+    /// Gives the process table's claimed writer back when the thread ends. Touched once, at the
+    /// first claim, inside the reentrancy guard: that registers its destructor, which allocates.
+    pub(super) static RELEASE: ReleaseOnExit = const { ReleaseOnExit };
 }
 
-/// This thread's claimed writer.
-pub(super) struct Claimed {
-    /// The id of the table the writer belongs to; 0 for none.
-    pub(super) table: Cell<u64>,
-    /// The writer's index in that table.
-    pub(super) index: Cell<usize>,
-}
+/// The table id [`CLAIMED`] holds once the thread gave its writer back: what it frees from then
+/// on goes through the table's shared writer.
+pub(super) const RELEASED: u64 = u64::MAX;
 
-impl Drop for Claimed {
+/// See [`RELEASE`].
+pub(super) struct ReleaseOnExit;
+
+impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
-        super::TABLE.release_writer(self.table.get(), self.index.get());
+        if let Ok((table, index)) = CLAIMED.try_with(|claimed| claimed.replace((RELEASED, 0))) {
+            super::TABLE.release_writer(table, index);
+        }
     }
 }
