@@ -32,7 +32,7 @@ use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use writers::{CLAIMED, Entered, RELEASE, RELEASED, Writer, bump};
+use writers::{CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer, bump};
 
 pub use shadow::Shadow;
 pub use stacks::{StackId, StackRecord, Stacks};
@@ -389,20 +389,14 @@ impl Table {
         if holding_table() {
             return None;
         }
-        let id = self.id();
-        let index = match CLAIMED.try_with(Cell::get) {
-            Ok((table, index)) if table == id => Some(index),
-            Ok((RELEASED, _)) | Err(_) => None,
-            Ok(_) => {
-                // Claiming may allocate, and so does registering the release at thread exit.
-                let _guard = Guard::enter();
-                let index = self.claim_writer();
-                let _ = CLAIMED.try_with(|claimed| claimed.set((id, index)));
-                let _ = RELEASE.try_with(|_| ());
-                Some(index)
-            }
+        let writer = if std::ptr::eq(self, &TABLE)
+            && let Ok(Some(writer)) = MINE.try_with(Cell::get)
+        {
+            Some(writer)
+        } else {
+            self.writer()
         };
-        match index.and_then(|index| self.writers.get(index)) {
+        match writer {
             Some(writer) => writer.enter(&self.frozen).map(|entered| f(&entered)),
             None => {
                 let _orphan = self
@@ -414,6 +408,28 @@ impl Table {
         }
     }
 
+    /// This thread's writer, claimed on first use; `None` once the thread gave it back.
+    #[cold]
+    fn writer(&self) -> Option<&Writer> {
+        let id = self.id();
+        let index = match CLAIMED.try_with(Cell::get) {
+            Ok((table, index)) if table == id => Some(index),
+            Ok((RELEASED, _)) | Err(_) => None,
+            Ok(_) => {
+                // Claiming may allocate, and so does registering the release at thread exit.
+                let _guard = Guard::enter();
+                let index = self.claim_writer();
+                let _ = CLAIMED.try_with(|claimed| claimed.set((id, index)));
+                let _ = RELEASE.try_with(|_| ());
+                if std::ptr::eq(self, &TABLE) {
+                    let _ = MINE.try_with(|mine| mine.set(TABLE.writers.get(index)));
+                }
+                Some(index)
+            }
+        };
+        index.and_then(|index| self.writers.get(index))
+    }
+
     #[cold]
     fn claim_writer(&self) -> usize {
         for (index, writer) in self.writers.iter() {
@@ -422,16 +438,6 @@ impl Table {
             }
         }
         self.writers.push(Writer::claimed())
-    }
-
-    /// Gives back the writer a thread of this table claimed, when `table` is this table's id.
-    fn release_writer(&self, table: u64, index: usize) {
-        if table != 0
-            && table == self.id.load(Relaxed)
-            && let Some(writer) = self.writers.get(index)
-        {
-            writer.release();
-        }
     }
 
     /// Every writer, the orphans' included.

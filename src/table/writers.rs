@@ -178,6 +178,8 @@ thread_local! {
     /// Gives the process table's claimed writer back when the thread ends. Touched once, at the
     /// first claim, inside the reentrancy guard: that registers its destructor, which allocates.
     pub(super) static RELEASE: ReleaseOnExit = const { ReleaseOnExit };
+    /// This thread's writer of the process table, once claimed: found without a lookup.
+    pub(super) static MINE: Cell<Option<&'static Writer>> = const { Cell::new(None) };
 }
 
 /// The table id [`CLAIMED`] holds once the thread gave its writer back: what it frees from then
@@ -189,8 +191,9 @@ pub(super) struct ReleaseOnExit;
 
 impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
-        if let Ok((table, index)) = CLAIMED.try_with(|claimed| claimed.replace((RELEASED, 0))) {
-            super::TABLE.release_writer(table, index);
+        let _ = CLAIMED.try_with(|claimed| claimed.set((RELEASED, 0)));
+        if let Ok(Some(writer)) = MINE.try_with(|mine| mine.replace(None)) {
+            writer.release();
         }
     }
 }
