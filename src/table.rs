@@ -628,6 +628,7 @@ impl Table {
     }
 
     /// Stores `block` at `address`; returns the block that was there.
+    #[inline]
     fn add(&self, entered: &Entered<'_>, address: usize, block: Block) -> Option<Block> {
         let word = Word::new(&block);
         let old = match self.shadow.set(address, word.0) {
@@ -657,6 +658,7 @@ impl Table {
     }
 
     /// Clears what `word`, just taken out, kept beside it and counts the block gone; returns it.
+    #[inline]
     fn forget(&self, entered: &Entered<'_>, address: usize, word: Word) -> Block {
         let block = if word.has_side() {
             let mut side = self.side(address);
@@ -686,6 +688,7 @@ impl Table {
     }
 
     /// Takes the block at `address` out.
+    #[inline]
     fn take(&self, entered: &Entered<'_>, address: usize) -> Option<Block> {
         let word = match self.shadow.take(address) {
             0 if self.odd_blocks.load(Relaxed) == 0 => return None,
@@ -749,6 +752,7 @@ impl Table {
     }
 
     /// Undoes what recording `block` added to the peak and the filter.
+    #[inline]
     fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block) {
         self.shrink(entered.writer, block.stack, block.size);
         if self.sample_interval() != 0 {
