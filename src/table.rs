@@ -76,6 +76,11 @@ const FILTER: usize = 1 << 15;
 /// tracked exactly.
 pub const PEAK_BATCH: i64 = 64 * 1024;
 
+/// Stacks whose allocations a thread counts in its own writer: the first ones interned, where a
+/// program's hot allocation sites usually are. At most 64 KiB per recording thread; the stacks
+/// after them count in shared atomics.
+const WRITER_STACKS: u32 = 4096;
+
 /// Ids of tables, so a thread knows which table its claimed writer belongs to.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -472,7 +477,16 @@ impl Table {
 
     /// `(blocks, bytes)` allocated per stack id, over all threads.
     pub fn allocated(&self) -> Vec<(u64, u64)> {
-        let mut allocated = vec![(0, 0); self.stacks.len()];
+        let mut allocated: Vec<(u64, u64)> = self
+            .stacks
+            .iter()
+            .map(|(_, r)| {
+                (
+                    r.allocated_blocks.load(Relaxed),
+                    r.allocated_bytes.load(Relaxed),
+                )
+            })
+            .collect();
         for w in self.all_writers() {
             w.add_stacks(&mut allocated);
         }
@@ -723,7 +737,13 @@ impl Table {
         self.change(|entered| {
             let (blocks, bytes) = sampling::estimate(size, interval);
             let writer = entered.writer;
-            writer.count_stack(stack.0, blocks, bytes);
+            if stack.0 < WRITER_STACKS {
+                writer.count_stack(stack.0, blocks, bytes);
+            } else {
+                let record = self.stacks.record(stack);
+                record.allocated_blocks.fetch_add(blocks, Relaxed);
+                record.allocated_bytes.fetch_add(bytes, Relaxed);
+            }
             bump(&writer.total_blocks, blocks);
             bump(&writer.total_bytes, bytes);
             self.grow(writer, stack, size);

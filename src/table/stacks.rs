@@ -1,9 +1,9 @@
 //! Interned stacks: each distinct raw stack is stored once and named by a dense [`StackId`].
 //!
 //! Records sit in an append-only concurrent vector, so a record is read by id without a lock and
-//! its live counters (kept only while the peak is tracked) are plain atomics; what each stack
-//! allocated is counted per thread (see [`super::writers`]). Finding the id of a stack goes through a small hash index,
-//! sharded by the stack's hash.
+//! its counters are plain atomics. What the first 4096 stacks allocate is counted per thread
+//! instead (see [`super::writers`]), without a locked instruction. Finding the id of a stack goes
+//! through a small hash index, sharded by the stack's hash.
 
 use crate::capture::ReturnAddress;
 use std::cell::RefCell;
@@ -33,6 +33,11 @@ pub struct StackRecord {
     pub frames: Box<[ReturnAddress]>,
     /// `hash(frames)`, kept so the index never hashes a stored stack again.
     hash: u64,
+    /// Blocks allocated from this stack over the run, where threads do not count them in their
+    /// own writers (stack ids from 4096 on); see [`super::Table::allocated`].
+    pub allocated_blocks: AtomicU64,
+    /// Bytes likewise.
+    pub allocated_bytes: AtomicU64,
     /// Blocks from this stack live now; kept only while the table tracks its peak.
     pub live_blocks: AtomicU64,
     /// Bytes from this stack live now; kept only while the table tracks its peak.
@@ -135,6 +140,8 @@ impl Stacks {
         let id = self.records.push(StackRecord {
             frames: frames.into(),
             hash,
+            allocated_blocks: AtomicU64::new(0),
+            allocated_bytes: AtomicU64::new(0),
             live_blocks: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
         }) as u32;

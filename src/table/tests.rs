@@ -202,3 +202,19 @@ fn a_held_table_makes_other_threads_wait() {
     });
     assert_eq!(table.stats().live_blocks, 0);
 }
+
+#[test]
+fn allocations_count_per_stack_beyond_the_threads_own_counters() {
+    let table = Table::new();
+    let stacks = WRITER_STACKS as usize + 100;
+    for i in 0..stacks {
+        let frames = [ReturnAddress(0x10_0000 + i * 16), ReturnAddress(0x2000)];
+        table.insert(0x4000_0000 + i * 16, i + 1, &frames);
+        table.insert(0x5000_0000 + i * 16, 1, &frames);
+    }
+    let allocated = table.allocated();
+    assert_eq!(allocated.len(), stacks);
+    for (i, &(blocks, bytes)) in allocated.iter().enumerate() {
+        assert_eq!((blocks, bytes), (2, i as u64 + 2), "stack {i}");
+    }
+}
