@@ -88,8 +88,19 @@ fn start(builder: Settings) -> Option<&'static Config> {
 
 /// Records a block the wrapped allocator just returned; `builder` holds the allocator's own
 /// settings, used where the environment does not say otherwise.
-#[inline]
+#[inline(always)]
 pub fn record_alloc(address: usize, size: usize, builder: Settings) {
+    // Under sampling most allocations are not sampled: the countdown tells, before anything else.
+    // memprof's own allocations leave it alone, so they never take a sample from the program.
+    if !capture::guard::inside() && sampling::skip(size) && !scope::any_open() {
+        return;
+    }
+    record_alloc_checked(address, size, builder);
+}
+
+/// [`record_alloc`] past the fast check: the allocation may be recorded.
+#[inline(never)]
+fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
     if let Some(guard) = Guard::enter()
         && let Some(config) = recording(&guard, builder)
     {

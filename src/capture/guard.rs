@@ -47,6 +47,12 @@ impl Drop for Guard {
     }
 }
 
+/// Whether this thread is inside memprof now.
+#[inline]
+pub fn inside() -> bool {
+    INSIDE.try_with(Cell::get).unwrap_or(true)
+}
+
 /// Runs `f` with this thread's allocations unrecorded (reports use this for their own work).
 pub fn untracked<R>(f: impl FnOnce() -> R) -> R {
     let _guard = Guard::enter();

@@ -42,6 +42,24 @@ fn draw(interval: u64) -> u64 {
     ((-uniform().ln() * interval as f64) as u64).max(1)
 }
 
+/// Whether this allocation of `size` bytes is surely not sampled: the countdown a sampling run left
+/// on this thread has more than `size` bytes to go (it is then taken off). `false` without
+/// sampling, or before this thread's first draw: [`sample`] decides those.
+#[inline]
+pub fn skip(size: usize) -> bool {
+    let size = size as u64;
+    COUNTDOWN
+        .try_with(|countdown| {
+            let left = countdown.get();
+            let skip = size < left;
+            if skip {
+                countdown.set(left - size);
+            }
+            skip
+        })
+        .unwrap_or(false)
+}
+
 /// Whether this allocation of `size` bytes is the one to record, under a mean sampling interval
 /// of `interval` bytes (not 0). Cheap when it is not: one thread-local subtraction.
 #[inline]
