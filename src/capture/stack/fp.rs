@@ -73,16 +73,13 @@ fn frame_pointer() -> usize {
 pub fn walk(out: &mut [ReturnAddress]) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
+    let last = high.saturating_sub(2 * word);
     let mut fp = frame_pointer();
-    if fp < low || !fp.is_multiple_of(word) {
+    if fp < low || fp > last || !fp.is_multiple_of(word) {
         return 0;
     }
-    let last = high.saturating_sub(2 * word);
     let mut n = 0;
-    for slot in out.iter_mut() {
-        if fp > last {
-            break;
-        }
+    while n < out.len() {
         // SAFETY: `low <= fp <= high - 2 words` and `fp` is word-aligned (checked for the first
         // frame pointer above and for each next one below, which is also above the last): both
         // words lie inside this thread's own stack, which is mapped and readable for the thread's
@@ -91,9 +88,9 @@ pub fn walk(out: &mut [ReturnAddress]) -> usize {
         if ret == 0 {
             break;
         }
-        *slot = ReturnAddress(ret);
+        out[n] = ReturnAddress(ret);
         n += 1;
-        if next <= fp || !next.is_multiple_of(word) {
+        if next <= fp || next > last || !next.is_multiple_of(word) {
             break;
         }
         fp = next;
