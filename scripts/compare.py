@@ -20,6 +20,9 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
 4. Memory: the profiler's resident bytes per live block, a million live 16-byte boxes.
 5. Reports: a million live blocks over ten thousand stacks: snapshot, the Markdown report and
    each export, with a cold symbolizer and a warm one.
+6. Sampling: churn and serde_json, each sampled run (one sample per 512 KiB) right after a run
+   without a profiler, 15 pairs: the median time ratio, which this machine's drift does not
+   swamp the way it swamps a difference of medians.
 
 Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
 shown. A tool that is not installed is skipped with a note in the table. The builds go to
@@ -469,10 +472,39 @@ def print_reports(times, fields):
 
 
 # ------------------------------------------------------------------------------------------------
+# 6. sampling, paired
+
+
+def sampling_pairs(plain, workload, scenario, size, pairs):
+    """`pairs` runs of the plain workload, each followed at once by a sampled run: the ratios of
+    their measured times. Pairing cancels most of the machine's drift, which is larger than the
+    overhead being measured."""
+    ratios = []
+    for _ in range(pairs):
+        _, base, _ = run([plain, scenario, str(size)])
+        _, sampled, _ = run([workload, scenario, str(size)],
+                            env={"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"})
+        ratios.append(float(sampled["hot_s"]) / float(base["hot_s"]))
+    return ratios
+
+
+def print_sampling(rows):
+    print("### Sampling every 512 KiB, paired runs (frame pointers)\n")
+    print("Each sampled run follows a run without a profiler at once; the table shows the median "
+          "of their time ratios.\n")
+    print("| workload | pairs | median time ratio | lowest | highest |")
+    print("|---|---:|---:|---:|---:|")
+    for scenario, ratios in rows:
+        print(f"| {scenario} | {len(ratios)} | {statistics.median(ratios):.3f} | "
+              f"{min(ratios):.3f} | {max(ratios):.3f} |")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
 # targets
 
 
-def print_targets(per_alloc, whole, thread_rows, growth, blocks):
+def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows):
     def added(build, depth, op="alloc_free"):
         for row in per_alloc:
             if row["build"] == build and row["depth"] == depth:
@@ -530,6 +562,10 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks):
         lambda v: v <= 80)
     row("for comparison, not a target: sampled every 512 KiB, frame pointers, churn: ns added",
         sampled, "≤ 40", lambda v: v <= 40)
+    churn_ratios = next((r for s, r in sampling_rows if s == "churn"), None)
+    row("sampled every 512 KiB, churn: time added (median of paired runs)",
+        (statistics.median(churn_ratios) - 1) * 100 if churn_ratios else None, "< 5 %",
+        lambda v: v < 5, " %")
     row("2 threads ÷ 1 thread throughput under memprof", scaling, "≥ 1.7", lambda v: v >= 1.7,
         "×")
     row("profiler bytes per live block", per_block, "≤ 40", lambda v: v <= 40)
@@ -551,7 +587,7 @@ def main():
                         help="before measuring, wait (at most --max-wait s) for the 1-minute "
                              "load to fall to LOAD")
     parser.add_argument("--max-wait", type=float, default=600)
-    parser.add_argument("--only", default="alloc,process,threads,memory,reports",
+    parser.add_argument("--only", default="alloc,process,sampling,threads,memory,reports",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     runs = args.runs or (1 if args.quick else 5)
@@ -606,7 +642,7 @@ def main():
     ]
     by_label = {t.label: t for t in tools}
     status = 0
-    per_alloc, whole, thread_rows, growth = [], {}, [], {}
+    per_alloc, whole, thread_rows, growth, sampling_rows = [], {}, [], {}, []
     if "alloc" in only:
         log(f"per-allocation benches (load {load()})")
         builds = [("frame pointers", exes_fp, "fp"), ("default (DWARF)", exes, "dwarf")]
@@ -621,6 +657,14 @@ def main():
         whole = whole_process(tools, scenarios, valgrind_sizes, runs, tmpdir,
                               exes_fp["workload"])
         print_whole_process(tools, whole)
+    if "sampling" in only:
+        log(f"sampling, paired runs (load {load()})")
+        pairs = 5 if quick else 15
+        sampling_rows = [(scenario, sampling_pairs(exes_fp["workload_plain"], exes_fp["workload"],
+                                                   scenario, size, pairs))
+                         for scenario, size in (("churn", 30_000 if quick else 100_000),
+                                                ("json", 5_000 if quick else 20_000))]
+        print_sampling(sampling_rows)
     if "threads" in only:
         log(f"threads (load {load()})")
         thread_rows = threads(exes_fp, exes, 20_000 if quick else 50_000, runs)
@@ -640,7 +684,7 @@ def main():
            for measured, _ in whole.values() for _, m, note in measured.values()):
         status = 1
     if per_alloc and whole and thread_rows and growth:
-        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000)
+        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000, sampling_rows)
     print(f"1-minute load at the end: {load()}.")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return status

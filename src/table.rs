@@ -181,7 +181,8 @@ type Blocks = hashbrown::HashMap<usize, Word, AddressHasher>;
 
 /// What does not fit in the shadow's words, for the addresses that map to one side table.
 pub struct Side {
-    /// Live blocks the shadow cannot hold (addresses not 16-byte aligned, or above 2^47).
+    /// Live blocks the shadow cannot hold (addresses not 16-byte aligned, or above 2^47), and
+    /// every live block under sampling.
     odd: Blocks,
     /// Sizes that do not fit a word, by address.
     large: hashbrown::HashMap<usize, u64, AddressHasher>,
@@ -641,11 +642,17 @@ impl Table {
         }
     }
 
-    /// Stores `block` at `address`; returns the block that was there.
+    /// Stores `block` at `address`; returns the block that was there. Under sampling, blocks go to
+    /// the side tables: they are few and far apart, and each would touch a page of the shadow of
+    /// its own.
     #[inline]
     fn add(&self, entered: &Entered<'_>, address: usize, block: Block) -> Option<Block> {
         let word = Word::new(&block);
-        let old = match self.shadow.set(address, word.0) {
+        let in_shadow = self.sample_interval() == 0;
+        let old = match in_shadow
+            .then(|| self.shadow.set(address, word.0))
+            .flatten()
+        {
             Some(0) => None,
             Some(old) => Some(Word(old)),
             None => {
