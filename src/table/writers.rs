@@ -1,9 +1,10 @@
 //! The threads that change a table, and how a reader holds it still.
 //!
 //! Each thread that records claims a [`Writer`] of the table: its own counters (live and
-//! allocated blocks and bytes, overall and per stack), which only that thread writes, with a plain
-//! load and store rather than a locked instruction, and which readers add up. A thread that ends
-//! gives its writer back for the next thread to claim; the counters are cumulative, so they stay.
+//! allocated blocks and bytes, overall and per stack for the first stacks), which only that
+//! thread writes, with a plain load and store rather than a locked instruction, and which readers
+//! add up. A thread that ends gives its writer back for the next thread to claim; the counters
+//! are cumulative, so they stay.
 //!
 //! A writer changes the table between entering it and dropping the [`Entered`] it got. Entering
 //! makes the writer's `busy` odd with one sequentially consistent store, then checks that no
@@ -46,7 +47,8 @@ pub struct Writer {
     pub(super) total_bytes: AtomicU64,
     /// Live bytes not yet added to the table's peak counter.
     pub(super) pending_peak: AtomicI64,
-    /// `(blocks, bytes)` allocated through this writer, by stack id.
+    /// `(blocks, bytes)` allocated through this writer, by stack id (for the ids the table counts
+    /// here: see `WRITER_STACKS`).
     stacks: boxcar::Vec<[AtomicU64; 2]>,
 }
 
