@@ -166,8 +166,12 @@ fn large_sizes_and_tags_survive_packing() {
     assert_eq!(table.stats().live_bytes, u32::MAX as u64);
 }
 
+/// Serializes the tests that use the process table.
+static PROCESS_TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn ending_threads_give_their_writers_back() {
+    let _only = PROCESS_TABLE.lock().unwrap_or_else(|e| e.into_inner());
     for i in 0..16 {
         std::thread::spawn(move || {
             let at = 0x7700_0000 + i * 16;
@@ -217,4 +221,26 @@ fn allocations_count_per_stack_beyond_the_threads_own_counters() {
     for (i, &(blocks, bytes)) in allocated.iter().enumerate() {
         assert_eq!((blocks, bytes), (2, i as u64 + 2), "stack {i}");
     }
+}
+
+#[test]
+fn frees_after_the_writer_is_given_back_go_through_the_shared_writer() {
+    let _only = PROCESS_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let before = TABLE.counts();
+    let orphan_before = TABLE.orphan.total_blocks.load(Relaxed);
+    std::thread::spawn(|| {
+        TABLE.insert(0x7800_0000, 24, &frames(2));
+        // What the thread-local destructor does when the thread ends; other destructors of the
+        // thread may free blocks after it.
+        drop(writers::ReleaseOnExit);
+        assert_eq!(TABLE.remove(0x7800_0000).map(|b| b.size), Some(24));
+        TABLE.insert(0x7800_0010, 8, &frames(2));
+        assert!(TABLE.remove(0x7800_0010).is_some());
+    })
+    .join()
+    .unwrap();
+    let after = TABLE.counts();
+    assert_eq!(after.live_blocks, before.live_blocks);
+    assert_eq!(after.total_blocks, before.total_blocks + 2);
+    assert_eq!(TABLE.orphan.total_blocks.load(Relaxed), orphan_before + 1);
 }
