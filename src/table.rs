@@ -69,8 +69,12 @@ impl Drop for Hold {
 /// Side tables; a power of two.
 const SIDES: usize = 16;
 
-/// Slots of the sampled-block filter; a power of two (32 KiB, so it stays in cache).
+/// Slots of the sampled-block filter; a power of two. Each slot is a 2-bit counter, so the filter
+/// takes 8 KiB and stays in the first-level cache that every free reads it from.
 const FILTER: usize = 1 << 15;
+
+/// A filter counter's largest value; a counter that reaches it stays there.
+const COUNT_MAX: u8 = 3;
 
 /// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
 /// tracked exactly.
@@ -330,9 +334,9 @@ pub struct Table {
     peak: Peak,
     /// Mean bytes between sampled allocations; 0 records every allocation.
     sample_interval: AtomicU64,
-    /// Under sampling: how many live blocks hash to each slot (saturating at 255, then sticky), so
-    /// a slot at 0 proves an address was never recorded.
-    filter: [AtomicU8; FILTER],
+    /// Under sampling: how many live blocks hash to each slot, four 2-bit counters a byte
+    /// (saturating at 3, then sticky), so a slot at 0 proves an address was never recorded.
+    filter: [AtomicU8; FILTER / 4],
     /// Whether stacks count their live blocks and the peak table is kept.
     track_peak: AtomicBool,
     /// A new peak was reached since the last capture of the peak table.
@@ -364,7 +368,7 @@ impl Table {
             stacks: Stacks::new(),
             peak: Peak::new(),
             sample_interval: AtomicU64::new(0),
-            filter: [const { AtomicU8::new(0) }; FILTER],
+            filter: [const { AtomicU8::new(0) }; FILTER / 4],
             track_peak: AtomicBool::new(false),
             peak_due: AtomicBool::new(false),
             peak_table: Mutex::new(PeakTable {
@@ -594,21 +598,32 @@ impl Table {
     /// sampling, `false` proves it is not, without touching the table.
     #[inline]
     pub fn may_hold(&self, address: usize) -> bool {
-        self.sample_interval() == 0 || self.filter[Self::slot(address)].load(Relaxed) != 0
+        if self.sample_interval() == 0 {
+            return true;
+        }
+        let (byte, shift) = Self::slot(address);
+        (self.filter[byte].load(Relaxed) >> shift) & COUNT_MAX != 0
     }
 
-    fn slot(address: usize) -> usize {
-        (mix(address) >> 40) as usize % FILTER
+    /// The byte of the filter that holds the counter of `address`, and the counter's shift in it.
+    fn slot(address: usize) -> (usize, u32) {
+        let slot = (mix(address) >> 40) as usize % FILTER;
+        (slot / 4, (slot % 4) as u32 * 2)
     }
 
     fn filter_add(&self, address: usize) {
-        let slot = &self.filter[Self::slot(address)];
-        let _ = slot.fetch_update(Relaxed, Relaxed, |n| (n < u8::MAX).then_some(n + 1));
+        let (byte, shift) = Self::slot(address);
+        let _ = self.filter[byte].fetch_update(Relaxed, Relaxed, |b| {
+            ((b >> shift) & COUNT_MAX < COUNT_MAX).then(|| b + (1 << shift))
+        });
     }
 
     fn filter_remove(&self, address: usize) {
-        let slot = &self.filter[Self::slot(address)];
-        let _ = slot.fetch_update(Relaxed, Relaxed, |n| (n > 0 && n < u8::MAX).then(|| n - 1));
+        let (byte, shift) = Self::slot(address);
+        let _ = self.filter[byte].fetch_update(Relaxed, Relaxed, |b| {
+            let count = (b >> shift) & COUNT_MAX;
+            (count > 0 && count < COUNT_MAX).then(|| b - (1 << shift))
+        });
     }
 
     /// The live bytes a block stands for in the peak: its size, or its weight under sampling.

@@ -172,22 +172,21 @@ static PROCESS_TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn ending_threads_give_their_writers_back() {
     let _only = PROCESS_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut used = std::collections::BTreeSet::new();
     for i in 0..16 {
-        std::thread::spawn(move || {
+        let writer = std::thread::spawn(move || {
             let at = 0x7700_0000 + i * 16;
             TABLE.insert(at, 8, &frames(1));
             assert!(TABLE.remove(at).is_some());
+            writers::MINE.with(|mine| mine.get().map(|w| w as *const Writer as usize))
         })
         .join()
         .unwrap();
+        used.insert(writer.expect("the thread claimed a writer"));
     }
-    // Each thread claimed a writer and gave it back at its end, for the next thread to claim.
-    assert!(
-        TABLE.writers.count() <= 2,
-        "{} writers",
-        TABLE.writers.count()
-    );
-    assert_eq!(TABLE.counts().live_blocks, 0);
+    // Each thread gave its writer back at its end, for the next one to claim. (Other tests'
+    // threads may claim one meanwhile; without the release, every thread would need a new one.)
+    assert!(used.len() <= 8, "{} writers for 16 threads", used.len());
 }
 
 #[test]
