@@ -243,3 +243,47 @@ fn frees_after_the_writer_is_given_back_go_through_the_shared_writer() {
     assert_eq!(after.total_blocks, before.total_blocks + 2);
     assert_eq!(TABLE.orphan.total_blocks.load(Relaxed), orphan_before + 1);
 }
+
+#[test]
+fn a_held_table_is_consistent_while_threads_change_it() {
+    let table = Table::new();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for t in 0..3usize {
+            let (table, stop) = (&table, &stop);
+            scope.spawn(move || {
+                let base = 0x1000_0000 * (t + 1);
+                let mut i = 0usize;
+                while !stop.load(Relaxed) {
+                    let at = base + (i % 512) * 16;
+                    table.insert(at, 16 + t, &frames(t as u8));
+                    if i % 3 != 0 {
+                        assert!(table.remove(at).is_some());
+                    }
+                    i += 1;
+                }
+            });
+        }
+        // Stops the writers when the checks end, also when one fails.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        for _ in 0..200 {
+            let held = table.lock_all();
+            let (mut blocks, mut bytes) = (0u64, 0u64);
+            held.for_each_block(|_, block| {
+                blocks += 1;
+                bytes += block.size;
+            });
+            let stats = held.stats();
+            assert_eq!((stats.live_blocks, stats.live_bytes), (blocks, bytes));
+            assert_eq!(held.len() as u64, blocks);
+            drop(held);
+            std::thread::yield_now();
+        }
+    });
+}
