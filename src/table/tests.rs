@@ -257,7 +257,7 @@ fn a_held_table_is_consistent_while_threads_change_it() {
                 while !stop.load(Relaxed) {
                     let at = base + (i % 512) * 16;
                     table.insert(at, 16 + t, &frames(t as u8));
-                    if i % 3 != 0 {
+                    if !i.is_multiple_of(3) {
                         assert!(table.remove(at).is_some());
                     }
                     i += 1;
