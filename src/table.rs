@@ -326,8 +326,6 @@ pub struct Table {
     freezer: Mutex<()>,
     /// This table's id for [`writers::CLAIMED`]; 0 until a thread first claims a writer.
     id: AtomicU64,
-    /// Whether any block was ever recorded.
-    recorded: AtomicBool,
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
     /// Live bytes over all threads (in batches), and their peak.
@@ -364,7 +362,6 @@ impl Table {
             frozen: AtomicBool::new(false),
             freezer: Mutex::new(()),
             id: AtomicU64::new(0),
-            recorded: AtomicBool::new(false),
             stacks: Stacks::new(),
             peak: Peak::new(),
             sample_interval: AtomicU64::new(0),
@@ -749,9 +746,6 @@ impl Table {
     /// Records a new live block whose stack is already interned.
     #[inline]
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
-        if !self.recorded.load(Relaxed) {
-            self.recorded.store(true, Relaxed);
-        }
         let interval = self.sample_interval();
         if interval != 0 {
             self.filter_add(address);
@@ -816,11 +810,11 @@ impl Table {
         });
     }
 
-    /// Whether any block was ever recorded: one relaxed load, for callers that must cost nothing
-    /// when memprof is not the global allocator.
+    /// Whether any block was ever recorded (every recorded block has an interned stack): one
+    /// relaxed load, for callers that must cost nothing when memprof is not the global allocator.
     #[inline]
     pub fn has_recorded(&self) -> bool {
-        self.recorded.load(Relaxed)
+        !self.stacks.is_empty()
     }
 
     /// Sets the type tag of the live block that starts at `address`; returns the block's stack and
