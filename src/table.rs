@@ -403,16 +403,20 @@ impl Table {
         } else {
             self.writer()
         };
-        match writer {
-            Some(writer) => writer.enter(&self.frozen).map(|entered| f(&entered)),
-            None => {
-                let _orphan = self
-                    .orphan_lock
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                self.orphan.enter(&self.frozen).map(|entered| f(&entered))
-            }
-        }
+        // One call of `f`, so that it is inlined here.
+        let (writer, _orphan) = match writer {
+            Some(writer) => (writer, None),
+            None => (&self.orphan, Some(self.lock_orphan())),
+        };
+        writer.enter(&self.frozen).map(|entered| f(&entered))
+    }
+
+    /// Serializes the users of the orphans' writer.
+    #[cold]
+    fn lock_orphan(&self) -> MutexGuard<'_, ()> {
+        self.orphan_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// This thread's writer, claimed on first use; `None` once the thread gave it back.
