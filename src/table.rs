@@ -99,6 +99,16 @@ pub struct Block {
     pub tag: u32,
 }
 
+/// The settings a change of the table depends on, read once per change (both are set before the
+/// first block is recorded).
+#[derive(Clone, Copy)]
+struct Mode {
+    /// [`Table::sample_interval`].
+    interval: u64,
+    /// [`Table::tracks_peak`].
+    track_peak: bool,
+}
+
 /// Hashes an address: a folded multiply, so the bits the side-table index and the hash maps'
 /// buckets use all depend on every address bit (blocks are 16-byte aligned, so the low bits alone
 /// say nothing).
@@ -297,6 +307,12 @@ impl Locked<'_> {
         stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
         stats
     }
+}
+
+/// The live bytes a block of `size` stands for under the sampling `interval` (not 0).
+#[cold]
+fn sampled_bytes(size: u64, interval: u64) -> u64 {
+    sampling::weight(size, interval).1.round() as u64
 }
 
 /// The side table of `address`.
@@ -514,9 +530,9 @@ impl Table {
     /// Adds `bytes` (negative when a block goes) to the live bytes of the peak accounting: at
     /// once when the peak is tracked, else in the writer's batch.
     #[inline]
-    fn peak_change(&self, writer: &Writer, bytes: i64) -> bool {
+    fn peak_change(&self, writer: &Writer, bytes: i64, mode: Mode) -> bool {
         let pending = writer.pending_peak.load(Relaxed) + bytes;
-        if !self.tracks_peak() && pending.abs() < PEAK_BATCH {
+        if !mode.track_peak && pending.abs() < PEAK_BATCH {
             writer.pending_peak.store(pending, Relaxed);
             return false;
         }
@@ -524,12 +540,21 @@ impl Table {
         self.peak.change(pending)
     }
 
+    /// The settings of a change, read now.
+    #[inline]
+    fn mode(&self) -> Mode {
+        Mode {
+            interval: self.sample_interval(),
+            track_peak: self.tracks_peak(),
+        }
+    }
+
     /// Adds a live block to the peak accounting.
     #[inline]
-    fn grow(&self, writer: &Writer, stack: StackId, size: u64) {
-        let bytes = self.peak_bytes_of(size);
-        let new_peak = self.peak_change(writer, bytes as i64);
-        if self.tracks_peak() {
+    fn grow(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
+        let bytes = self.peak_bytes_of(size, mode.interval);
+        let new_peak = self.peak_change(writer, bytes as i64, mode);
+        if mode.track_peak {
             self.stacks.record(stack).on_live(true, bytes);
             if new_peak {
                 self.peak_due.store(true, Relaxed);
@@ -540,15 +565,15 @@ impl Table {
     /// Takes a live block out of the peak accounting; first captures the peak table when a new
     /// peak is due (the heap is about to come down from it).
     #[inline]
-    fn shrink(&self, writer: &Writer, stack: StackId, size: u64) {
-        let bytes = self.peak_bytes_of(size);
-        if self.tracks_peak() {
+    fn shrink(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
+        let bytes = self.peak_bytes_of(size, mode.interval);
+        if mode.track_peak {
             if self.peak_due.load(Relaxed) {
                 self.capture_peak();
             }
             self.stacks.record(stack).on_live(false, bytes);
         }
-        self.peak_change(writer, -(bytes as i64));
+        self.peak_change(writer, -(bytes as i64), mode);
     }
     #[cold]
     fn capture_peak(&self) {
@@ -627,11 +652,13 @@ impl Table {
         });
     }
 
-    /// The live bytes a block stands for in the peak: its size, or its weight under sampling.
-    fn peak_bytes_of(&self, size: u64) -> u64 {
-        match self.sample_interval() {
+    /// The live bytes a block stands for in the peak: its size, or its weight under the sampling
+    /// `interval`.
+    #[inline]
+    fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
+        match interval {
             0 => size,
-            interval => sampling::weight(size, interval).1.round() as u64,
+            interval => sampled_bytes(size, interval),
         }
     }
 
@@ -662,47 +689,58 @@ impl Table {
     /// the side tables: they are few and far apart, and each would touch a page of the shadow of
     /// its own.
     #[inline]
-    fn add(&self, entered: &Entered<'_>, address: usize, block: Block) -> Option<Block> {
+    fn add(
+        &self,
+        entered: &Entered<'_>,
+        address: usize,
+        block: Block,
+        interval: u64,
+    ) -> Option<Block> {
         let word = Word::new(&block);
-        let in_shadow = self.sample_interval() == 0;
-        let old = match in_shadow
+        let old = match (interval == 0)
             .then(|| self.shadow.set(address, word.0))
             .flatten()
         {
             Some(0) => None,
             Some(old) => Some(Word(old)),
-            None => {
-                let old = self.side(address).side.odd.insert(address, word);
-                if old.is_none() {
-                    self.odd_blocks.fetch_add(1, Relaxed);
-                }
-                old
-            }
+            None => self.add_odd(address, word),
         };
         let stale = old.map(|old| self.forget(entered, address, old));
         if word.has_side() {
-            let mut side = self.side(address);
-            if word.is_large() {
-                side.side.large.insert(address, block.size);
-            }
-            if block.tag != 0 {
-                side.side.tags.insert(address, block.tag);
-            }
+            self.add_side(address, word, &block);
         }
         bump(&entered.writer.live_blocks, 1);
         bump(&entered.writer.live_bytes, block.size);
         stale
     }
 
+    /// Stores `word` at `address` in [`Side::odd`]; returns the word that was there.
+    #[cold]
+    fn add_odd(&self, address: usize, word: Word) -> Option<Word> {
+        let old = self.side(address).side.odd.insert(address, word);
+        if old.is_none() {
+            self.odd_blocks.fetch_add(1, Relaxed);
+        }
+        old
+    }
+
+    /// Keeps what does not fit `word` of `block`, at `address`, in the side tables.
+    #[cold]
+    fn add_side(&self, address: usize, word: Word, block: &Block) {
+        let mut side = self.side(address);
+        if word.is_large() {
+            side.side.large.insert(address, block.size);
+        }
+        if block.tag != 0 {
+            side.side.tags.insert(address, block.tag);
+        }
+    }
+
     /// Clears what `word`, just taken out, kept beside it and counts the block gone; returns it.
     #[inline]
     fn forget(&self, entered: &Entered<'_>, address: usize, word: Word) -> Block {
         let block = if word.has_side() {
-            let mut side = self.side(address);
-            let block = side.side.unpack(address, word);
-            side.side.large.remove(&address);
-            side.side.tags.remove(&address);
-            block
+            self.forget_side(address, word)
         } else {
             Block {
                 size: word.small_size(),
@@ -712,6 +750,16 @@ impl Table {
         };
         bump(&entered.writer.live_blocks, 1u64.wrapping_neg());
         bump(&entered.writer.live_bytes, block.size.wrapping_neg());
+        block
+    }
+
+    /// The block `word` stands for at `address`, its side-table entries cleared.
+    #[cold]
+    fn forget_side(&self, address: usize, word: Word) -> Block {
+        let mut side = self.side(address);
+        let block = side.side.unpack(address, word);
+        side.side.large.remove(&address);
+        side.side.tags.remove(&address);
         block
     }
 
@@ -729,14 +777,18 @@ impl Table {
     fn take(&self, entered: &Entered<'_>, address: usize) -> Option<Block> {
         let word = match self.shadow.take(address) {
             0 if self.odd_blocks.load(Relaxed) == 0 => return None,
-            0 => {
-                let word = self.side(address).side.odd.remove(&address)?;
-                self.odd_blocks.fetch_sub(1, Relaxed);
-                word
-            }
+            0 => self.take_odd(address)?,
             word => Word(word),
         };
         Some(self.forget(entered, address, word))
+    }
+
+    /// Takes the word at `address` out of [`Side::odd`].
+    #[cold]
+    fn take_odd(&self, address: usize) -> Option<Word> {
+        let word = self.side(address).side.odd.remove(&address)?;
+        self.odd_blocks.fetch_sub(1, Relaxed);
+        Some(word)
     }
 
     /// Records a new live block allocated from `frames`.
@@ -750,12 +802,12 @@ impl Table {
     /// Records a new live block whose stack is already interned.
     #[inline]
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
-        let interval = self.sample_interval();
-        if interval != 0 {
+        let mode = self.mode();
+        if mode.interval != 0 {
             self.filter_add(address);
         }
         self.change(|entered| {
-            let (blocks, bytes) = sampling::estimate(size, interval);
+            let (blocks, bytes) = sampling::estimate(size, mode.interval);
             let writer = entered.writer;
             if stack.0 < WRITER_STACKS {
                 writer.count_stack(stack.0, blocks, bytes);
@@ -766,7 +818,7 @@ impl Table {
             }
             bump(&writer.total_blocks, blocks);
             bump(&writer.total_bytes, bytes);
-            self.grow(writer, stack, size);
+            self.grow(writer, stack, size, mode);
             let block = Block {
                 size,
                 stack,
@@ -774,8 +826,8 @@ impl Table {
             };
             // An address handed out twice without a free in between means a free went unseen
             // (another allocator, or one made before memprof was ready): the stale block is gone.
-            if let Some(stale) = self.add(entered, address, block) {
-                self.retire(entered, address, &stale);
+            if let Some(stale) = self.add(entered, address, block, mode.interval) {
+                self.retire(entered, address, &stale, mode);
             }
         });
     }
@@ -783,9 +835,10 @@ impl Table {
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
+        let mode = self.mode();
         self.change(|entered| {
             let block = self.take(entered, address)?;
-            self.retire(entered, address, &block);
+            self.retire(entered, address, &block, mode);
             Some(block)
         })
         .flatten()
@@ -793,9 +846,9 @@ impl Table {
 
     /// Undoes what recording `block` added to the peak and the filter.
     #[inline]
-    fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block) {
-        self.shrink(entered.writer, block.stack, block.size);
-        if self.sample_interval() != 0 {
+    fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block, mode: Mode) {
+        self.shrink(entered.writer, block.stack, block.size, mode);
+        if mode.interval != 0 {
             self.filter_remove(address);
         }
     }
@@ -803,13 +856,14 @@ impl Table {
     /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
     /// (a failed `realloc`).
     pub fn restore(&self, address: usize, block: Block) {
-        if self.sample_interval() != 0 {
+        let mode = self.mode();
+        if mode.interval != 0 {
             self.filter_add(address);
         }
         self.change(|entered| {
-            self.grow(entered.writer, block.stack, block.size);
-            if let Some(stale) = self.add(entered, address, block) {
-                self.retire(entered, address, &stale);
+            self.grow(entered.writer, block.stack, block.size, mode);
+            if let Some(stale) = self.add(entered, address, block, mode.interval) {
+                self.retire(entered, address, &stale, mode);
             }
         });
     }
@@ -836,7 +890,12 @@ impl Table {
                     tag: 0,
                 }
             };
-            self.add(entered, address, Block { tag, ..block });
+            self.add(
+                entered,
+                address,
+                Block { tag, ..block },
+                self.sample_interval(),
+            );
             Some((block.stack, block.tag))
         })
         .flatten()

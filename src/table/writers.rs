@@ -93,13 +93,23 @@ impl Writer {
     #[inline]
     pub(super) fn count_stack(&self, stack: u32, blocks: u64, bytes: u64) {
         let index = stack as usize;
-        while self.stacks.count() <= index {
-            self.stacks.push(Default::default());
-        }
-        if let Some([b, s]) = self.stacks.get(index) {
+        let counters = match self.stacks.get(index) {
+            Some(counters) => Some(counters),
+            None => self.grow_stacks(index),
+        };
+        if let Some([b, s]) = counters {
             bump(b, blocks);
             bump(s, bytes);
         }
+    }
+
+    /// Adds per-stack counters up to `index`; returns those of `index`.
+    #[cold]
+    fn grow_stacks(&self, index: usize) -> Option<&[AtomicU64; 2]> {
+        while self.stacks.count() <= index {
+            self.stacks.push(Default::default());
+        }
+        self.stacks.get(index)
     }
 
     /// Adds this writer's per-stack allocated counters to `into`, by stack id.
