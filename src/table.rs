@@ -234,6 +234,14 @@ impl Side {
     }
 }
 
+/// This thread inside a table as a writer; leaving is dropping it.
+struct Inside<'a> {
+    /// The writer that entered.
+    entered: Entered<'a>,
+    /// Held while the writer is the orphans'; released after leaving.
+    _orphan: Option<MutexGuard<'a, ()>>,
+}
+
 /// A held side table; [`holding_table`] says so while it lives.
 struct SideGuard<'a> {
     side: MutexGuard<'a, Side>,
@@ -405,10 +413,10 @@ impl Table {
         }
     }
 
-    /// Runs `f` inside the table as this thread's writer; `None` when this thread is inside the
-    /// table already or holds it still.
-    #[inline]
-    fn change<R>(&self, f: impl FnOnce(&Entered<'_>) -> R) -> Option<R> {
+    /// Enters the table as this thread's writer, to change it until the result is dropped; `None`
+    /// when this thread is inside the table already or holds it still.
+    #[inline(always)]
+    fn enter(&self) -> Option<Inside<'_>> {
         if holding_table() {
             return None;
         }
@@ -419,12 +427,15 @@ impl Table {
         } else {
             self.writer()
         };
-        // One call of `f`, so that it is inlined here.
-        let (writer, _orphan) = match writer {
+        let (writer, orphan) = match writer {
             Some(writer) => (writer, None),
             None => (&self.orphan, Some(self.lock_orphan())),
         };
-        writer.enter(&self.frozen).map(|entered| f(&entered))
+        let entered = writer.enter(&self.frozen)?;
+        Some(Inside {
+            entered,
+            _orphan: orphan,
+        })
     }
 
     /// Serializes the users of the orphans' writer.
@@ -806,42 +817,53 @@ impl Table {
         if mode.interval != 0 {
             self.filter_add(address);
         }
-        self.change(|entered| {
-            let (blocks, bytes) = sampling::estimate(size, mode.interval);
-            let writer = entered.writer;
-            if stack.0 < WRITER_STACKS {
-                writer.count_stack(stack.0, blocks, bytes);
-            } else {
-                let record = self.stacks.record(stack);
-                record.allocated_blocks.fetch_add(blocks, Relaxed);
-                record.allocated_bytes.fetch_add(bytes, Relaxed);
-            }
-            bump(&writer.total_blocks, blocks);
-            bump(&writer.total_bytes, bytes);
-            self.grow(writer, stack, size, mode);
-            let block = Block {
-                size,
-                stack,
-                tag: 0,
-            };
-            // An address handed out twice without a free in between means a free went unseen
-            // (another allocator, or one made before memprof was ready): the stale block is gone.
-            if let Some(stale) = self.add(entered, address, block, mode.interval) {
-                self.retire(entered, address, &stale, mode);
-            }
-        });
+        let Some(inside) = self.enter() else {
+            return;
+        };
+        let entered = &inside.entered;
+        let (blocks, bytes) = sampling::estimate(size, mode.interval);
+        let writer = entered.writer;
+        if stack.0 < WRITER_STACKS {
+            writer.count_stack(stack.0, blocks, bytes);
+        } else {
+            let record = self.stacks.record(stack);
+            record.allocated_blocks.fetch_add(blocks, Relaxed);
+            record.allocated_bytes.fetch_add(bytes, Relaxed);
+        }
+        bump(&writer.total_blocks, blocks);
+        bump(&writer.total_bytes, bytes);
+        self.grow(writer, stack, size, mode);
+        let block = Block {
+            size,
+            stack,
+            tag: 0,
+        };
+        // An address handed out twice without a free in between means a free went unseen
+        // (another allocator, or one made before memprof was ready): the stale block is gone.
+        if let Some(stale) = self.add(entered, address, block, mode.interval) {
+            self.retire(entered, address, &stale, mode);
+        }
     }
 
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
+        self.remove_block(address)
+    }
+
+    /// [`Table::remove`] for callers that do not need the block (the free path).
+    #[inline(never)]
+    pub fn discard(&self, address: usize) {
+        self.remove_block(address);
+    }
+
+    #[inline(always)]
+    fn remove_block(&self, address: usize) -> Option<Block> {
+        let inside = self.enter()?;
         let mode = self.mode();
-        self.change(|entered| {
-            let block = self.take(entered, address)?;
-            self.retire(entered, address, &block, mode);
-            Some(block)
-        })
-        .flatten()
+        let block = self.take(&inside.entered, address)?;
+        self.retire(&inside.entered, address, &block, mode);
+        Some(block)
     }
 
     /// Undoes what recording `block` added to the peak and the filter.
@@ -860,12 +882,14 @@ impl Table {
         if mode.interval != 0 {
             self.filter_add(address);
         }
-        self.change(|entered| {
-            self.grow(entered.writer, block.stack, block.size, mode);
-            if let Some(stale) = self.add(entered, address, block, mode.interval) {
-                self.retire(entered, address, &stale, mode);
-            }
-        });
+        let Some(inside) = self.enter() else {
+            return;
+        };
+        let entered = &inside.entered;
+        self.grow(entered.writer, block.stack, block.size, mode);
+        if let Some(stale) = self.add(entered, address, block, mode.interval) {
+            self.retire(entered, address, &stale, mode);
+        }
     }
 
     /// Whether any block was ever recorded (every recorded block has an interned stack): one
@@ -879,26 +903,24 @@ impl Table {
     /// its previous tag, or `None` when no live block starts there. Call it inside the reentrancy
     /// guard: the tag map may allocate.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
-        self.change(|entered| {
-            let word = self.word(address)?;
-            let block = if word.has_side() {
-                self.side(address).side.unpack(address, word)
-            } else {
-                Block {
-                    size: word.small_size(),
-                    stack: word.stack(),
-                    tag: 0,
-                }
-            };
-            self.add(
-                entered,
-                address,
-                Block { tag, ..block },
-                self.sample_interval(),
-            );
-            Some((block.stack, block.tag))
-        })
-        .flatten()
+        let inside = self.enter()?;
+        let word = self.word(address)?;
+        let block = if word.has_side() {
+            self.side(address).side.unpack(address, word)
+        } else {
+            Block {
+                size: word.small_size(),
+                stack: word.stack(),
+                tag: 0,
+            }
+        };
+        self.add(
+            &inside.entered,
+            address,
+            Block { tag, ..block },
+            self.sample_interval(),
+        );
+        Some((block.stack, block.tag))
     }
 
     /// Holds the table still: waits until no thread is changing it, and makes threads that come to
