@@ -72,31 +72,18 @@ pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Op
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let n = stack::capture(config.unwinder, &mut frames[..depth]);
-        let stack = &frames[..n];
-        record(Event::Alloc {
-            address,
-            size,
-            stack,
-        })
+        Some(TABLE.insert(address, size, &frames[..n]))
     });
-    let recorded = recorded.unwrap_or_else(|_| {
-        // The thread is tearing down its locals: record the block without a stack rather than lose
-        // it, so totals stay balanced when it is freed.
-        let stack = &[];
-        record(Event::Alloc {
-            address,
-            size,
-            stack,
-        })
-    });
-    recorded.map(|block| block.stack)
+    // The thread is tearing down its locals: record the block without a stack rather than lose it,
+    // so totals stay balanced when it is freed.
+    recorded.unwrap_or_else(|_| Some(TABLE.insert(address, size, &[])))
 }
 
 /// Forgets a block about to be freed; returns what the table knew of it. Needs no guard: it
 /// never allocates.
 #[inline]
 pub fn free(address: usize) -> Option<Block> {
-    record(Event::Free { address })
+    TABLE.remove(address)
 }
 
 /// Puts back a block that [`free`] removed, when its free did not happen (a failed `realloc`).

@@ -130,7 +130,7 @@ pub fn record_free(address: usize) {
         return;
     }
     if TABLE.may_hold(address) {
-        capture::free(address);
+        TABLE.discard(address);
     }
     if scope::any_open() {
         scope::on_free(address);

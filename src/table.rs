@@ -99,6 +99,16 @@ pub struct Block {
     pub tag: u32,
 }
 
+/// The settings a change of the table depends on, read once per change (both are set before the
+/// first block is recorded).
+#[derive(Clone, Copy)]
+struct Mode {
+    /// [`Table::sample_interval`].
+    interval: u64,
+    /// [`Table::tracks_peak`].
+    track_peak: bool,
+}
+
 /// Hashes an address: a folded multiply, so the bits the side-table index and the hash maps'
 /// buckets use all depend on every address bit (blocks are 16-byte aligned, so the low bits alone
 /// say nothing).
@@ -224,6 +234,14 @@ impl Side {
     }
 }
 
+/// This thread inside a table as a writer; leaving is dropping it.
+struct Inside<'a> {
+    /// The writer that entered.
+    entered: Entered<'a>,
+    /// Held while the writer is the orphans'; released after leaving.
+    _orphan: Option<MutexGuard<'a, ()>>,
+}
+
 /// A held side table; [`holding_table`] says so while it lives.
 struct SideGuard<'a> {
     side: MutexGuard<'a, Side>,
@@ -297,6 +315,12 @@ impl Locked<'_> {
         stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
         stats
     }
+}
+
+/// The live bytes a block of `size` stands for under the sampling `interval` (not 0).
+#[cold]
+fn sampled_bytes(size: u64, interval: u64) -> u64 {
+    sampling::weight(size, interval).1.round() as u64
 }
 
 /// The side table of `address`.
@@ -389,10 +413,10 @@ impl Table {
         }
     }
 
-    /// Runs `f` inside the table as this thread's writer; `None` when this thread is inside the
-    /// table already or holds it still.
-    #[inline]
-    fn change<R>(&self, f: impl FnOnce(&Entered<'_>) -> R) -> Option<R> {
+    /// Enters the table as this thread's writer, to change it until the result is dropped; `None`
+    /// when this thread is inside the table already or holds it still.
+    #[inline(always)]
+    fn enter(&self) -> Option<Inside<'_>> {
         if holding_table() {
             return None;
         }
@@ -403,16 +427,23 @@ impl Table {
         } else {
             self.writer()
         };
-        match writer {
-            Some(writer) => writer.enter(&self.frozen).map(|entered| f(&entered)),
-            None => {
-                let _orphan = self
-                    .orphan_lock
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                self.orphan.enter(&self.frozen).map(|entered| f(&entered))
-            }
-        }
+        let (writer, orphan) = match writer {
+            Some(writer) => (writer, None),
+            None => (&self.orphan, Some(self.lock_orphan())),
+        };
+        let entered = writer.enter(&self.frozen)?;
+        Some(Inside {
+            entered,
+            _orphan: orphan,
+        })
+    }
+
+    /// Serializes the users of the orphans' writer.
+    #[cold]
+    fn lock_orphan(&self) -> MutexGuard<'_, ()> {
+        self.orphan_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// This thread's writer, claimed on first use; `None` once the thread gave it back.
@@ -510,9 +541,9 @@ impl Table {
     /// Adds `bytes` (negative when a block goes) to the live bytes of the peak accounting: at
     /// once when the peak is tracked, else in the writer's batch.
     #[inline]
-    fn peak_change(&self, writer: &Writer, bytes: i64) -> bool {
+    fn peak_change(&self, writer: &Writer, bytes: i64, mode: Mode) -> bool {
         let pending = writer.pending_peak.load(Relaxed) + bytes;
-        if !self.tracks_peak() && pending.abs() < PEAK_BATCH {
+        if !mode.track_peak && pending.abs() < PEAK_BATCH {
             writer.pending_peak.store(pending, Relaxed);
             return false;
         }
@@ -520,12 +551,21 @@ impl Table {
         self.peak.change(pending)
     }
 
+    /// The settings of a change, read now.
+    #[inline]
+    fn mode(&self) -> Mode {
+        Mode {
+            interval: self.sample_interval(),
+            track_peak: self.tracks_peak(),
+        }
+    }
+
     /// Adds a live block to the peak accounting.
     #[inline]
-    fn grow(&self, writer: &Writer, stack: StackId, size: u64) {
-        let bytes = self.peak_bytes_of(size);
-        let new_peak = self.peak_change(writer, bytes as i64);
-        if self.tracks_peak() {
+    fn grow(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
+        let bytes = self.peak_bytes_of(size, mode.interval);
+        let new_peak = self.peak_change(writer, bytes as i64, mode);
+        if mode.track_peak {
             self.stacks.record(stack).on_live(true, bytes);
             if new_peak {
                 self.peak_due.store(true, Relaxed);
@@ -536,15 +576,15 @@ impl Table {
     /// Takes a live block out of the peak accounting; first captures the peak table when a new
     /// peak is due (the heap is about to come down from it).
     #[inline]
-    fn shrink(&self, writer: &Writer, stack: StackId, size: u64) {
-        let bytes = self.peak_bytes_of(size);
-        if self.tracks_peak() {
+    fn shrink(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
+        let bytes = self.peak_bytes_of(size, mode.interval);
+        if mode.track_peak {
             if self.peak_due.load(Relaxed) {
                 self.capture_peak();
             }
             self.stacks.record(stack).on_live(false, bytes);
         }
-        self.peak_change(writer, -(bytes as i64));
+        self.peak_change(writer, -(bytes as i64), mode);
     }
     #[cold]
     fn capture_peak(&self) {
@@ -623,11 +663,13 @@ impl Table {
         });
     }
 
-    /// The live bytes a block stands for in the peak: its size, or its weight under sampling.
-    fn peak_bytes_of(&self, size: u64) -> u64 {
-        match self.sample_interval() {
+    /// The live bytes a block stands for in the peak: its size, or its weight under the sampling
+    /// `interval`.
+    #[inline]
+    fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
+        match interval {
             0 => size,
-            interval => sampling::weight(size, interval).1.round() as u64,
+            interval => sampled_bytes(size, interval),
         }
     }
 
@@ -658,47 +700,58 @@ impl Table {
     /// the side tables: they are few and far apart, and each would touch a page of the shadow of
     /// its own.
     #[inline]
-    fn add(&self, entered: &Entered<'_>, address: usize, block: Block) -> Option<Block> {
+    fn add(
+        &self,
+        entered: &Entered<'_>,
+        address: usize,
+        block: Block,
+        interval: u64,
+    ) -> Option<Block> {
         let word = Word::new(&block);
-        let in_shadow = self.sample_interval() == 0;
-        let old = match in_shadow
+        let old = match (interval == 0)
             .then(|| self.shadow.set(address, word.0))
             .flatten()
         {
             Some(0) => None,
             Some(old) => Some(Word(old)),
-            None => {
-                let old = self.side(address).side.odd.insert(address, word);
-                if old.is_none() {
-                    self.odd_blocks.fetch_add(1, Relaxed);
-                }
-                old
-            }
+            None => self.add_odd(address, word),
         };
         let stale = old.map(|old| self.forget(entered, address, old));
         if word.has_side() {
-            let mut side = self.side(address);
-            if word.is_large() {
-                side.side.large.insert(address, block.size);
-            }
-            if block.tag != 0 {
-                side.side.tags.insert(address, block.tag);
-            }
+            self.add_side(address, word, &block);
         }
         bump(&entered.writer.live_blocks, 1);
         bump(&entered.writer.live_bytes, block.size);
         stale
     }
 
+    /// Stores `word` at `address` in [`Side::odd`]; returns the word that was there.
+    #[cold]
+    fn add_odd(&self, address: usize, word: Word) -> Option<Word> {
+        let old = self.side(address).side.odd.insert(address, word);
+        if old.is_none() {
+            self.odd_blocks.fetch_add(1, Relaxed);
+        }
+        old
+    }
+
+    /// Keeps what does not fit `word` of `block`, at `address`, in the side tables.
+    #[cold]
+    fn add_side(&self, address: usize, word: Word, block: &Block) {
+        let mut side = self.side(address);
+        if word.is_large() {
+            side.side.large.insert(address, block.size);
+        }
+        if block.tag != 0 {
+            side.side.tags.insert(address, block.tag);
+        }
+    }
+
     /// Clears what `word`, just taken out, kept beside it and counts the block gone; returns it.
     #[inline]
     fn forget(&self, entered: &Entered<'_>, address: usize, word: Word) -> Block {
         let block = if word.has_side() {
-            let mut side = self.side(address);
-            let block = side.side.unpack(address, word);
-            side.side.large.remove(&address);
-            side.side.tags.remove(&address);
-            block
+            self.forget_side(address, word)
         } else {
             Block {
                 size: word.small_size(),
@@ -708,6 +761,16 @@ impl Table {
         };
         bump(&entered.writer.live_blocks, 1u64.wrapping_neg());
         bump(&entered.writer.live_bytes, block.size.wrapping_neg());
+        block
+    }
+
+    /// The block `word` stands for at `address`, its side-table entries cleared.
+    #[cold]
+    fn forget_side(&self, address: usize, word: Word) -> Block {
+        let mut side = self.side(address);
+        let block = side.side.unpack(address, word);
+        side.side.large.remove(&address);
+        side.side.tags.remove(&address);
         block
     }
 
@@ -725,14 +788,18 @@ impl Table {
     fn take(&self, entered: &Entered<'_>, address: usize) -> Option<Block> {
         let word = match self.shadow.take(address) {
             0 if self.odd_blocks.load(Relaxed) == 0 => return None,
-            0 => {
-                let word = self.side(address).side.odd.remove(&address)?;
-                self.odd_blocks.fetch_sub(1, Relaxed);
-                word
-            }
+            0 => self.take_odd(address)?,
             word => Word(word),
         };
         Some(self.forget(entered, address, word))
+    }
+
+    /// Takes the word at `address` out of [`Side::odd`].
+    #[cold]
+    fn take_odd(&self, address: usize) -> Option<Word> {
+        let word = self.side(address).side.odd.remove(&address)?;
+        self.odd_blocks.fetch_sub(1, Relaxed);
+        Some(word)
     }
 
     /// Records a new live block allocated from `frames`.
@@ -746,52 +813,64 @@ impl Table {
     /// Records a new live block whose stack is already interned.
     #[inline]
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
-        let interval = self.sample_interval();
-        if interval != 0 {
+        let mode = self.mode();
+        if mode.interval != 0 {
             self.filter_add(address);
         }
-        self.change(|entered| {
-            let (blocks, bytes) = sampling::estimate(size, interval);
-            let writer = entered.writer;
-            if stack.0 < WRITER_STACKS {
-                writer.count_stack(stack.0, blocks, bytes);
-            } else {
-                let record = self.stacks.record(stack);
-                record.allocated_blocks.fetch_add(blocks, Relaxed);
-                record.allocated_bytes.fetch_add(bytes, Relaxed);
-            }
-            bump(&writer.total_blocks, blocks);
-            bump(&writer.total_bytes, bytes);
-            self.grow(writer, stack, size);
-            let block = Block {
-                size,
-                stack,
-                tag: 0,
-            };
-            // An address handed out twice without a free in between means a free went unseen
-            // (another allocator, or one made before memprof was ready): the stale block is gone.
-            if let Some(stale) = self.add(entered, address, block) {
-                self.retire(entered, address, &stale);
-            }
-        });
+        let Some(inside) = self.enter() else {
+            return;
+        };
+        let entered = &inside.entered;
+        let (blocks, bytes) = sampling::estimate(size, mode.interval);
+        let writer = entered.writer;
+        if stack.0 < WRITER_STACKS {
+            writer.count_stack(stack.0, blocks, bytes);
+        } else {
+            let record = self.stacks.record(stack);
+            record.allocated_blocks.fetch_add(blocks, Relaxed);
+            record.allocated_bytes.fetch_add(bytes, Relaxed);
+        }
+        bump(&writer.total_blocks, blocks);
+        bump(&writer.total_bytes, bytes);
+        self.grow(writer, stack, size, mode);
+        let block = Block {
+            size,
+            stack,
+            tag: 0,
+        };
+        // An address handed out twice without a free in between means a free went unseen
+        // (another allocator, or one made before memprof was ready): the stale block is gone.
+        if let Some(stale) = self.add(entered, address, block, mode.interval) {
+            self.retire(entered, address, &stale, mode);
+        }
     }
 
     /// Removes a block about to be freed; `None` when the table never saw it.
     #[inline]
     pub fn remove(&self, address: usize) -> Option<Block> {
-        self.change(|entered| {
-            let block = self.take(entered, address)?;
-            self.retire(entered, address, &block);
-            Some(block)
-        })
-        .flatten()
+        self.remove_block(address)
+    }
+
+    /// [`Table::remove`] for callers that do not need the block (the free path).
+    #[inline(never)]
+    pub fn discard(&self, address: usize) {
+        self.remove_block(address);
+    }
+
+    #[inline(always)]
+    fn remove_block(&self, address: usize) -> Option<Block> {
+        let inside = self.enter()?;
+        let mode = self.mode();
+        let block = self.take(&inside.entered, address)?;
+        self.retire(&inside.entered, address, &block, mode);
+        Some(block)
     }
 
     /// Undoes what recording `block` added to the peak and the filter.
     #[inline]
-    fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block) {
-        self.shrink(entered.writer, block.stack, block.size);
-        if self.sample_interval() != 0 {
+    fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block, mode: Mode) {
+        self.shrink(entered.writer, block.stack, block.size, mode);
+        if mode.interval != 0 {
             self.filter_remove(address);
         }
     }
@@ -799,15 +878,18 @@ impl Table {
     /// Puts back a block that [`Table::remove`] took out, when the free did not happen after all
     /// (a failed `realloc`).
     pub fn restore(&self, address: usize, block: Block) {
-        if self.sample_interval() != 0 {
+        let mode = self.mode();
+        if mode.interval != 0 {
             self.filter_add(address);
         }
-        self.change(|entered| {
-            self.grow(entered.writer, block.stack, block.size);
-            if let Some(stale) = self.add(entered, address, block) {
-                self.retire(entered, address, &stale);
-            }
-        });
+        let Some(inside) = self.enter() else {
+            return;
+        };
+        let entered = &inside.entered;
+        self.grow(entered.writer, block.stack, block.size, mode);
+        if let Some(stale) = self.add(entered, address, block, mode.interval) {
+            self.retire(entered, address, &stale, mode);
+        }
     }
 
     /// Whether any block was ever recorded (every recorded block has an interned stack): one
@@ -821,21 +903,24 @@ impl Table {
     /// its previous tag, or `None` when no live block starts there. Call it inside the reentrancy
     /// guard: the tag map may allocate.
     pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
-        self.change(|entered| {
-            let word = self.word(address)?;
-            let block = if word.has_side() {
-                self.side(address).side.unpack(address, word)
-            } else {
-                Block {
-                    size: word.small_size(),
-                    stack: word.stack(),
-                    tag: 0,
-                }
-            };
-            self.add(entered, address, Block { tag, ..block });
-            Some((block.stack, block.tag))
-        })
-        .flatten()
+        let inside = self.enter()?;
+        let word = self.word(address)?;
+        let block = if word.has_side() {
+            self.side(address).side.unpack(address, word)
+        } else {
+            Block {
+                size: word.small_size(),
+                stack: word.stack(),
+                tag: 0,
+            }
+        };
+        self.add(
+            &inside.entered,
+            address,
+            Block { tag, ..block },
+            self.sample_interval(),
+        );
+        Some((block.stack, block.tag))
     }
 
     /// Holds the table still: waits until no thread is changing it, and makes threads that come to

@@ -24,25 +24,30 @@ const GRANULE_BITS: u32 = 4;
 const ADDRESS_BITS: u32 = 47;
 /// Words per chunk, as a power of two.
 const CHUNK_BITS: u32 = 20;
+/// Words per chunk.
+const CHUNK: usize = 1 << CHUNK_BITS;
 /// Chunks per middle array, as a power of two.
 const MID_BITS: u32 = 12;
+/// Chunks per middle array.
+const MID: usize = 1 << MID_BITS;
 /// Middle arrays in the top array.
 const TOP: usize = 1 << (ADDRESS_BITS - GRANULE_BITS - CHUNK_BITS - MID_BITS);
 /// Words per page of a chunk (4 KiB pages).
 const PAGE_WORDS: usize = 512;
 /// Pages per chunk.
-const PAGES: usize = (1 << CHUNK_BITS) / PAGE_WORDS;
+const PAGES: usize = CHUNK / PAGE_WORDS;
 
 /// One chunk: the words of 2^24 bytes of address space.
 struct Chunk {
-    /// One word per granule; 0 means no block starts there.
-    words: Box<[AtomicU64]>,
+    /// One word per granule; 0 means no block starts there. A fixed-size array, so indexing it
+    /// with a word index needs no bounds check.
+    words: Box<[AtomicU64; CHUNK]>,
     /// One bit per page of `words`: set once a word of the page was written.
     touched: [AtomicU64; PAGES / 64],
 }
 
 /// Chunks of 2^36 bytes of address space, made on first use.
-type Mid = Box<[OnceLock<Box<Chunk>>]>;
+type Mid = Box<[OnceLock<Box<Chunk>>; MID]>;
 
 /// The shadow; see the module docs.
 pub struct Shadow {
@@ -62,9 +67,10 @@ fn place(address: usize) -> Option<(usize, usize, usize)> {
         return None;
     }
     let granule = address >> GRANULE_BITS;
-    let word = granule % (1 << CHUNK_BITS);
+    let word = granule % CHUNK;
     let chunk = granule >> CHUNK_BITS;
-    Some((chunk >> MID_BITS, chunk % (1 << MID_BITS), word))
+    // `% TOP` changes nothing for a covered address; it lets indexing skip the bounds check.
+    Some(((chunk >> MID_BITS) % TOP, chunk % MID, word))
 }
 
 impl Shadow {
@@ -130,8 +136,8 @@ impl Shadow {
     #[cold]
     #[inline(never)]
     fn make_chunk(slot: &OnceLock<Box<Chunk>>) -> Option<&Chunk> {
-        let words =
-            bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(1 << CHUNK_BITS).ok()?;
+        let words = bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(CHUNK).ok()?;
+        let words: Box<[AtomicU64; CHUNK]> = words.try_into().ok()?;
         Some(&**slot.get_or_init(|| {
             Box::new(Chunk {
                 words,
@@ -140,10 +146,22 @@ impl Shadow {
         }))
     }
 
+    /// The middle array of `slot`, made on first use.
+    #[cold]
+    #[inline(never)]
+    fn make_mid(slot: &OnceLock<Mid>) -> Option<&Mid> {
+        // Built on the heap directly: the array is too large for the stack of every thread.
+        let mids: Box<[OnceLock<Box<Chunk>>]> = (0..MID).map(|_| OnceLock::new()).collect();
+        let mids: Mid = mids.try_into().ok()?;
+        Some(slot.get_or_init(|| mids))
+    }
+
     #[inline]
     fn chunk(&self, top: usize, mid: usize) -> Option<&Chunk> {
-        let mids =
-            self.top[top].get_or_init(|| (0..1 << MID_BITS).map(|_| OnceLock::new()).collect());
+        let mids = match self.top[top].get() {
+            Some(mids) => mids,
+            None => Self::make_mid(&self.top[top])?,
+        };
         let slot = &mids[mid];
         match slot.get() {
             Some(chunk) => Some(&**chunk),

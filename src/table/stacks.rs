@@ -16,10 +16,37 @@ const INDEX_SHARDS: usize = 16;
 /// Entries of the per-thread cache of recently interned stacks; a power of two.
 const RECENT: usize = 512;
 
+/// Tags of stack tables; 0 is never one.
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
+/// A thread's recently interned stacks, all of one stack table.
+struct Recent {
+    /// The tag of the stack table the ids belong to; 0 for none.
+    owner: u64,
+    /// `(hash, id)` by `hash % RECENT`.
+    ids: [(u64, u32); RECENT],
+}
+
+/// Entries that match no stack: the hash of each is one no lookup of its slot asks for.
+const fn no_ids() -> [(u64, u32); RECENT] {
+    let mut ids = [(0, u32::MAX); RECENT];
+    let mut slot = 0;
+    while slot < RECENT {
+        ids[slot].0 = (slot ^ 1) as u64;
+        slot += 1;
+    }
+    ids
+}
+
 thread_local! {
-    /// This thread's recently interned stacks, `(hash, id)` by `hash % RECENT`: most allocations
-    /// repeat a stack the thread used shortly before, and a hit needs no lock.
-    static RECENT_IDS: RefCell<[(u64, u32); RECENT]> = const { RefCell::new([(0, u32::MAX); RECENT]) };
+    /// This thread's recently interned stacks: most allocations repeat a stack the thread used
+    /// shortly before, and a hit needs no lock.
+    static RECENT_IDS: RefCell<Recent> = const {
+        RefCell::new(Recent {
+            owner: 0,
+            ids: no_ids(),
+        })
+    };
 }
 
 /// A stack's index in the stack table.
@@ -84,6 +111,8 @@ pub struct Stacks {
     records: boxcar::Vec<StackRecord>,
     /// Ids by stack hash, sharded by the hash's top bits.
     index: [Mutex<hashbrown::HashTable<u32>>; INDEX_SHARDS],
+    /// This table's tag for the threads' caches of recent ids; 0 until first needed.
+    tag: AtomicU64,
 }
 
 impl Stacks {
@@ -91,6 +120,25 @@ impl Stacks {
         Stacks {
             records: boxcar::Vec::new(),
             index: [const { Mutex::new(hashbrown::HashTable::new()) }; INDEX_SHARDS],
+            tag: AtomicU64::new(0),
+        }
+    }
+
+    /// This table's tag, assigned on first use: no other stack table of the process has it.
+    #[inline]
+    fn tag(&self) -> u64 {
+        match self.tag.load(Relaxed) {
+            0 => self.assign_tag(),
+            tag => tag,
+        }
+    }
+
+    #[cold]
+    fn assign_tag(&self) -> u64 {
+        let new = NEXT_TAG.fetch_add(1, Relaxed);
+        match self.tag.compare_exchange(0, new, Relaxed, Relaxed) {
+            Ok(_) => new,
+            Err(current) => current,
         }
     }
 
@@ -99,26 +147,30 @@ impl Stacks {
     pub fn intern(&self, frames: &[ReturnAddress]) -> StackId {
         let hash = hash(frames);
         let slot = hash as usize % RECENT;
+        let tag = self.tag();
         let hint = RECENT_IDS
-            .try_with(|recent| recent.try_borrow().map(|r| r[slot]).ok())
+            .try_with(|recent| {
+                let recent = recent.try_borrow().ok()?;
+                (recent.owner == tag).then(|| recent.ids[slot])
+            })
             .ok()
             .flatten();
-        // A hit is trusted on its 64-bit hash, checked against the record's (a thread's cache may
-        // hold ids of another table): two distinct stacks would have to collide, about one chance
+        // A hit is trusted on its 64-bit hash (the cache holds ids of this table only, and every
+        // id it holds was interned): two distinct stacks would have to collide, about one chance
         // in 2^64 per lookup.
         if let Some((cached, id)) = hint
             && cached == hash
-            && self
-                .records
-                .get(id as usize)
-                .is_some_and(|r| r.hash == hash)
         {
             return StackId(id);
         }
         let id = self.intern_locked(frames, hash);
         let _ = RECENT_IDS.try_with(|recent| {
             if let Ok(mut recent) = recent.try_borrow_mut() {
-                recent[slot] = (hash, id.0);
+                if recent.owner != tag {
+                    recent.owner = tag;
+                    recent.ids = no_ids();
+                }
+                recent.ids[slot] = (hash, id.0);
             }
         });
         id
@@ -173,5 +225,34 @@ impl Stacks {
     /// Every record, by id.
     pub fn iter(&self) -> impl Iterator<Item = (StackId, &StackRecord)> {
         self.records.iter().map(|(id, r)| (StackId(id as u32), r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_cache_entries_match_no_lookup() {
+        for (slot, &(hash, _)) in no_ids().iter().enumerate() {
+            assert_ne!(hash as usize % RECENT, slot);
+        }
+    }
+
+    #[test]
+    fn cached_ids_stay_with_their_table() {
+        let frames = |i: usize| [ReturnAddress(0x1000 + i), ReturnAddress(0x2000)];
+        let first = Stacks::new();
+        for i in 0..8 {
+            assert_eq!(first.intern(&frames(i)), StackId(i as u32));
+        }
+        let second = Stacks::new();
+        assert_eq!(second.intern(&frames(7)), StackId(0));
+        assert_eq!(first.intern(&frames(7)), StackId(7));
+        assert_eq!(second.intern(&frames(7)), StackId(0));
+        assert_eq!(second.intern(&frames(3)), StackId(1));
+        assert_eq!(first.intern(&frames(3)), StackId(3));
+        assert_eq!(second.len(), 2);
+        assert_eq!(first.len(), 8);
     }
 }

@@ -15,8 +15,15 @@
 //! per table change instead of a lock's two, on a cache line no other thread writes.
 
 use std::cell::Cell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
+
+/// Stack ids whose per-stack counters are allocated together.
+const GROUP: usize = 64;
+
+/// The `(blocks, bytes)` counters of [`GROUP`] consecutive stack ids.
+type Group = [[AtomicU64; 2]; GROUP];
 
 /// Adds `delta` to a counter that only its owner writes: a load and a store, no locked
 /// instruction. Wrapping, so that readers can add signed changes up.
@@ -30,7 +37,7 @@ pub(super) fn bump(counter: &AtomicU64, delta: u64) {
 
 /// One thread's share of a table's counters and its door into the table. Aligned to two cache
 /// lines (the unit adjacent-line prefetchers fetch), so two threads' writers never share one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(128))]
 pub struct Writer {
     /// Whether a live thread owns this writer.
@@ -47,9 +54,15 @@ pub struct Writer {
     pub(super) total_bytes: AtomicU64,
     /// Live bytes not yet added to the table's peak counter.
     pub(super) pending_peak: AtomicI64,
-    /// `(blocks, bytes)` allocated through this writer, by stack id (for the ids the table counts
-    /// here: see `WRITER_STACKS`).
-    stacks: boxcar::Vec<[AtomicU64; 2]>,
+    /// `(blocks, bytes)` allocated through this writer, by stack id in groups of [`GROUP`] (for
+    /// the ids the table counts here: see `WRITER_STACKS`), each group made on first use.
+    stacks: [OnceLock<Box<Group>>; super::WRITER_STACKS as usize / GROUP],
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Writer::new()
+    }
 }
 
 impl Writer {
@@ -63,7 +76,7 @@ impl Writer {
             total_blocks: AtomicU64::new(0),
             total_bytes: AtomicU64::new(0),
             pending_peak: AtomicI64::new(0),
-            stacks: boxcar::Vec::new(),
+            stacks: [const { OnceLock::new() }; super::WRITER_STACKS as usize / GROUP],
         }
     }
 
@@ -93,23 +106,46 @@ impl Writer {
     #[inline]
     pub(super) fn count_stack(&self, stack: u32, blocks: u64, bytes: u64) {
         let index = stack as usize;
-        while self.stacks.count() <= index {
-            self.stacks.push(Default::default());
-        }
-        if let Some([b, s]) = self.stacks.get(index) {
-            bump(b, blocks);
-            bump(s, bytes);
-        }
+        let Some(slot) = self.stacks.get(index / GROUP) else {
+            return;
+        };
+        let group = match slot.get() {
+            Some(group) => group,
+            None => match Self::make_group(slot) {
+                Some(group) => group,
+                None => return,
+            },
+        };
+        let [b, s] = &group[index % GROUP];
+        bump(b, blocks);
+        bump(s, bytes);
+    }
+
+    /// The group of `slot`, made on first use; `None` when the allocation failed.
+    #[cold]
+    #[inline(never)]
+    fn make_group(slot: &OnceLock<Box<Group>>) -> Option<&Group> {
+        let group = bytemuck::allocation::try_zeroed_box::<Group>().ok()?;
+        Some(slot.get_or_init(|| group))
     }
 
     /// Adds this writer's per-stack allocated counters to `into`, by stack id.
     pub(super) fn add_stacks(&self, into: &mut Vec<(u64, u64)>) {
-        for (id, [b, s]) in self.stacks.iter() {
-            if into.len() <= id {
-                into.resize(id + 1, (0, 0));
+        let groups = self.stacks.iter().enumerate();
+        let groups = groups.filter_map(|(g, slot)| Some((g * GROUP, slot.get()?)));
+        for (first, group) in groups {
+            for (id, [b, s]) in (first..).zip(group.iter()) {
+                let (b, s) = (b.load(Ordering::Relaxed), s.load(Ordering::Relaxed));
+                // Ids never counted here add nothing (and may not be interned yet).
+                if b == 0 && s == 0 {
+                    continue;
+                }
+                if into.len() <= id {
+                    into.resize(id + 1, (0, 0));
+                }
+                into[id].0 = into[id].0.wrapping_add(b);
+                into[id].1 = into[id].1.wrapping_add(s);
             }
-            into[id].0 = into[id].0.wrapping_add(b.load(Ordering::Relaxed));
-            into[id].1 = into[id].1.wrapping_add(s.load(Ordering::Relaxed));
         }
     }
 

@@ -16,11 +16,19 @@ thread_local! {
 
 /// The current thread's stack range, cached. Must run inside the reentrancy guard: the first call
 /// of a thread asks the C library, which may allocate.
+#[inline]
 pub(super) fn stack_bounds() -> (usize, usize) {
     let cached = STACK_BOUNDS.try_with(Cell::get).unwrap_or((0, 0));
     if cached.1 != 0 {
         return cached;
     }
+    cache_stack_bounds()
+}
+
+/// Looks the current thread's stack range up and caches it.
+#[cold]
+#[inline(never)]
+fn cache_stack_bounds() -> (usize, usize) {
     let bounds = query_stack_bounds().unwrap_or((0, 0));
     let _ = STACK_BOUNDS.try_with(|b| b.set(bounds));
     bounds
@@ -73,29 +81,48 @@ fn frame_pointer() -> usize {
 pub fn walk(out: &mut [ReturnAddress]) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
-    let last = high.saturating_sub(2 * word);
+    // The highest aligned frame pointer whose two words end at or below `high`.
+    let last = high.saturating_sub(2 * word) & !(word - 1);
     let mut fp = frame_pointer();
     if fp < low || fp > last || !fp.is_multiple_of(word) {
         return 0;
     }
+    // Words from `fp` up to `last`.
+    let mut room = (last - fp) / word;
     let mut n = 0;
     while n < out.len() {
-        // SAFETY: `low <= fp <= high - 2 words` and `fp` is word-aligned (checked for the first
-        // frame pointer above and for each next one below, which is also above the last): both
-        // words lie inside this thread's own stack, which is mapped and readable for the thread's
-        // whole life, and both reads are aligned.
+        // SAFETY: `low <= fp <= last` and `fp` is word-aligned (checked for the first frame
+        // pointer above, and by `room_below` for each next one, which must also be above the
+        // last), and `last + 2 words <= high`: both words lie inside this thread's own stack,
+        // which is mapped and readable for the thread's whole life, and both reads are aligned.
         let (next, ret) = unsafe { (*(fp as *const usize), *((fp + word) as *const usize)) };
         if ret == 0 {
             break;
         }
         out[n] = ReturnAddress(ret);
         n += 1;
-        if next <= fp || next > last || !next.is_multiple_of(word) {
+        let Some(next_room) = room_below(last, room, next) else {
             break;
-        }
+        };
         fp = next;
+        room = next_room;
     }
     n
+}
+
+/// The words from `next` up to `last` when `next` may follow a frame pointer that had `room`
+/// words up to `last`: when it is aligned and `last - room words < next <= last`; `None`
+/// otherwise. `last` must be aligned.
+///
+/// One compare checks all three conditions: `last - next` is a multiple of a word exactly when
+/// `next` is aligned; rotated, it is then the number of words from `next` up to `last`, and
+/// otherwise its low bits land on top and make it larger than any `room`. When `next > last` the
+/// difference wraps around to at least `last + 1 word`, again more than `room` words.
+#[inline(always)]
+fn room_below(last: usize, room: usize, next: usize) -> Option<usize> {
+    let word = size_of::<usize>();
+    let next_room = last.wrapping_sub(next).rotate_right(word.trailing_zeros());
+    (next_room < room).then_some(next_room)
 }
 
 #[cfg(test)]
@@ -108,6 +135,38 @@ mod tests {
         let (low, high) = stack_bounds();
         let at = &local as *const u8 as usize;
         assert!(low < at && at < high, "{low:#x} < {at:#x} < {high:#x}");
+    }
+
+    #[test]
+    fn one_compare_checks_alignment_and_both_bounds() {
+        let word = size_of::<usize>();
+        let edges = [
+            0,
+            word,
+            2 * word,
+            0x7fff_0000,
+            (usize::MAX & !(word - 1)) - 2 * word,
+        ];
+        for &last in &edges {
+            for fp in (0..=4 * word).map(|d| last.wrapping_sub(d)) {
+                if !fp.is_multiple_of(word) || fp > last {
+                    continue;
+                }
+                let room = (last - fp) / word;
+                let nexts = (0..=6 * word)
+                    .flat_map(|d| [fp.wrapping_add(d), fp.wrapping_sub(d), last.wrapping_add(d)])
+                    .chain([0, 1, usize::MAX, usize::MAX - word + 1]);
+                for next in nexts {
+                    let valid = next.is_multiple_of(word) && fp < next && next <= last;
+                    let expected = valid.then(|| (last - next) / word);
+                    assert_eq!(
+                        room_below(last, room, next),
+                        expected,
+                        "{last:#x} {fp:#x} {next:#x}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
