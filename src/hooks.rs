@@ -126,13 +126,17 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
 /// thread holds the table or changes it, is never looked up.
 #[inline]
 pub fn record_free(address: usize) {
-    if STATE.load(Ordering::Acquire) != RECORDING || table::holding_table() {
+    if STATE.load(Ordering::Acquire) != RECORDING {
         return;
     }
+    // Under sampling most frees leave at the filter, before the thread-local check.
     if TABLE.may_hold(address) {
+        if table::holding_table() {
+            return;
+        }
         TABLE.discard(address);
     }
-    if scope::any_open() {
+    if scope::any_open() && !table::holding_table() {
         scope::on_free(address);
     }
 }
@@ -150,8 +154,8 @@ pub fn record_realloc(
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
     let old = (STATE.load(Ordering::Acquire) == RECORDING
-        && !table::holding_table()
-        && TABLE.may_hold(old_address))
+        && TABLE.may_hold(old_address)
+        && !table::holding_table())
     .then(|| capture::free(old_address))
     .flatten();
     let new_block = realloc();

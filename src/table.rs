@@ -642,9 +642,12 @@ impl Table {
         (self.filter[byte].load(Relaxed) >> shift) & COUNT_MAX != 0
     }
 
-    /// The byte of the filter that holds the counter of `address`, and the counter's shift in it.
+    /// The byte of the filter that holds the counter of `address`, and the counter's shift in it:
+    /// by 16-byte granule, so blocks next to a sampled one (where the allocator is busy) have
+    /// counters of their own, and addresses share one only 512 KiB apart.
+    #[inline]
     fn slot(address: usize) -> (usize, u32) {
-        let slot = (mix(address) >> 40) as usize % FILTER;
+        let slot = (address >> 4) % FILTER;
         (slot / 4, (slot % 4) as u32 * 2)
     }
 
