@@ -69,6 +69,11 @@ pub fn record(event: Event<'_>) -> Option<Block> {
 #[inline]
 pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Option<StackId> {
     let depth = config.capture_depth();
+    // The block's word in the table is likely out of the cache (the allocator hands out addresses
+    // all over the heap): fetch it while the stack is walked.
+    if let Some(word) = TABLE.shadow_word(address) {
+        prefetch(word.as_ptr());
+    }
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let n = stack::capture(config.unwinder, &mut frames[..depth]);
@@ -77,6 +82,19 @@ pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Op
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
     // so totals stay balanced when it is freed.
     recorded.unwrap_or_else(|_| Some(TABLE.insert(address, size, &[])))
+}
+
+/// Asks the processor to bring the cache line of `at` in, without waiting for it.
+#[inline(always)]
+fn prefetch(at: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing into the program, faults on no address and
+    // changes no state the program can observe; `sse` is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// Forgets a block about to be freed; returns what the table knew of it. Needs no guard: it

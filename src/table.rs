@@ -805,6 +805,17 @@ impl Table {
         Some(word)
     }
 
+    /// The shadow word a block at `address` would be recorded in, when it exists: for the
+    /// allocation path to prefetch while it walks the stack. `None` under sampling (sampled blocks
+    /// live in the side tables).
+    #[inline]
+    pub fn shadow_word(&self, address: usize) -> Option<&AtomicU64> {
+        if self.sample_interval() != 0 {
+            return None;
+        }
+        self.shadow.existing(address)
+    }
+
     /// Records a new live block allocated from `frames`.
     #[inline]
     pub fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) -> StackId {

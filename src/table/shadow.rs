@@ -126,7 +126,7 @@ impl Shadow {
 
     /// The word of `address` when its chunk exists.
     #[inline]
-    fn existing(&self, address: usize) -> Option<&AtomicU64> {
+    pub fn existing(&self, address: usize) -> Option<&AtomicU64> {
         let (top, mid, word) = place(address)?;
         let chunk = self.top[top].get()?[mid].get()?;
         Some(&chunk.words[word])
