@@ -68,7 +68,7 @@ mod rules;
 #[inline(never)]
 pub fn walk(out: &mut [ReturnAddress]) -> usize {
     let (pc, sp, bp) = registers();
-    imp::unwind(pc, sp, bp, out, true)
+    imp::unwind::<true>(pc, sp, bp, out)
 }
 
 /// [`walk`] with framehop alone, without the rule cache: what the cache must agree with.
@@ -76,7 +76,7 @@ pub fn walk(out: &mut [ReturnAddress]) -> usize {
 #[inline(never)]
 fn walk_with_framehop(out: &mut [ReturnAddress]) -> usize {
     let (pc, sp, bp) = registers();
-    imp::unwind(pc, sp, bp, out, false)
+    imp::unwind::<false>(pc, sp, bp, out)
 }
 
 /// The instruction pointer, stack pointer and frame-pointer register of the function this is
@@ -208,14 +208,13 @@ mod imp {
 
     /// Walks from the given registers of [`super::walk`]'s own frame, writing return addresses to
     /// `out` from the one into `walk`'s caller on; with the rule cache, or with framehop alone
-    /// (`rules == false`, for tests that compare the two).
+    /// (`RULES == false`, for tests that compare the two).
     #[inline]
-    pub(super) fn unwind(
+    pub(super) fn unwind<const RULES: bool>(
         pc: usize,
         sp: usize,
         bp: usize,
         out: &mut [ReturnAddress],
-        rules: bool,
     ) -> usize {
         if out.is_empty() {
             return 0;
@@ -239,11 +238,7 @@ mod imp {
                     misses: 0,
                 });
                 let registers = Registers { pc, sp, bp };
-                if rules {
-                    walk_frames::<true>(registry, state, registers, high, out)
-                } else {
-                    walk_frames::<false>(registry, state, registers, high, out)
-                }
+                walk_frames::<RULES>(registry, state, registers, high, out)
             })
             .unwrap_or(0)
     }
