@@ -26,45 +26,6 @@ thread_local! {
         const { RefCell::new([ReturnAddress(0); MAX_FRAMES]) };
 }
 
-/// One thing that happened on the allocation path. The live table applies it; a trace writer can
-/// receive the same stream.
-#[derive(Clone, Copy, Debug)]
-pub enum Event<'a> {
-    /// A new block at `address` of `size` bytes, allocated from `stack` (innermost first).
-    Alloc {
-        /// Where the block starts.
-        address: usize,
-        /// Its size in bytes.
-        size: usize,
-        /// Where it was allocated from.
-        stack: &'a [ReturnAddress],
-    },
-    /// The block at `address` is about to be freed.
-    Free {
-        /// Where the block starts.
-        address: usize,
-    },
-}
-
-/// Applies one event to the process's live table; returns the block it is about: the new one of
-/// an `Alloc`, the removed one of a `Free` (`None` when the table never saw it). Frees need no
-/// guard ([`free`]); allocations must be made inside one.
-#[inline]
-pub fn record(event: Event<'_>) -> Option<Block> {
-    match event {
-        Event::Alloc {
-            address,
-            size,
-            stack,
-        } => Some(Block {
-            size: size as u64,
-            stack: TABLE.insert(address, size, stack),
-            tag: 0,
-        }),
-        Event::Free { address } => TABLE.remove(address),
-    }
-}
-
 /// Records a new block, capturing the current stack; returns its stack.
 #[inline]
 pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Option<StackId> {

@@ -188,6 +188,15 @@ impl Word {
     fn small_size(self) -> u64 {
         u64::from(self.0 as u32 - 1)
     }
+
+    /// The block, when nothing of it is kept in the side tables.
+    fn block(self) -> Block {
+        Block {
+            size: self.small_size(),
+            stack: self.stack(),
+            tag: 0,
+        }
+    }
 }
 
 /// Live blocks at addresses the shadow does not cover, keyed by address.
@@ -284,11 +293,7 @@ impl Locked<'_> {
             let block = if word.has_side() {
                 self.sides[side_of(address)].unpack(address, word)
             } else {
-                Block {
-                    size: word.small_size(),
-                    stack: word.stack(),
-                    tag: 0,
-                }
+                word.block()
             };
             f(address, block);
         });
@@ -756,11 +761,7 @@ impl Table {
         let block = if word.has_side() {
             self.forget_side(address, word)
         } else {
-            Block {
-                size: word.small_size(),
-                stack: word.stack(),
-                tag: 0,
-            }
+            word.block()
         };
         bump(&entered.writer.live_blocks, 1u64.wrapping_neg());
         bump(&entered.writer.live_bytes, block.size.wrapping_neg());
@@ -922,11 +923,7 @@ impl Table {
         let block = if word.has_side() {
             self.side(address).side.unpack(address, word)
         } else {
-            Block {
-                size: word.small_size(),
-                stack: word.stack(),
-                tag: 0,
-            }
+            word.block()
         };
         self.add(
             &inside.entered,

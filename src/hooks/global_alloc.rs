@@ -63,8 +63,8 @@ impl<A> MemProf<A> {
     }
 
     /// Keeps, per stack, what was live when the heap was at its peak (DHAT's "at t-gmax"), and
-    /// makes the peak exact, at the cost of three more atomic counters per allocation and free. `MEMPROF_PEAK` overrides it;
-    /// a `.dhat.json` output turns it on.
+    /// makes the peak exact, at the cost of three more atomic counters per allocation and free.
+    /// `MEMPROF_PEAK` overrides it; a `.dhat.json` output turns it on.
     pub const fn track_peak(mut self, track: bool) -> Self {
         self.settings.track_peak = track;
         self

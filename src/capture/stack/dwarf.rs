@@ -262,9 +262,7 @@ mod imp {
     ) -> usize {
         let low = start.sp;
         let Registers { pc, mut sp, mut bp } = start;
-        state
-            .rules
-            .use_registry(registry as *const Registry as usize);
+        state.rules.use_registry(registry);
         // The address whose rule applies: the walk's own instruction, then each call instruction
         // (a return address minus one), which is what the caller's tables describe.
         let mut lookup = pc;
@@ -277,43 +275,12 @@ mod imp {
             let rule = match state.rules.find(lookup) {
                 Some(rule) if RULES && (rule.permanent || confirmed) => rule,
                 _ => {
-                    // First sight of this address, or code that may have been unloaded since
-                    // its rule was read: check the address against the loaded modules.
-                    let range = match registry.range_of(lookup, &mut hint) {
-                        Some(range) if range.kind == Kind::Permanent => range,
-                        Some(range) if range.kind == Kind::Opaque => break,
-                        found => {
-                            if !confirmed {
-                                let Some(fresh) =
-                                    confirm(registry, found.is_none(), &mut state.misses)
-                                else {
-                                    break;
-                                };
-                                registry = fresh;
-                                state
-                                    .rules
-                                    .use_registry(registry as *const Registry as usize);
-                                confirmed = true;
-                            }
-                            match registry.range_of(lookup, &mut hint) {
-                                Some(range) if range.kind != Kind::Opaque => range,
-                                _ => break,
-                            }
-                        }
+                    let Some(rule) =
+                        resolve::<RULES>(&mut registry, state, lookup, &mut hint, &mut confirmed)
+                    else {
+                        break;
                     };
-                    if RULES {
-                        let rule = Rule {
-                            permanent: range.kind == Kind::Permanent,
-                            ..match registry.cfi.get(range.cfi) {
-                                Some(cfi) => cfi.rule(lookup, &mut state.context),
-                                None => Rule::FRAMEHOP,
-                            }
-                        };
-                        state.rules.insert(lookup, rule);
-                        rule
-                    } else {
-                        Rule::FRAMEHOP
-                    }
+                    rule
                 }
             };
             let return_address = match rule.step {
@@ -377,6 +344,47 @@ mod imp {
             lookup = return_address - 1;
         }
         n
+    }
+
+    /// The rule of `lookup` when the cache cannot vouch for it (first sight of the address, or code
+    /// that may have been unloaded since its rule was read): checks the address against the loaded
+    /// modules, confirming `registry` first when needed, then reads the rule and remembers it.
+    /// `None` ends the walk: code without tables, or in no module.
+    #[cold]
+    #[inline(never)]
+    fn resolve<const RULES: bool>(
+        registry: &mut &'static Registry,
+        state: &mut ThreadState,
+        lookup: usize,
+        hint: &mut usize,
+        confirmed: &mut bool,
+    ) -> Option<Rule> {
+        let range = match registry.range_of(lookup, hint) {
+            Some(range) if range.kind == Kind::Permanent => range,
+            Some(range) if range.kind == Kind::Opaque => return None,
+            found => {
+                if !*confirmed {
+                    *registry = confirm(registry, found.is_none(), &mut state.misses)?;
+                    state.rules.use_registry(*registry);
+                    *confirmed = true;
+                }
+                registry
+                    .range_of(lookup, hint)
+                    .filter(|range| range.kind != Kind::Opaque)?
+            }
+        };
+        if !RULES {
+            return Some(Rule::FRAMEHOP);
+        }
+        let rule = Rule {
+            permanent: range.kind == Kind::Permanent,
+            ..match registry.cfi.get(range.cfi) {
+                Some(cfi) => cfi.rule(lookup, &mut state.context),
+                None => Rule::FRAMEHOP,
+            }
+        };
+        state.rules.insert(lookup, rule);
+        Some(rule)
     }
 
     /// Reads the aligned word at `address` if it lies in `[low, high)`, a range of this thread's

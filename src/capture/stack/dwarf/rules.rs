@@ -103,9 +103,10 @@ impl Rules {
         }
     }
 
-    /// Starts over if the rules were read from another registry than the one at `registry`.
+    /// Starts over if the rules were read from another registry than `registry`.
     #[inline]
-    pub(super) fn use_registry(&mut self, registry: usize) {
+    pub(super) fn use_registry<T>(&mut self, registry: &T) {
+        let registry = registry as *const T as usize;
         if self.registry != registry {
             self.sets.fill([EMPTY; WAYS]);
             self.registry = registry;
@@ -265,7 +266,8 @@ mod tests {
     #[test]
     fn the_cache_keeps_four_alike_and_forgets_on_a_new_registry() {
         let mut rules = Rules::new();
-        rules.use_registry(1);
+        let (first, second) = (0u8, 0u8);
+        rules.use_registry(&first);
         // Five addresses of one set: the oldest goes.
         let alike: Vec<usize> = (1..)
             .filter(|a| Rules::set_of(*a) == Rules::set_of(1))
@@ -283,9 +285,9 @@ mod tests {
         for (i, address) in alike.iter().enumerate().skip(1) {
             assert_eq!(rules.find(*address), Some(rule(i as i32)));
         }
-        rules.use_registry(1);
+        rules.use_registry(&first);
         assert!(rules.find(alike[1]).is_some());
-        rules.use_registry(2);
+        rules.use_registry(&second);
         assert_eq!(rules.find(alike[1]), None);
     }
 }
