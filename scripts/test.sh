@@ -11,7 +11,7 @@ cargo nextest run --workspace --all-features --no-fail-fast
 echo "== frame-pointer build"
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --workspace --no-fail-fast \
-  -E 'binary(stack_walk) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
+  -E 'binary(stack_walk) | binary(stack_trim) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
 
 echo "== v0 symbol mangling (types from symbol names)"
 RUSTFLAGS="-C symbol-mangling-version=v0" CARGO_TARGET_DIR=target/v0 \

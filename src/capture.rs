@@ -37,7 +37,8 @@ pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Op
     }
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
-        let n = stack::capture(config.unwinder, &mut frames[..depth]);
+        let budget = stack::Budget::new(config.shown_depth());
+        let n = stack::capture(config.unwinder, &mut frames[..depth], budget);
         Some(TABLE.insert(address, size, &frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,

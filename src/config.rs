@@ -8,7 +8,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `MEMPROF_ENABLED` | `1` | `0` turns recording off: the allocator only forwards to the wrapped one |
-//! | `MEMPROF_STACK_DEPTH` | `5` | frames shown and grouped in reports, counted after memprof's own, the allocator shim's and std's allocation frames are trimmed (1 to 64) |
+//! | `MEMPROF_STACK_DEPTH` | `5` | frames shown and grouped in reports, counted after memprof's own, the allocator shim's and std's allocation frames are trimmed (1 to 64); the walk captures that many, so it is also how deep the exports' stacks go |
 //! | `MEMPROF_STACK_SKIP` | `0` | further frames dropped from the top of every context after that trimming |
 //! | `MEMPROF_MIN_BYTES` | `1024` | groups whose total size is below this are left out of both allocation logs |
 //! | `MEMPROF_PRINT_AT_EXIT` | unset | `1` writes the TSV log (`log_allocations`) to stderr when the program ends, also through `std::process::exit` |
@@ -113,10 +113,16 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Raw return addresses captured per allocation: enough for the frames shown, the frames skipped,
-    /// and the allocator and std frames that are trimmed before them.
+    /// Most raw return addresses captured per allocation: enough for the frames shown, the frames
+    /// skipped, and the allocator and std frames that are trimmed before them. A walk that can
+    /// tell those apart stops at [`Config::shown_depth`] frames after them.
     pub fn capture_depth(&self) -> usize {
-        (self.stack_depth + self.stack_skip + TRIMMED_FRAMES).min(crate::capture::MAX_FRAMES)
+        (self.shown_depth() + TRIMMED_FRAMES).min(crate::capture::MAX_FRAMES)
+    }
+
+    /// The frames of a stack a report uses after trimming: those skipped and those shown.
+    pub fn shown_depth(&self) -> usize {
+        self.stack_depth + self.stack_skip
     }
 
     /// Reads the configuration from the process environment; warnings go to stderr.

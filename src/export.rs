@@ -12,7 +12,9 @@
 //! and works on the same [`CallSites`]: each stack of the snapshot is symbolized, inlined calls
 //! expanded, and trimmed by [`symbolize::context`] (memprof's own frames, the allocator shim and
 //! std's allocation internals go) but, unlike a report, not cut to a depth: every frame that was
-//! captured stays. Stacks that trim to the same frames are one call site.
+//! captured stays. The walk captures at least `MEMPROF_STACK_DEPTH` frames after trimming (and
+//! stops soon after), so that setting is also how deep an export's stacks go. Stacks that trim to
+//! the same frames are one call site.
 //!
 //! Each export carries, per call site, what was allocated over the run (blocks and bytes), what is
 //! live in the snapshot, and what was live at the heap's peak when the table keeps it

@@ -79,6 +79,7 @@ fn start(builder: Settings) -> Option<&'static Config> {
             .as_deref()
             .is_some_and(|o| o.contains(".dhat.json"));
         TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
+        capture::stack::trim::load();
         triggers::install(config);
     }
     let state = if config.enabled { RECORDING } else { OFF };

@@ -210,14 +210,68 @@ const OWN_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
 /// names it without a path (`debug = "line-tables-only"`). Everything above the last such frame
 /// on a stack (std code inlined into memprof, such as thread-local access) is memprof's too.
 pub fn is_profiler_frame(frame: &Frame) -> bool {
-    let function = frame.function.as_deref().unwrap_or("");
-    function.starts_with("memprof::")
-        || function.starts_with("<memprof::")
-        || function.starts_with("memprof_record_")
+    is_profiler_function(frame.function.as_deref().unwrap_or(""))
         || frame
             .file
             .as_deref()
             .is_some_and(|f| f.starts_with(OWN_SOURCE))
+}
+
+/// Whether a function, by its name, is memprof's own.
+fn is_profiler_function(function: &str) -> bool {
+    function.starts_with("memprof::")
+        || function.starts_with("<memprof::")
+        || function.starts_with("memprof_record_")
+}
+
+/// Whether a function is in the standard library (or a crate it vendors), by its path.
+fn is_std_function(function: &str) -> bool {
+    let path = function.trim_start_matches('<');
+    ["alloc::", "core::", "std::", "hashbrown::"]
+        .iter()
+        .any(|p| path.starts_with(p))
+}
+
+/// Whether a standard-library path appears anywhere in `function`'s name.
+fn mentions_std(function: &str) -> bool {
+    ["alloc::", "core::", "std::", "hashbrown::"]
+        .iter()
+        .any(|p| {
+            function.match_indices(p).any(|(at, _)| {
+                !function[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        })
+}
+
+/// What [`context`] may do with a frame of `function`, judged by the name alone (what a symbol
+/// table tells the stack walk, which stops once it holds the frames a report shows). Where the
+/// name cannot settle it, the class is the one that makes the walk go deeper: a report tells the
+/// standard library by source file, which a symbol table does not give, so any function whose
+/// name mentions a standard-library path (`<&mut String as core::fmt::Write>::write_fmt`,
+/// `<u64 as core::fmt::Display>::fmt`) may be hidden.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NameClass {
+    /// Shown wherever it is.
+    Shown,
+    /// Trimmed or collapsed when it comes before the program's first frame: the allocator's
+    /// frames and the standard library's.
+    HiddenAtTop,
+    /// memprof's own: it and every frame above it are trimmed.
+    Profiler,
+}
+
+/// The [`NameClass`] of a frame of `function`.
+pub fn class_of_function(function: &str) -> NameClass {
+    if is_profiler_function(function) {
+        NameClass::Profiler
+    } else if is_allocator_frame(function) || mentions_std(function) {
+        NameClass::HiddenAtTop
+    } else {
+        NameClass::Shown
+    }
 }
 
 /// Whether a frame belongs to the allocator shim or std's allocation internals: after memprof's
@@ -255,11 +309,7 @@ pub fn is_std_frame(frame: &Frame) -> bool {
     {
         return file.starts_with("/rustc/") || file.starts_with("/rust/deps/");
     }
-    let function = frame.function.as_deref().unwrap_or("");
-    let path = function.trim_start_matches('<');
-    ["alloc::", "core::", "std::", "hashbrown::"]
-        .iter()
-        .any(|p| path.starts_with(p))
+    is_std_function(frame.function.as_deref().unwrap_or(""))
 }
 
 /// The context of a stack, innermost first: memprof's own frames and the allocator's are trimmed
@@ -329,6 +379,41 @@ mod tests {
         f.file = None;
         assert_eq!(f.to_string(), "'app::build_index'");
         assert_eq!(Frame::default().to_string(), "???");
+    }
+
+    #[test]
+    fn name_classes_never_count_a_frame_a_report_may_hide() {
+        use NameClass::*;
+        let cases = [
+            ("app::build_index", Shown),
+            ("<app::Index as app::Load>::load", Shown),
+            ("myalloc::pool::take", Shown),
+            ("memcpy", Shown),
+            ("memprof::types::tagged", Profiler),
+            (
+                "<memprof::MemProf<A> as core::alloc::global::GlobalAlloc>::alloc",
+                Profiler,
+            ),
+            ("memprof_record_alloc", Profiler),
+            ("__rustc::__rust_alloc", HiddenAtTop),
+            ("alloc::raw_vec::RawVecInner<A>::finish_grow", HiddenAtTop),
+            (
+                "<alloc::vec::Vec<T> as core::clone::Clone>::clone",
+                HiddenAtTop,
+            ),
+            ("hashbrown::raw::RawTable<T,A>::reserve_rehash", HiddenAtTop),
+            // Named after a type outside std but in std's source: the report hides them.
+            ("<u64 as core::fmt::Display>::fmt", HiddenAtTop),
+            (
+                "<&mut alloc::string::String as core::fmt::Write>::write_fmt",
+                HiddenAtTop,
+            ),
+            // The program's own type in a std trait: shown by a report, but the name cannot tell.
+            ("<app::Index as core::fmt::Display>::fmt", HiddenAtTop),
+        ];
+        for (name, class) in cases {
+            assert_eq!(class_of_function(name), class, "{name}");
+        }
     }
 
     #[test]

@@ -19,6 +19,9 @@ fn child(mode: &str, dir: &Path, extra: &[(&str, &str)]) -> String {
         .args(["--exact", "output_and_dump", "--nocapture"])
         .env("MEMPROF_TEST_CHILD", mode)
         .env("MEMPROF_OUTPUT", spec)
+        // Exports go as deep as the reports: deep enough for `keep_alive`'s caller under the
+        // iterator adapters of an unoptimized build.
+        .env("MEMPROF_STACK_DEPTH", "20")
         .envs(extra.iter().copied())
         .output()
         .unwrap();

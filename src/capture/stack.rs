@@ -7,12 +7,15 @@
 //! - [`dwarf`]: unwinds with each module's `.eh_frame` call-frame information, for default builds
 //!   in which the user's own code reuses the frame-pointer register.
 //!
-//! Neither allocates while walking; both run inside the reentrancy guard.
+//! Neither allocates while walking; both run inside the reentrancy guard. Both stop once they hold
+//! the frames a report shows ([`trim`]).
 
 pub mod dwarf;
 pub mod fp;
+pub mod trim;
 
 use crate::config::Unwinder;
+pub use trim::Budget;
 
 /// The address a call returns to: the instruction *after* the call.
 ///
@@ -30,11 +33,12 @@ impl ReturnAddress {
     }
 }
 
-/// Captures up to `out.len()` return addresses of the current thread, innermost first.
+/// Captures up to `out.len()` return addresses of the current thread, innermost first, ending
+/// early once `budget` is met.
 #[inline]
-pub fn capture(unwinder: Unwinder, out: &mut [ReturnAddress]) -> usize {
+pub fn capture(unwinder: Unwinder, out: &mut [ReturnAddress], budget: Budget) -> usize {
     match unwinder {
-        Unwinder::FramePointer => fp::walk(out),
-        Unwinder::Dwarf => dwarf::walk(out),
+        Unwinder::FramePointer => fp::walk(out, budget),
+        Unwinder::Dwarf => dwarf::walk(out, budget),
     }
 }

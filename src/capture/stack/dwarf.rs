@@ -55,7 +55,7 @@
 //!   every unwinder).
 //! - Only x86-64 unwinds with DWARF; other architectures use the frame-pointer walker for now.
 
-use super::ReturnAddress;
+use super::{Budget, ReturnAddress};
 
 #[cfg(target_arch = "x86_64")]
 mod rules;
@@ -66,9 +66,9 @@ mod rules;
 /// process's registry and this thread's cache exist (the first walk of each makes them).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-pub fn walk(out: &mut [ReturnAddress]) -> usize {
+pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
     let (pc, sp, bp) = registers();
-    imp::unwind::<true>(pc, sp, bp, out)
+    imp::unwind::<true>(pc, sp, bp, out, budget)
 }
 
 /// [`walk`] with framehop alone, without the rule cache: what the cache must agree with.
@@ -76,7 +76,7 @@ pub fn walk(out: &mut [ReturnAddress]) -> usize {
 #[inline(never)]
 fn walk_with_framehop(out: &mut [ReturnAddress]) -> usize {
     let (pc, sp, bp) = registers();
-    imp::unwind::<false>(pc, sp, bp, out)
+    imp::unwind::<false>(pc, sp, bp, out, Budget::unlimited())
 }
 
 /// The instruction pointer, stack pointer and frame-pointer register of the function this is
@@ -106,13 +106,13 @@ fn registers() -> (usize, usize, usize) {
 /// Only x86-64 unwinds with DWARF so far: elsewhere this follows frame pointers.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(never)]
-pub fn walk(out: &mut [ReturnAddress]) -> usize {
-    super::fp::walk(out)
+pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
+    super::fp::walk(out, budget)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
-    use super::super::{ReturnAddress, fp};
+    use super::super::{Budget, ReturnAddress, fp};
     use super::rules::{Cfi, Rule, Rules, Step};
     use crate::capture::modules::{self, Module};
     use addr2line::gimli::UnwindContext;
@@ -215,6 +215,7 @@ mod imp {
         sp: usize,
         bp: usize,
         out: &mut [ReturnAddress],
+        budget: Budget,
     ) -> usize {
         if out.is_empty() {
             return 0;
@@ -238,7 +239,7 @@ mod imp {
                     misses: 0,
                 });
                 let registers = Registers { pc, sp, bp };
-                walk_frames::<RULES>(registry, state, registers, high, out)
+                walk_frames::<RULES>(registry, state, registers, high, out, budget)
             })
             .unwrap_or(0)
     }
@@ -259,6 +260,7 @@ mod imp {
         start: Registers,
         high: usize,
         out: &mut [ReturnAddress],
+        mut budget: Budget,
     ) -> usize {
         let low = start.sp;
         let Registers { pc, mut sp, mut bp } = start;
@@ -341,6 +343,9 @@ mod imp {
             }
             out[n] = ReturnAddress(return_address);
             n += 1;
+            if budget.is_met_after(return_address) {
+                break;
+            }
             lookup = return_address - 1;
         }
         n
@@ -786,7 +791,7 @@ mod tests {
 
     #[inline(never)]
     fn chain_inner(out: &mut [ReturnAddress]) -> usize {
-        black_box(walk(black_box(out)))
+        black_box(walk(black_box(out), Budget::unlimited()))
     }
 
     /// Calls `f` from `depth` extra frames down.
@@ -824,7 +829,10 @@ mod tests {
                 let mut cached = [ReturnAddress(0); 128];
                 let mut reference = [ReturnAddress(0); 128];
                 let (n, m) = nest(depth, &mut || {
-                    (walk(&mut cached), walk_with_framehop(&mut reference))
+                    (
+                        walk(&mut cached, Budget::unlimited()),
+                        walk_with_framehop(&mut reference),
+                    )
                 });
                 assert!(n > depth + 3, "{n} frames at depth {depth}");
                 assert_eq!(n, m, "depth {depth}");
@@ -840,7 +848,7 @@ mod tests {
         let mut lengths = [0; 2];
         // From one call site, so that only the nesting differs.
         for ((depth, out), n) in [3, 8].into_iter().zip(&mut walks).zip(&mut lengths) {
-            *n = nest(depth, &mut || walk(out));
+            *n = nest(depth, &mut || walk(out, Budget::unlimited()));
         }
         let ([a, b], [shallow, deep]) = (lengths, &walks);
         assert!(a > 5 && b < deep.len(), "{a} {b}");
@@ -855,7 +863,7 @@ mod tests {
     #[test]
     fn every_frame_is_in_a_module_and_the_walk_ends_at_the_thread_start() {
         let mut out = [ReturnAddress(0); 256];
-        let n = walk(&mut out);
+        let n = walk(&mut out, Budget::unlimited());
         assert!(n > 3 && n < out.len(), "{n}");
         let modules = modules::loaded();
         for address in &out[..n] {
@@ -873,8 +881,8 @@ mod tests {
         // find in code are real ones, so they are among the DWARF walk's, in the same order.
         let mut dwarf = [ReturnAddress(0); 256];
         let mut fp = [ReturnAddress(0); 256];
-        let n = walk(&mut dwarf);
-        let m = super::super::fp::walk(&mut fp);
+        let n = walk(&mut dwarf, Budget::unlimited());
+        let m = super::super::fp::walk(&mut fp, Budget::unlimited());
         let dwarf = &dwarf[..n];
         let modules = modules::loaded();
         let in_code: Vec<_> = fp[..m]
@@ -907,7 +915,7 @@ mod tests {
         FROM_C.with_borrow_mut(|seen| {
             if seen.is_empty() {
                 let mut out = [ReturnAddress(0); 64];
-                let n = walk(&mut out);
+                let n = walk(&mut out, Budget::unlimited());
                 seen.extend_from_slice(&out[..n]);
             }
         });
@@ -944,7 +952,7 @@ mod tests {
             fn drop(&mut self) {
                 let mut out = [ReturnAddress(0); 16];
                 // Whatever state the thread's locals are in, this must not panic.
-                let _ = black_box(walk(&mut out));
+                let _ = black_box(walk(&mut out, Budget::unlimited()));
             }
         }
         thread_local! {
@@ -972,7 +980,7 @@ mod tests {
             .stack_size(128 * 1024)
             .spawn(|| {
                 let mut out = [ReturnAddress(0); 64];
-                nest(5, &mut || walk(&mut out))
+                nest(5, &mut || walk(&mut out, Budget::unlimited()))
             })
             .unwrap()
             .join()
@@ -986,7 +994,7 @@ mod tests {
 
     #[test]
     fn an_empty_buffer_gets_nothing() {
-        assert_eq!(walk(&mut []), 0);
+        assert_eq!(walk(&mut [], Budget::unlimited()), 0);
     }
 
     #[test]
@@ -1076,7 +1084,7 @@ mod tests {
         let (n, elapsed) = std::thread::spawn(|| {
             let mut out = [ReturnAddress(0); 64];
             let start = std::time::Instant::now();
-            let n = walk(&mut out);
+            let n = walk(&mut out, Budget::unlimited());
             (n, start.elapsed())
         })
         .join()
@@ -1098,11 +1106,16 @@ mod tests {
         for (depth, frames) in [(0, 10), (30, 30), (60, 64)] {
             let mut out = vec![ReturnAddress(0); frames];
             let (n, dwarf) = nest(depth, &mut || {
-                per_walk(10_000, &mut || black_box(walk(black_box(&mut out))))
+                per_walk(10_000, &mut || {
+                    black_box(walk(black_box(&mut out), Budget::unlimited()))
+                })
             });
             let (m, fp) = nest(depth, &mut || {
                 per_walk(10_000, &mut || {
-                    black_box(super::super::fp::walk(black_box(&mut out)))
+                    black_box(super::super::fp::walk(
+                        black_box(&mut out),
+                        Budget::unlimited(),
+                    ))
                 })
             });
             println!(

@@ -6,7 +6,7 @@
 //! checked before it is read: the frame must lie inside this thread's stack, be word-aligned, and
 //! sit above the previous one; a chain that fails a check simply ends there.
 
-use super::ReturnAddress;
+use super::{Budget, ReturnAddress};
 use std::cell::Cell;
 
 thread_local! {
@@ -71,14 +71,14 @@ fn frame_pointer() -> usize {
     fp
 }
 
-/// Walks the frame-pointer chain from the caller of this function; returns how many return
-/// addresses were written to `out`, innermost first.
+/// Walks the frame-pointer chain from the caller of this function until `budget` is met; returns
+/// how many return addresses were written to `out`, innermost first.
 ///
 /// The first frame pointer must lie in this thread's stack; every next one must be aligned and
 /// strictly above the last (so it stays above the stack's low end) and leave room for its two
 /// words below the stack's high end.
 #[inline(never)]
-pub fn walk(out: &mut [ReturnAddress]) -> usize {
+pub fn walk(out: &mut [ReturnAddress], mut budget: Budget) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
     // The highest aligned frame pointer whose two words end at or below `high`.
@@ -101,6 +101,9 @@ pub fn walk(out: &mut [ReturnAddress]) -> usize {
         }
         out[n] = ReturnAddress(ret);
         n += 1;
+        if budget.is_met_after(ret) {
+            break;
+        }
         let Some(next_room) = room_below(last, room, next) else {
             break;
         };
@@ -172,7 +175,7 @@ mod tests {
     #[test]
     fn walk_stays_bounded() {
         let mut out = [ReturnAddress(0); 4];
-        let n = walk(&mut out);
+        let n = walk(&mut out, Budget::unlimited());
         assert!(n <= 4);
         assert!(out[..n].iter().all(|a| a.0 != 0));
     }
