@@ -81,6 +81,7 @@
 // The pipeline, in the order data flows: configuration, the front doors, the allocation path,
 // the live table, its snapshots, then what is made of them.
 pub mod config;
+mod fence;
 pub mod hooks;
 pub mod capture;
 pub mod table;

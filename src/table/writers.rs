@@ -7,12 +7,13 @@
 //! are cumulative, so they stay.
 //!
 //! A writer changes the table between entering it and dropping the [`Entered`] it got. Entering
-//! makes the writer's `busy` odd with one sequentially consistent store, then checks that no
-//! reader froze the table; a reader ([`super::Table::lock_all`]) sets `frozen` with a
-//! sequentially consistent store, then waits until every writer's `busy` is even. One of the two
-//! always sees the other's store (Dekker's pattern), so while a reader holds the table no writer
-//! is inside it, and writers that come meanwhile wait at the door. That is one locked instruction
-//! per table change instead of a lock's two, on a cache line no other thread writes.
+//! makes the writer's `busy` odd, fences, then checks that no reader froze the table; a reader
+//! ([`super::Table::lock_all`]) sets `frozen`, fences, then waits until every writer's `busy` is
+//! even. One of the two always sees the other's store (Dekker's pattern), so while a reader holds
+//! the table no writer is inside it, and writers that come meanwhile wait at the door. The
+//! reader's fence is the heavy one of [`crate::fence`], a `membarrier` system call on Linux, so
+//! that a writer's is a compiler fence: no locked instruction per table change (one where the
+//! system lacks the call, against a lock's two).
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -158,7 +159,7 @@ impl Writer {
             if busy % 2 == 1 {
                 return None;
             }
-            self.busy.swap(busy + 1, Ordering::SeqCst);
+            crate::fence::store_then_fence(&self.busy, busy + 1);
             if !frozen.load(Ordering::SeqCst) {
                 return Some(Entered { writer: self });
             }
@@ -206,6 +207,7 @@ fn wait_while(busy: impl Fn() -> bool) {
 /// `frozen` set while it reads and clears it after.
 pub(super) fn freeze<'a>(frozen: &AtomicBool, writers: impl Iterator<Item = &'a Writer>) {
     frozen.store(true, Ordering::SeqCst);
+    crate::fence::heavy();
     for writer in writers {
         writer.wait_outside();
     }
