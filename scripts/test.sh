@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: every test in a default build (stacks unwound with DWARF call-frame information),
-# the stack-dependent tests again in a frame-pointer build, the type tests with v0 symbol
-# mangling, the heap assertions under libtest's threads, and the doc-tests.
+# the stack-dependent tests again in a frame-pointer build, the stack tests in release builds of
+# both, the type tests with v0 symbol mangling, the heap assertions under libtest's threads, and
+# the doc-tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,11 @@ echo "== frame-pointer build"
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --workspace --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
+
+echo "== the stack tests in release builds, where the allocator's entry is inlined into the program"
+cargo nextest run --cargo-profile release --no-fail-fast -E 'binary(stack_walk) | binary(stack_trim)'
+RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
+  cargo nextest run --cargo-profile release --no-fail-fast -E 'binary(stack_walk) | binary(stack_trim)'
 
 echo "== v0 symbol mangling (types from symbol names)"
 RUSTFLAGS="-C symbol-mangling-version=v0" CARGO_TARGET_DIR=target/v0 \

@@ -26,9 +26,16 @@ thread_local! {
         const { RefCell::new([ReturnAddress(0); MAX_FRAMES]) };
 }
 
-/// Records a new block, capturing the current stack; returns its stack.
+/// Records a new block, capturing the current stack; returns its stack. `entry` is the frame
+/// pointer of the allocator's entry (see [`stack::capture`]).
 #[inline]
-pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Option<StackId> {
+pub fn alloc(
+    _guard: &Guard,
+    config: &Config,
+    address: usize,
+    size: usize,
+    entry: usize,
+) -> Option<StackId> {
     let depth = config.capture_depth();
     // The block's word in the table is likely out of the cache (the allocator hands out addresses
     // all over the heap): fetch it while the stack is walked.
@@ -38,7 +45,7 @@ pub fn alloc(_guard: &Guard, config: &Config, address: usize, size: usize) -> Op
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = stack::Budget::new(config.shown_depth());
-        let n = stack::capture(config.unwinder, &mut frames[..depth], budget);
+        let n = stack::capture(config.unwinder, &mut frames[..depth], budget, entry);
         Some(TABLE.insert(address, size, &frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,

@@ -102,6 +102,10 @@ pub fn record_alloc(address: usize, size: usize, builder: Settings) {
 /// [`record_alloc`] past the fast check: the allocation may be recorded.
 #[inline(never)]
 fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
+    // This function's own frame, never inlined away: a frame-pointer walk starts from it, with
+    // the return address into the allocator's entry (which may be inlined into the program's
+    // code, so the walk cannot start any higher).
+    let entry = capture::stack::fp::frame_pointer();
     if let Some(guard) = Guard::enter()
         && let Some(config) = recording(&guard, builder)
     {
@@ -109,7 +113,7 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
         let stack = if !PAUSED.load(Ordering::Relaxed)
             && (interval == 0 || sampling::sample(size, interval))
         {
-            capture::alloc(&guard, config, address, size)
+            capture::alloc(&guard, config, address, size, entry)
         } else {
             None
         };

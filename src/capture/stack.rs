@@ -34,11 +34,18 @@ impl ReturnAddress {
 }
 
 /// Captures up to `out.len()` return addresses of the current thread, innermost first, ending
-/// early once `budget` is met.
+/// early once `budget` is met. `entry` is a frame pointer of one of the caller's callers (the
+/// allocator's entry, read with [`fp::frame_pointer`]), where a frame-pointer walk starts instead
+/// of its own frame, skipping the frames in between; 0 for none.
 #[inline]
-pub fn capture(unwinder: Unwinder, out: &mut [ReturnAddress], budget: Budget) -> usize {
+pub fn capture(
+    unwinder: Unwinder,
+    out: &mut [ReturnAddress],
+    budget: Budget,
+    entry: usize,
+) -> usize {
     match unwinder {
-        Unwinder::FramePointer => fp::walk(out, budget),
+        Unwinder::FramePointer => fp::walk_from(entry, out, budget),
         Unwinder::Dwarf => dwarf::walk(out, budget),
     }
 }

@@ -50,9 +50,10 @@ fn query_stack_bounds() -> Option<(usize, usize)> {
     }
 }
 
-/// Reads the frame-pointer register of the calling function.
+/// Reads the frame-pointer register of the calling function (whatever it holds in code built
+/// without frame pointers: [`walk_from`] checks it before use).
 #[inline(always)]
-fn frame_pointer() -> usize {
+pub fn frame_pointer() -> usize {
     let fp: usize;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: copies a register into a local; touches no memory.
@@ -77,13 +78,21 @@ fn frame_pointer() -> usize {
 /// The first frame pointer must lie in this thread's stack; every next one must be aligned and
 /// strictly above the last (so it stays above the stack's low end) and leave room for its two
 /// words below the stack's high end.
+#[inline(always)]
+pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
+    walk_from(0, out, budget)
+}
+
+/// [`walk`] from `entry`, the frame pointer of one of its callers, leaving out the frames below
+/// it; from its own caller when `entry` is 0 or lies below the walk's own frame.
 #[inline(never)]
-pub fn walk(out: &mut [ReturnAddress], mut budget: Budget) -> usize {
+pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
     // The highest aligned frame pointer whose two words end at or below `high`.
     let last = high.saturating_sub(2 * word) & !(word - 1);
-    let mut fp = frame_pointer();
+    let own = frame_pointer();
+    let mut fp = if entry > own { entry } else { own };
     if fp < low || fp > last || !fp.is_multiple_of(word) {
         return 0;
     }
