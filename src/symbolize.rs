@@ -246,32 +246,15 @@ fn mentions_std(function: &str) -> bool {
         })
 }
 
-/// What [`context`] may do with a frame of `function`, judged by the name alone (what a symbol
-/// table tells the stack walk, which stops once it holds the frames a report shows). Where the
-/// name cannot settle it, the class is the one that makes the walk go deeper: a report tells the
-/// standard library by source file, which a symbol table does not give, so any function whose
+/// Whether [`context`] shows a frame of `function` wherever it stands on a stack, as far as the
+/// name alone tells (what a symbol table tells the stack walk, which stops once it holds the
+/// frames a report shows). Where the name cannot settle it, the answer is no, which makes the
+/// walk go deeper: memprof's own functions and the allocator's are trimmed, and a report tells
+/// the standard library by source file, which a symbol table does not give, so no function whose
 /// name mentions a standard-library path (`<&mut String as core::fmt::Write>::write_fmt`,
-/// `<u64 as core::fmt::Display>::fmt`) may be hidden.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum NameClass {
-    /// Shown wherever it is.
-    Shown,
-    /// Trimmed or collapsed when it comes before the program's first frame: the allocator's
-    /// frames and the standard library's.
-    HiddenAtTop,
-    /// memprof's own: it and every frame above it are trimmed.
-    Profiler,
-}
-
-/// The [`NameClass`] of a frame of `function`.
-pub fn class_of_function(function: &str) -> NameClass {
-    if is_profiler_function(function) {
-        NameClass::Profiler
-    } else if is_allocator_frame(function) || mentions_std(function) {
-        NameClass::HiddenAtTop
-    } else {
-        NameClass::Shown
-    }
+/// `<u64 as core::fmt::Display>::fmt`) counts as shown.
+pub fn is_shown_by_name(function: &str) -> bool {
+    !(is_profiler_function(function) || is_allocator_frame(function) || mentions_std(function))
 }
 
 /// Whether a frame belongs to the allocator shim or std's allocation internals: after memprof's
@@ -382,37 +365,33 @@ mod tests {
     }
 
     #[test]
-    fn name_classes_never_count_a_frame_a_report_may_hide() {
-        use NameClass::*;
+    fn names_shown_are_never_ones_a_report_may_hide() {
         let cases = [
-            ("app::build_index", Shown),
-            ("<app::Index as app::Load>::load", Shown),
-            ("myalloc::pool::take", Shown),
-            ("memcpy", Shown),
-            ("memprof::types::tagged", Profiler),
+            ("app::build_index", true),
+            ("<app::Index as app::Load>::load", true),
+            ("myalloc::pool::take", true),
+            ("memcpy", true),
+            ("memprof::types::tagged", false),
             (
                 "<memprof::MemProf<A> as core::alloc::global::GlobalAlloc>::alloc",
-                Profiler,
+                false,
             ),
-            ("memprof_record_alloc", Profiler),
-            ("__rustc::__rust_alloc", HiddenAtTop),
-            ("alloc::raw_vec::RawVecInner<A>::finish_grow", HiddenAtTop),
-            (
-                "<alloc::vec::Vec<T> as core::clone::Clone>::clone",
-                HiddenAtTop,
-            ),
-            ("hashbrown::raw::RawTable<T,A>::reserve_rehash", HiddenAtTop),
+            ("memprof_record_alloc", false),
+            ("__rustc::__rust_alloc", false),
+            ("alloc::raw_vec::RawVecInner<A>::finish_grow", false),
+            ("<alloc::vec::Vec<T> as core::clone::Clone>::clone", false),
+            ("hashbrown::raw::RawTable<T,A>::reserve_rehash", false),
             // Named after a type outside std but in std's source: the report hides them.
-            ("<u64 as core::fmt::Display>::fmt", HiddenAtTop),
+            ("<u64 as core::fmt::Display>::fmt", false),
             (
                 "<&mut alloc::string::String as core::fmt::Write>::write_fmt",
-                HiddenAtTop,
+                false,
             ),
             // The program's own type in a std trait: shown by a report, but the name cannot tell.
-            ("<app::Index as core::fmt::Display>::fmt", HiddenAtTop),
+            ("<app::Index as core::fmt::Display>::fmt", false),
         ];
-        for (name, class) in cases {
-            assert_eq!(class_of_function(name), class, "{name}");
+        for (name, shown) in cases {
+            assert_eq!(is_shown_by_name(name), shown, "{name}");
         }
     }
 

@@ -260,7 +260,7 @@ mod imp {
         start: Registers,
         high: usize,
         out: &mut [ReturnAddress],
-        mut budget: Budget,
+        budget: Budget,
     ) -> usize {
         let low = start.sp;
         let Registers { pc, mut sp, mut bp } = start;
@@ -273,7 +273,10 @@ mod imp {
         // Whether this walk has confirmed that `registry` matches the loaded modules.
         let mut confirmed = false;
         let mut n = 0;
-        while n < out.len() {
+        // Frames to capture: all of `out` until the budget says how many.
+        let mut limit = out.len();
+        let mut counting = false;
+        while n < limit {
             let rule = match state.rules.find(lookup) {
                 Some(rule) if RULES && (rule.permanent || confirmed) => rule,
                 _ => {
@@ -343,8 +346,9 @@ mod imp {
             }
             out[n] = ReturnAddress(return_address);
             n += 1;
-            if budget.is_met_after(return_address) {
-                break;
+            if !counting && let Some(left) = budget.left_after(return_address) {
+                counting = true;
+                limit = limit.min(n + left);
             }
             lookup = return_address - 1;
         }

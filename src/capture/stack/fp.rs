@@ -86,7 +86,7 @@ pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
 /// [`walk`] from `entry`, the frame pointer of one of its callers, leaving out the frames below
 /// it; from its own caller when `entry` is 0 or lies below the walk's own frame.
 #[inline(never)]
-pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) -> usize {
+pub fn walk_from(entry: usize, out: &mut [ReturnAddress], budget: Budget) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
     // The highest aligned frame pointer whose two words end at or below `high`.
@@ -99,7 +99,10 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) ->
     // Words from `fp` up to `last`.
     let mut room = (last - fp) / word;
     let mut n = 0;
-    while n < out.len() {
+    // Frames to capture: all of `out` until the budget says how many.
+    let mut limit = out.len();
+    let mut counting = false;
+    while n < limit {
         // SAFETY: `low <= fp <= last` and `fp` is word-aligned (checked for the first frame
         // pointer above, and by `room_below` for each next one, which must also be above the
         // last), and `last + 2 words <= high`: both words lie inside this thread's own stack,
@@ -110,8 +113,9 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) ->
         }
         out[n] = ReturnAddress(ret);
         n += 1;
-        if budget.is_met_after(ret) {
-            break;
+        if !counting && let Some(left) = budget.left_after(ret) {
+            counting = true;
+            limit = limit.min(n + left);
         }
         let Some(next_room) = room_below(last, room, next) else {
             break;
