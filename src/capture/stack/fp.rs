@@ -99,10 +99,10 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], budget: Budget) -> usi
     // Words from `fp` up to `last`.
     let mut room = (last - fp) / word;
     let mut n = 0;
-    // Frames to capture: all of `out` until the budget says how many.
-    let mut limit = out.len();
+    // All of `out` until the budget says how many frames the walk wants; it is then cut to them.
+    let mut out = out;
     let mut counting = false;
-    while n < limit {
+    while n < out.len() {
         // SAFETY: `low <= fp <= last` and `fp` is word-aligned (checked for the first frame
         // pointer above, and by `room_below` for each next one, which must also be above the
         // last), and `last + 2 words <= high`: both words lie inside this thread's own stack,
@@ -115,7 +115,8 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], budget: Budget) -> usi
         n += 1;
         if !counting && let Some(left) = budget.left_after(ret) {
             counting = true;
-            limit = limit.min(n + left);
+            let end = out.len().min(n + left);
+            out = &mut std::mem::take(&mut out)[..end];
         }
         let Some(next_room) = room_below(last, room, next) else {
             break;
