@@ -11,7 +11,7 @@
 //! ([`super::Table::lock_all`]) sets `frozen`, fences, then waits until every writer's `busy` is
 //! even. One of the two always sees the other's store (Dekker's pattern), so while a reader holds
 //! the table no writer is inside it, and writers that come meanwhile wait at the door. The
-//! reader's fence is the heavy one of [`crate::fence`], a `membarrier` system call on Linux, so
+//! reader's fence is the heavy one of `crate::fence`, a `membarrier` system call on Linux, so
 //! that a writer's is a compiler fence: no locked instruction per table change (one where the
 //! system lacks the call, against a lock's two).
 
