@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: every test in a default build (stacks unwound with DWARF call-frame information),
-# the stack-dependent tests again in a frame-pointer build, the stack tests in release builds of
-# both, the type tests with v0 symbol mangling, the heap assertions under libtest's threads, and
+# the stack-dependent tests again in a frame-pointer build, the stack tests (and the exports read
+# by their tools) in release builds, the type tests with v0 symbol mangling, the heap assertions under libtest's threads, and
 # the doc-tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,8 @@ RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=tar
   -E 'binary(stack_walk) | binary(stack_trim) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
 
 echo "== the stack tests in release builds, where the allocator's entry is inlined into the program"
-cargo nextest run --cargo-profile release --no-fail-fast -E 'binary(stack_walk) | binary(stack_trim)'
+cargo nextest run --cargo-profile release --no-fail-fast \
+  -E 'binary(stack_walk) | binary(stack_trim) | binary(export_readers)'
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --cargo-profile release --no-fail-fast -E 'binary(stack_walk) | binary(stack_trim)'
 
