@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: every test in a default build (stacks unwound with DWARF call-frame information),
 # the stack-dependent tests again in a frame-pointer build, the stack tests (and the exports read
-# by their tools) in release builds, the type tests with v0 symbol mangling, the heap assertions under libtest's threads, and
-# the doc-tests.
+# by their tools) in release builds, the type tests with v0 symbol mangling, the heap assertions
+# under libtest's threads, and the doc-tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
