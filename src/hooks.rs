@@ -34,6 +34,16 @@ const OFF: u8 = 3;
 /// The profiler's life-cycle state.
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 
+/// Frees are not looked at (not recording).
+const FREES_IGNORED: u8 = 0;
+/// Every free is looked up in the table.
+const FREES_ALL: u8 = 1;
+/// A free is looked up only when the sampled-block filter says it may be in the table.
+const FREES_FILTERED: u8 = 2;
+
+/// What the free path does: [`STATE`] and the table's sampling folded into one load.
+static FREES: AtomicU8 = AtomicU8::new(FREES_IGNORED);
+
 /// Whether recording of new blocks is paused.
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
@@ -83,6 +93,13 @@ fn start(builder: Settings) -> Option<&'static Config> {
         triggers::install(config);
     }
     let state = if config.enabled { RECORDING } else { OFF };
+    if config.enabled {
+        let frees = match TABLE.sample_interval() {
+            0 => FREES_ALL,
+            _ => FREES_FILTERED,
+        };
+        FREES.store(frees, Ordering::Release);
+    }
     STATE.store(state, Ordering::Release);
     (state == RECORDING).then_some(config)
 }
@@ -131,11 +148,12 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
 /// thread holds the table or changes it, is never looked up.
 #[inline]
 pub fn record_free(address: usize) {
-    if STATE.load(Ordering::Acquire) != RECORDING {
+    let frees = FREES.load(Ordering::Acquire);
+    if frees == FREES_IGNORED {
         return;
     }
     // Under sampling most frees leave at the filter, before the thread-local check.
-    if TABLE.may_hold(address) {
+    if may_be_recorded(frees, address) {
         if table::holding_table() {
             return;
         }
@@ -144,6 +162,13 @@ pub fn record_free(address: usize) {
     if scope::any_open() && !table::holding_table() {
         scope::on_free(address);
     }
+}
+
+/// Whether the block at `address` may be in the table, as far as `frees` (a value of [`FREES`])
+/// and the sampled-block filter tell.
+#[inline(always)]
+fn may_be_recorded(frees: u8, address: usize) -> bool {
+    frees == FREES_ALL || (frees == FREES_FILTERED && TABLE.may_hold_sampled(address))
 }
 
 /// Reallocates through `realloc` (which returns the new block, or null on failure), untracking the
@@ -158,8 +183,7 @@ pub fn record_realloc(
     builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
-    let old = (STATE.load(Ordering::Acquire) == RECORDING
-        && TABLE.may_hold(old_address)
+    let old = (may_be_recorded(FREES.load(Ordering::Acquire), old_address)
         && !table::holding_table())
     .then(|| capture::free(old_address))
     .flatten();

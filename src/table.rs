@@ -69,12 +69,13 @@ impl Drop for Hold {
 /// Side tables; a power of two.
 const SIDES: usize = 16;
 
-/// Slots of the sampled-block filter; a power of two. Each slot is a 2-bit counter, so the filter
-/// takes 8 KiB and stays in the first-level cache that every free reads it from.
-const FILTER: usize = 1 << 15;
+/// Slots of the sampled-block filter; a power of two. Each slot is a byte, so the filter takes
+/// 16 KiB, small enough for the first-level cache that every free reads it from, and a free's
+/// check is one load and a compare.
+const FILTER: usize = 1 << 14;
 
 /// A filter counter's largest value; a counter that reaches it stays there.
-const COUNT_MAX: u8 = 3;
+const COUNT_MAX: u8 = u8::MAX;
 
 /// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
 /// tracked exactly.
@@ -361,9 +362,9 @@ pub struct Table {
     peak: Peak,
     /// Mean bytes between sampled allocations; 0 records every allocation.
     sample_interval: AtomicU64,
-    /// Under sampling: how many live blocks hash to each slot, four 2-bit counters a byte
-    /// (saturating at 3, then sticky), so a slot at 0 proves an address was never recorded.
-    filter: [AtomicU8; FILTER / 4],
+    /// Under sampling: how many live blocks fall in each slot (saturating at [`COUNT_MAX`], then
+    /// sticky), so a slot at 0 proves an address was never recorded.
+    filter: [AtomicU8; FILTER],
     /// Whether stacks count their live blocks and the peak table is kept.
     track_peak: AtomicBool,
     /// A new peak was reached since the last capture of the peak table.
@@ -394,7 +395,7 @@ impl Table {
             stacks: Stacks::new(),
             peak: Peak::new(),
             sample_interval: AtomicU64::new(0),
-            filter: [const { AtomicU8::new(0) }; FILTER / 4],
+            filter: [const { AtomicU8::new(0) }; FILTER],
             track_peak: AtomicBool::new(false),
             peak_due: AtomicBool::new(false),
             peak_table: Mutex::new(PeakTable {
@@ -636,38 +637,30 @@ impl Table {
         self.sample_interval.store(interval, Relaxed);
     }
 
-    /// Whether a block may be recorded at `address`: always `true` without sampling; under
-    /// sampling, `false` proves it is not, without touching the table.
+    /// Under sampling, whether a block may be recorded at `address`: `false` proves it is not,
+    /// without touching the table. (Without sampling, any block may be.)
     #[inline]
-    pub fn may_hold(&self, address: usize) -> bool {
-        if self.sample_interval() == 0 {
-            return true;
-        }
-        let (byte, shift) = Self::slot(address);
-        (self.filter[byte].load(Relaxed) >> shift) & COUNT_MAX != 0
+    pub fn may_hold_sampled(&self, address: usize) -> bool {
+        self.filter[Self::slot(address)].load(Relaxed) != 0
     }
 
-    /// The byte of the filter that holds the counter of `address`, and the counter's shift in it:
-    /// by 16-byte granule, so blocks next to a sampled one (where the allocator is busy) have
-    /// counters of their own, and addresses share one only 512 KiB apart.
+    /// The filter slot of `address`: by 16-byte granule, so blocks next to a sampled one (where
+    /// the allocator is busy) have counters of their own, and addresses share one only 256 KiB
+    /// apart.
     #[inline]
-    fn slot(address: usize) -> (usize, u32) {
-        let slot = (address >> 4) % FILTER;
-        (slot / 4, (slot % 4) as u32 * 2)
+    fn slot(address: usize) -> usize {
+        (address >> 4) % FILTER
     }
 
     fn filter_add(&self, address: usize) {
-        let (byte, shift) = Self::slot(address);
-        let _ = self.filter[byte].fetch_update(Relaxed, Relaxed, |b| {
-            ((b >> shift) & COUNT_MAX < COUNT_MAX).then(|| b + (1 << shift))
+        let _ = self.filter[Self::slot(address)].fetch_update(Relaxed, Relaxed, |count| {
+            (count < COUNT_MAX).then(|| count + 1)
         });
     }
 
     fn filter_remove(&self, address: usize) {
-        let (byte, shift) = Self::slot(address);
-        let _ = self.filter[byte].fetch_update(Relaxed, Relaxed, |b| {
-            let count = (b >> shift) & COUNT_MAX;
-            (count > 0 && count < COUNT_MAX).then(|| b - (1 << shift))
+        let _ = self.filter[Self::slot(address)].fetch_update(Relaxed, Relaxed, |count| {
+            (count > 0 && count < COUNT_MAX).then(|| count - 1)
         });
     }
 

@@ -223,10 +223,12 @@ fn check_heaptrack(file: &Path, dir: &Path) {
     }
     // Unmerged: heaptrack_print merges backtraces whose innermost frame is at one source line,
     // and in an optimized build all three sites start with `Vec::with_capacity` inlined.
-    let text = run(Command::new("heaptrack_print")
-        .arg("-f")
-        .arg(file)
-        .args(["--print-leaks", "1", "--merge-backtraces", "0"]));
+    let text = run(Command::new("heaptrack_print").arg("-f").arg(file).args([
+        "--print-leaks",
+        "1",
+        "--merge-backtraces",
+        "0",
+    ]));
     let leaks = &text[text.find("MEMORY LEAKS").expect("a leak section")..];
     assert!(leaks.contains("export_readers::block_4096"), "{text}");
     assert!(leaks.contains("export_readers::block_5000"), "{text}");
