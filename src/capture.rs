@@ -27,7 +27,7 @@ thread_local! {
 }
 
 /// Records a new block, capturing the current stack; returns its stack. `entry` is the frame
-/// pointer of the allocator's entry (see [`stack::capture`]).
+/// pointer of one of the callers, where a frame-pointer walk starts (see [`stack::capture`]).
 #[inline]
 pub fn alloc(
     _guard: &Guard,

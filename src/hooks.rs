@@ -91,15 +91,13 @@ fn start(builder: Settings) -> Option<&'static Config> {
         TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
         capture::stack::trim::load();
         triggers::install(config);
-    }
-    let state = if config.enabled { RECORDING } else { OFF };
-    if config.enabled {
         let frees = match TABLE.sample_interval() {
             0 => FREES_ALL,
             _ => FREES_FILTERED,
         };
         FREES.store(frees, Ordering::Release);
     }
+    let state = if config.enabled { RECORDING } else { OFF };
     STATE.store(state, Ordering::Release);
     (state == RECORDING).then_some(config)
 }

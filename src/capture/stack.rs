@@ -34,9 +34,9 @@ impl ReturnAddress {
 }
 
 /// Captures up to `out.len()` return addresses of the current thread, innermost first, ending
-/// early once `budget` is met. `entry` is a frame pointer of one of the caller's callers (the
-/// allocator's entry, read with [`fp::frame_pointer`]), where a frame-pointer walk starts instead
-/// of its own frame, skipping the frames in between; 0 for none.
+/// early once it holds the frames `budget` wants. `entry` is the frame pointer of one of the
+/// callers (`record_alloc_checked`'s own, read with [`fp::frame_pointer`]), where a frame-pointer
+/// walk starts instead of at its own frame, leaving out the frames in between; 0 for none.
 #[inline]
 pub fn capture(
     unwinder: Unwinder,

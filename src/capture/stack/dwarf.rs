@@ -60,7 +60,8 @@ use super::{Budget, ReturnAddress};
 #[cfg(target_arch = "x86_64")]
 mod rules;
 
-/// Captures up to `out.len()` return addresses of the current thread, innermost first.
+/// Captures up to `out.len()` return addresses of the current thread, innermost first, until it
+/// holds the frames `budget` wants.
 ///
 /// The first address is the return address into this function's caller. Never allocates once the
 /// process's registry and this thread's cache exist (the first walk of each makes them).
@@ -101,7 +102,8 @@ fn registers() -> (usize, usize, usize) {
     (pc, sp, bp)
 }
 
-/// Captures up to `out.len()` return addresses of the current thread, innermost first.
+/// Captures up to `out.len()` return addresses of the current thread, innermost first, until it
+/// holds the frames `budget` wants.
 ///
 /// Only x86-64 unwinds with DWARF so far: elsewhere this follows frame pointers.
 #[cfg(not(target_arch = "x86_64"))]

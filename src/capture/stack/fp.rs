@@ -72,8 +72,8 @@ pub fn frame_pointer() -> usize {
     fp
 }
 
-/// Walks the frame-pointer chain from the caller of this function until `budget` is met; returns
-/// how many return addresses were written to `out`, innermost first.
+/// Walks the frame-pointer chain from the caller of this function until it holds the frames
+/// `budget` wants; returns how many return addresses were written to `out`, innermost first.
 ///
 /// The first frame pointer must lie in this thread's stack; every next one must be aligned and
 /// strictly above the last (so it stays above the stack's low end) and leave room for its two

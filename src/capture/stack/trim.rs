@@ -43,12 +43,17 @@ pub struct Shown {
 static SHOWN: OnceLock<Shown> = OnceLock::new();
 
 /// Nothing known: every frame is one a report may hide.
-static NONE: Shown = Shown {
-    first: 0,
-    bits: Vec::new(),
-};
+static NONE: Shown = Shown::nothing();
 
 impl Shown {
+    /// Nothing shown: what a walk knows without a symbol table.
+    const fn nothing() -> Shown {
+        Shown {
+            first: 0,
+            bits: Vec::new(),
+        }
+    }
+
     /// From `functions` (address ranges, and whether reports show them) that lie in `code`.
     pub fn from_functions(
         code: Range<usize>,
@@ -95,12 +100,7 @@ impl Shown {
 /// calls do nothing. Allocates and reads a file: call it where the profiler starts, inside the
 /// reentrancy guard.
 pub fn load() {
-    SHOWN.get_or_init(|| {
-        read().unwrap_or(Shown {
-            first: 0,
-            bits: Vec::new(),
-        })
-    });
+    SHOWN.get_or_init(|| read().unwrap_or(Shown::nothing()));
 }
 
 /// The code of the module holding this function that reports show, from the symbol table of its
