@@ -101,11 +101,15 @@ mod membarrier {
             && call(REGISTER_PRIVATE_EXPEDITED) == 0
     }
 
-    /// A full barrier on every running thread of the process.
+    /// A full barrier on every running thread of the process. Registered (the registration
+    /// survives `fork`), the command fails only on a kernel bug; it is retried a few times, and
+    /// then the reader goes on rather than wait forever: a snapshot may then catch one change
+    /// half-done, which the table's atomics keep memory-safe.
     pub fn expedited() {
-        // Once registered, the command has no failure left but a kernel bug: a failure would
-        // leave the frequent side unfenced, so it is retried rather than ignored.
-        while call(PRIVATE_EXPEDITED) != 0 {
+        for _ in 0..100 {
+            if call(PRIVATE_EXPEDITED) == 0 {
+                return;
+            }
             std::thread::yield_now();
         }
     }
