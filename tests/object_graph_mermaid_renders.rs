@@ -1,0 +1,178 @@
+//! The mermaid object graphs, as memprof writes them (the golden files `object_graph_golden`
+//! pins the writer to), rendered by mermaid itself in headless Chromium: each graph parses, and
+//! draws every node and every edge with the label written for it (type names with their `<`, `>`
+//! and quotes back from mermaid's entity codes).
+//!
+//! mermaid comes from the npm registry (`npm pack`, one version, cached under `target/`); the
+//! check is skipped, with a message, when `npm` or `chromium` is missing.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The mermaid release the graphs are checked with.
+const MERMAID: &str = "11.17.2";
+
+fn run(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `mermaid.min.js` of [`MERMAID`], fetched once into `dir`.
+fn mermaid_script(dir: &Path) -> Option<PathBuf> {
+    let script = dir.join(format!("mermaid-{MERMAID}.min.js"));
+    if script.exists() {
+        return Some(script);
+    }
+    if Command::new("npm").arg("--version").output().is_err() {
+        eprintln!("SKIPPED mermaid check: `npm` is missing (apt-get install -y npm)");
+        return None;
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    let packed = run(Command::new("npm")
+        .args(["pack", "--silent", &format!("mermaid@{MERMAID}")])
+        .current_dir(dir));
+    let tarball = dir.join(packed.trim());
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .args(["-C"])
+        .arg(dir)
+        .arg("package/dist/mermaid.min.js"));
+    std::fs::rename(dir.join("package/dist/mermaid.min.js"), &script).unwrap();
+    std::fs::remove_file(tarball).unwrap();
+    Some(script)
+}
+
+/// Each graph of the golden files: a file may hold several, each starting at `graph`.
+fn golden_graphs() -> Vec<(String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mmd"))
+        .collect();
+    files.sort();
+    let mut graphs: Vec<(String, String)> = Vec::new();
+    for file in files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let first = graphs.len();
+        for line in text.split_inclusive('\n') {
+            if graphs.len() == first || line.starts_with("graph ") {
+                graphs.push((format!("{name}#{}", graphs.len() - first), String::new()));
+            }
+            graphs.last_mut().unwrap().1.push_str(line);
+        }
+    }
+    assert!(graphs.len() >= 3, "{graphs:?}");
+    graphs
+}
+
+/// Mermaid's entity codes in a label, back to the characters they stand for.
+fn decoded(label: &str) -> String {
+    label
+        .replace("#quot;", "\"")
+        .replace("#lt;", "<")
+        .replace("#gt;", ">")
+}
+
+/// The node and edge labels `graph` asks for.
+fn written_labels(graph: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut nodes = BTreeSet::new();
+    let mut edges = BTreeSet::new();
+    for line in graph.lines().skip(1) {
+        let node = line.find("[\"").map(|start| {
+            let end = line[start..].find("\"]").unwrap() + start;
+            decoded(&line[start + 2..end])
+        });
+        nodes.extend(node);
+        if let Some(start) = line.find("] --") {
+            let end = line.rfind("--> ").unwrap();
+            edges.insert(line[start + 4..end].to_owned());
+        }
+    }
+    (nodes, edges)
+}
+
+#[test]
+fn mermaid_draws_every_node_and_edge_written() {
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|name| Command::new(name).arg("--version").output().is_ok())
+    else {
+        eprintln!("SKIPPED mermaid check: chromium is missing (apt-get install -y chromium)");
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mermaid");
+    let Some(script) = mermaid_script(&dir) else {
+        return;
+    };
+    let graphs = golden_graphs();
+    let page_dir = dir.join(format!("page-{}", std::process::id()));
+    std::fs::create_dir_all(&page_dir).unwrap();
+    std::fs::copy(&script, page_dir.join("mermaid.min.js")).unwrap();
+    let texts: Vec<&str> = graphs.iter().map(|(_, text)| text.as_str()).collect();
+    let page = include_str!("tools/mermaid_render.html").replace(
+        "@GRAPHS@",
+        &serde_json::to_string(&texts).unwrap().replace("</", "<\\/"),
+    );
+    let page_path = page_dir.join("render.html");
+    std::fs::write(&page_path, page).unwrap();
+    let dom = run(Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            page_dir.join("profile").display()
+        ))
+        .arg(format!("file://{}", page_path.display())));
+    let start = dom.find("<pre id=\"memprof-result\">").expect("the page") + 25;
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&");
+    let results: Vec<serde_json::Value> = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("the page wrote no result ({e}):\n{json}"));
+    assert_eq!(results.len(), graphs.len());
+    let strings = |value: &serde_json::Value| -> BTreeSet<String> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    for ((name, text), result) in graphs.iter().zip(&results) {
+        assert!(
+            result["error"].is_null(),
+            "{name}: {}\n{text}",
+            result["error"]
+        );
+        let (nodes, edges) = written_labels(text);
+        assert!(!nodes.is_empty() && !edges.is_empty(), "{name}:\n{text}");
+        assert_eq!(strings(&result["nodes"]), nodes, "{name}:\n{text}");
+        assert_eq!(strings(&result["edges"]), edges, "{name}:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(page_dir);
+}
