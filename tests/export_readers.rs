@@ -6,6 +6,8 @@
 //! 100 of 5000 of which half are kept. pprof is skipped, with a message, only when `go` is missing;
 //! the DHAT viewer only when `chromium` is; `heaptrack_print` is required.
 
+mod common;
+
 use memprof::export::{self, ExportOptions, Value};
 use memprof::{Snapshot, symbolize};
 use std::path::{Path, PathBuf};
@@ -175,20 +177,6 @@ fn thousands(n: u64) -> String {
     memprof::report::markdown::thousands(n)
 }
 
-/// Runs a command and returns its stdout, failing the test with its stderr when it fails.
-fn run(command: &mut Command) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
 fn check_heaptrack(file: &Path, dir: &Path) {
     let found = Command::new("heaptrack_print").arg("--version").output();
     assert!(
@@ -198,11 +186,13 @@ fn check_heaptrack(file: &Path, dir: &Path) {
     // heaptrack_print's own flamegraph output: one folded line per backtrace, with the cost asked for.
     let cost = |kind: &str| {
         let stacks = dir.join(format!("heaptrack-{kind}.txt"));
-        run(Command::new("heaptrack_print")
-            .arg("-f")
-            .arg(file)
-            .args(["--flamegraph-cost-type", kind, "-F"])
-            .arg(&stacks));
+        common::run(
+            Command::new("heaptrack_print")
+                .arg("-f")
+                .arg(file)
+                .args(["--flamegraph-cost-type", kind, "-F"])
+                .arg(&stacks),
+        );
         std::fs::read_to_string(stacks).unwrap()
     };
     let allocations = cost("allocations");
@@ -223,7 +213,7 @@ fn check_heaptrack(file: &Path, dir: &Path) {
     }
     // Unmerged: heaptrack_print merges backtraces whose innermost frame is at one source line,
     // and in an optimized build all three sites start with `Vec::with_capacity` inlined.
-    let text = run(Command::new("heaptrack_print").arg("-f").arg(file).args([
+    let text = common::run(Command::new("heaptrack_print").arg("-f").arg(file).args([
         "--print-leaks",
         "1",
         "--merge-backtraces",
@@ -288,11 +278,13 @@ fn check_pprof(file: &Path) {
         return;
     };
     let top = |index: &str| {
-        run(Command::new(&pprof)
-            .args(["-top", "-unit=B", "-nodefraction=0", "-nodecount=1000"])
-            .arg(format!("-sample_index={index}"))
-            .arg(file)
-            .env("PPROF_TMPDIR", file.parent().unwrap()))
+        common::run(
+            Command::new(&pprof)
+                .args(["-top", "-unit=B", "-nodefraction=0", "-nodecount=1000"])
+                .arg(format!("-sample_index={index}"))
+                .arg(file)
+                .env("PPROF_TMPDIR", file.parent().unwrap()),
+        )
     };
     let inuse_space = top("inuse_space");
     let alloc_space = top("alloc_space");
@@ -339,14 +331,12 @@ fn text_of(html: &str) -> String {
 }
 
 fn check_dhat_viewer(file: &Path, dir: &Path) {
-    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| Command::new(name).arg("--version").output().is_ok())
-    else {
+    let Some(chromium) = common::chromium() else {
         eprintln!("SKIPPED DHAT viewer check: chromium is missing (apt-get install -y chromium)");
         return;
     };
-    let viewer = run(Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
+    let viewer =
+        common::run(Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
     let viewer = Path::new(viewer.trim());
     let page_dir = dir.join("dh_view");
     std::fs::create_dir_all(&page_dir).unwrap();
@@ -360,25 +350,7 @@ fn check_dhat_viewer(file: &Path, dir: &Path) {
         .replace("</head>", &format!("{loader}</head>"));
     let page_path = page_dir.join("view.html");
     std::fs::write(&page_path, page).unwrap();
-    let dom = run(Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=10000",
-            "--dump-dom",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            page_dir.join("profile").display()
-        ))
-        .arg(format!("file://{}", page_path.display()))
-        .env("LANG", "en_US.UTF-8")
-        .env("LANGUAGE", "en_US"));
+    let dom = common::headless_dom(chromium, &page_path, &page_dir.join("profile"), 10_000);
     assert!(
         !dom.contains("id=\"memprof-data\""),
         "the page did not load the file"

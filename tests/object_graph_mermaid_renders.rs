@@ -6,25 +6,14 @@
 //! mermaid comes from the npm registry (`npm pack`, one version, cached under `target/`); the
 //! check is skipped, with a message, when `npm` or `chromium` is missing.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The mermaid release the graphs are checked with.
 const MERMAID: &str = "11.17.2";
-
-fn run(command: &mut Command) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// `mermaid.min.js` of [`MERMAID`], fetched once into `dir`.
 fn mermaid_script(dir: &Path) -> Option<PathBuf> {
@@ -37,16 +26,20 @@ fn mermaid_script(dir: &Path) -> Option<PathBuf> {
         return None;
     }
     std::fs::create_dir_all(dir).unwrap();
-    let packed = run(Command::new("npm")
-        .args(["pack", "--silent", &format!("mermaid@{MERMAID}")])
-        .current_dir(dir));
+    let packed = common::run(
+        Command::new("npm")
+            .args(["pack", "--silent", &format!("mermaid@{MERMAID}")])
+            .current_dir(dir),
+    );
     let tarball = dir.join(packed.trim());
-    run(Command::new("tar")
-        .arg("-xzf")
-        .arg(&tarball)
-        .args(["-C"])
-        .arg(dir)
-        .arg("package/dist/mermaid.min.js"));
+    common::run(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&tarball)
+            .args(["-C"])
+            .arg(dir)
+            .arg("package/dist/mermaid.min.js"),
+    );
     std::fs::rename(dir.join("package/dist/mermaid.min.js"), &script).unwrap();
     std::fs::remove_file(tarball).unwrap();
     Some(script)
@@ -105,10 +98,7 @@ fn written_labels(graph: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 
 #[test]
 fn mermaid_draws_every_node_and_edge_written() {
-    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| Command::new(name).arg("--version").output().is_ok())
-    else {
+    let Some(chromium) = common::chromium() else {
         eprintln!("SKIPPED mermaid check: chromium is missing (apt-get install -y chromium)");
         return;
     };
@@ -127,24 +117,7 @@ fn mermaid_draws_every_node_and_edge_written() {
     );
     let page_path = page_dir.join("render.html");
     std::fs::write(&page_path, page).unwrap();
-    let dom = run(Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--allow-file-access-from-files",
-            "--virtual-time-budget=20000",
-            "--dump-dom",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            page_dir.join("profile").display()
-        ))
-        .arg(format!("file://{}", page_path.display())));
+    let dom = common::headless_dom(chromium, &page_path, &page_dir.join("profile"), 20_000);
     let start = dom.find("<pre id=\"memprof-result\">").expect("the page") + 25;
     let end = start + dom[start..].find("</pre>").unwrap();
     let json = dom[start..end]

@@ -97,3 +97,56 @@ pub fn stack(
         ..Default::default()
     }
 }
+
+/// Runs a command and returns its stdout, failing the test with its stderr when it fails.
+pub fn run(command: &mut std::process::Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The Chromium on this machine, if any.
+pub fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|name| {
+            std::process::Command::new(name)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+}
+
+/// Loads `page` in headless `chromium`, with a fresh profile under `profile`, lets its scripts
+/// run for up to `budget_ms` of virtual time, and returns the page's DOM.
+pub fn headless_dom(
+    chromium: &str,
+    page: &std::path::Path,
+    profile: &std::path::Path,
+    budget_ms: u32,
+) -> String {
+    run(std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--allow-file-access-from-files",
+            "--dump-dom",
+        ])
+        .arg(format!("--virtual-time-budget={budget_ms}"))
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", page.display()))
+        .env("LANG", "en_US.UTF-8")
+        .env("LANGUAGE", "en_US"))
+}
