@@ -224,26 +224,25 @@ fn is_profiler_function(function: &str) -> bool {
         || function.starts_with("memprof_record_")
 }
 
-/// Whether a function is in the standard library (or a crate it vendors), by its path.
+/// The paths of the standard library's crates (and of a crate it vendors).
+const STD_PATHS: [&str; 4] = ["alloc::", "core::", "std::", "hashbrown::"];
+
+/// Whether a function is in the standard library, by its path.
 fn is_std_function(function: &str) -> bool {
     let path = function.trim_start_matches('<');
-    ["alloc::", "core::", "std::", "hashbrown::"]
-        .iter()
-        .any(|p| path.starts_with(p))
+    STD_PATHS.iter().any(|p| path.starts_with(p))
 }
 
 /// Whether a standard-library path appears anywhere in `function`'s name.
 fn mentions_std(function: &str) -> bool {
-    ["alloc::", "core::", "std::", "hashbrown::"]
-        .iter()
-        .any(|p| {
-            function.match_indices(p).any(|(at, _)| {
-                !function[..at]
-                    .chars()
-                    .next_back()
-                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
-            })
+    STD_PATHS.iter().any(|p| {
+        function.match_indices(p).any(|(at, _)| {
+            !function[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
         })
+    })
 }
 
 /// Whether [`context`] shows a frame of `function` wherever it stands on a stack, as far as the

@@ -110,12 +110,8 @@ impl Writer {
         let Some(slot) = self.stacks.get(index / GROUP) else {
             return;
         };
-        let group = match slot.get() {
-            Some(group) => group,
-            None => match Self::make_group(slot) {
-                Some(group) => group,
-                None => return,
-            },
+        let Some(group) = slot.get().map(|g| &**g).or_else(|| Self::make_group(slot)) else {
+            return;
         };
         let [b, s] = &group[index % GROUP];
         bump(b, blocks);

@@ -262,7 +262,7 @@ mod imp {
         start: Registers,
         high: usize,
         out: &mut [ReturnAddress],
-        budget: Budget,
+        mut budget: Budget,
     ) -> usize {
         let low = start.sp;
         let Registers { pc, mut sp, mut bp } = start;
@@ -277,7 +277,6 @@ mod imp {
         let mut n = 0;
         // Frames to capture: all of `out` until the budget says how many.
         let mut limit = out.len();
-        let mut counting = false;
         while n < limit {
             let rule = match state.rules.find(lookup) {
                 Some(rule) if RULES && (rule.permanent || confirmed) => rule,
@@ -348,9 +347,8 @@ mod imp {
             }
             out[n] = ReturnAddress(return_address);
             n += 1;
-            if !counting && let Some(left) = budget.left_after(return_address) {
-                counting = true;
-                limit = limit.min(n + left);
+            if let Some(end) = budget.end_after(n, return_address) {
+                limit = limit.min(end);
             }
             lookup = return_address - 1;
         }

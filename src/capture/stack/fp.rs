@@ -86,7 +86,7 @@ pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
 /// [`walk`] from `entry`, the frame pointer of one of its callers, leaving out the frames below
 /// it; from its own caller when `entry` is 0 or lies below the walk's own frame.
 #[inline(never)]
-pub fn walk_from(entry: usize, out: &mut [ReturnAddress], budget: Budget) -> usize {
+pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
     // The highest aligned frame pointer whose two words end at or below `high`.
@@ -101,7 +101,6 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], budget: Budget) -> usi
     let mut n = 0;
     // All of `out` until the budget says how many frames the walk wants; it is then cut to them.
     let mut out = out;
-    let mut counting = false;
     while n < out.len() {
         // SAFETY: `low <= fp <= last` and `fp` is word-aligned (checked for the first frame
         // pointer above, and by `room_below` for each next one, which must also be above the
@@ -113,9 +112,8 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], budget: Budget) -> usi
         }
         out[n] = ReturnAddress(ret);
         n += 1;
-        if !counting && let Some(left) = budget.left_after(ret) {
-            counting = true;
-            let end = out.len().min(n + left);
+        if let Some(end) = budget.end_after(n, ret) {
+            let end = end.min(out.len());
             out = &mut std::mem::take(&mut out)[..end];
         }
         let Some(next_room) = room_below(last, room, next) else {

@@ -186,7 +186,8 @@ impl std::fmt::Write for Prefix {
 /// How many frames a walk wants, counted as a report counts them.
 pub struct Budget {
     shown: &'static Shown,
-    /// Frames wanted: the report's depth and skip.
+    /// Frames wanted: the report's depth and skip; 0 once the first shown frame came and the
+    /// walk knows where to end.
     want: usize,
 }
 
@@ -209,15 +210,18 @@ impl Budget {
         }
     }
 
-    /// The frames the walk still wants after the frame that returns to `return_address`, once
-    /// that frame is one a report shows; `None` before the first such frame. The walk asks for
-    /// each frame until it gets a number, then counts it down.
+    /// Looks at the walk's `n`-th frame (from 1), which returns to `return_address`: when it is
+    /// the first a report shows, how many frames the walk wants in all; `None` for the others,
+    /// and without a look at the code once the count has started.
     #[inline(always)]
-    pub fn left_after(&self, return_address: usize) -> Option<usize> {
+    pub fn end_after(&mut self, n: usize, return_address: usize) -> Option<usize> {
         // The call instruction, not the next one: a call that ends a function returns past it.
-        self.shown
-            .contains(return_address.wrapping_sub(1))
-            .then(|| self.want.saturating_sub(1))
+        if self.want == 0 || !self.shown.contains(return_address.wrapping_sub(1)) {
+            return None;
+        }
+        let end = n.saturating_add(self.want - 1);
+        self.want = 0;
+        Some(end)
     }
 }
 
@@ -275,15 +279,14 @@ mod tests {
 
     /// How many of `returns` a walk with a budget of `want` takes.
     fn taken(want: usize, returns: &[usize]) -> usize {
-        let budget = Budget {
+        let mut budget = Budget {
             shown: sample(),
             want,
         };
         let mut limit = returns.len();
         for (n, &r) in returns.iter().enumerate() {
-            if let Some(left) = budget.left_after(r) {
-                limit = limit.min(n + 1 + left);
-                break;
+            if let Some(end) = budget.end_after(n + 1, r) {
+                limit = limit.min(end);
             }
         }
         limit
@@ -312,13 +315,13 @@ mod tests {
 
     #[test]
     fn without_symbols_the_count_never_starts() {
-        let budget = Budget::unlimited();
-        assert!((0..1000).all(|r| budget.left_after(r * 8).is_none()));
-        let budget = Budget {
+        let mut budget = Budget::unlimited();
+        assert!((1..1000).all(|r| budget.end_after(r, r * 8).is_none()));
+        let mut budget = Budget {
             shown: &NONE,
             want: 1,
         };
-        assert!((0..1000).all(|r| budget.left_after(r * 8).is_none()));
+        assert!((1..1000).all(|r| budget.end_after(r, r * 8).is_none()));
     }
 
     #[test]
