@@ -37,14 +37,14 @@ const PAGE_WORDS: usize = 512;
 /// Pages per chunk.
 const PAGES: usize = CHUNK / PAGE_WORDS;
 
-/// One chunk: the words of 2^24 bytes of address space.
-struct Chunk {
-    /// One word per granule; 0 means no block starts there. A fixed-size array, so indexing it
-    /// with a word index needs no bounds check.
-    words: Box<[AtomicU64; CHUNK]>,
-    /// One bit per page of `words`: set once a word of the page was written.
-    touched: [AtomicU64; PAGES / 64],
-}
+/// Words at the end of a chunk that hold one bit per page of it, set once a word of the page was
+/// written.
+const TOUCHED: usize = PAGES / 64;
+
+/// One chunk: a word per granule of 2^24 bytes of address space, 0 where no block starts, then
+/// the [`TOUCHED`] words. One allocation, so a lookup follows one pointer less; a fixed-size
+/// array, so indexing it with a word index needs no bounds check.
+type Chunk = [AtomicU64; CHUNK + TOUCHED];
 
 /// Chunks of 2^36 bytes of address space, made on first use.
 type Mid = Box<[OnceLock<Box<Chunk>>; MID]>;
@@ -112,13 +112,13 @@ impl Shadow {
         let chunk = self.chunk(top, mid)?;
         let page = word / PAGE_WORDS;
         let bit = 1u64 << (page % 64);
-        let touched = &chunk.touched[page / 64];
+        let touched = &chunk[CHUNK + page / 64];
         if touched.load(Relaxed) & bit == 0 {
             touched.fetch_or(bit, Relaxed);
         }
         // The caller serializes the writers of a word: a load and a store do, without the cost of
         // a locked instruction.
-        let word = &chunk.words[word];
+        let word = &chunk[word];
         let old = word.load(Relaxed);
         word.store(value, Relaxed);
         Some(old)
@@ -129,21 +129,17 @@ impl Shadow {
     pub fn existing(&self, address: usize) -> Option<&AtomicU64> {
         let (top, mid, word) = place(address)?;
         let chunk = self.top[top].get()?[mid].get()?;
-        Some(&chunk.words[word])
+        Some(&chunk[word])
     }
 
     /// The chunk at `(top, mid)`, made on first use; `None` when the allocation failed.
     #[cold]
     #[inline(never)]
     fn make_chunk(slot: &OnceLock<Box<Chunk>>) -> Option<&Chunk> {
-        let words = bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(CHUNK).ok()?;
-        let words: Box<[AtomicU64; CHUNK]> = words.try_into().ok()?;
-        Some(&**slot.get_or_init(|| {
-            Box::new(Chunk {
-                words,
-                touched: [const { AtomicU64::new(0) }; PAGES / 64],
-            })
-        }))
+        let words =
+            bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(CHUNK + TOUCHED).ok()?;
+        let chunk: Box<Chunk> = words.try_into().ok()?;
+        Some(&**slot.get_or_init(|| chunk))
     }
 
     /// The middle array of `slot`, made on first use.
@@ -177,13 +173,13 @@ impl Shadow {
             for (m, chunk) in mids.iter().enumerate() {
                 let Some(chunk) = chunk.get() else { continue };
                 let base = ((t << MID_BITS) | m) << CHUNK_BITS;
-                for (group, bits) in chunk.touched.iter().enumerate() {
+                for (group, bits) in chunk[CHUNK..].iter().enumerate() {
                     let mut bits = bits.load(Relaxed);
                     while bits != 0 {
                         let page = group * 64 + bits.trailing_zeros() as usize;
                         bits &= bits - 1;
                         let first = page * PAGE_WORDS;
-                        for (i, word) in chunk.words[first..first + PAGE_WORDS].iter().enumerate() {
+                        for (i, word) in chunk[first..first + PAGE_WORDS].iter().enumerate() {
                             let value = word.load(Relaxed);
                             if value != 0 {
                                 f((base + first + i) << GRANULE_BITS, value);
