@@ -20,9 +20,11 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
 4. Memory: the profiler's resident bytes per live block, a million live 16-byte boxes.
 5. Reports: a million live blocks over ten thousand stacks: snapshot, the Markdown report and
    each export, with a cold symbolizer and a warm one.
-6. Sampling: churn and serde_json, each sampled run (one sample per 512 KiB) right after a run
-   without a profiler, 15 pairs: the median time ratio, which this machine's drift does not
-   swamp the way it swamps a difference of medians.
+6. Paired runs, 15 pairs: memprof on churn at depths 5 and 32 (nanoseconds added per
+   allocation), and sampled every 512 KiB on churn and serde_json (time ratio). Each profiled
+   run follows a run without a profiler at once, and the median is taken of the pairs'
+   differences, which this machine's drift does not swamp the way it swamps a difference of
+   medians.
 
 Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
 shown. A tool that is not installed is skipped with a note in the table. The builds go to
@@ -475,28 +477,41 @@ def print_reports(times, fields):
 # 6. sampling, paired
 
 
-def sampling_pairs(plain, workload, scenario, size, pairs):
-    """`pairs` runs of the plain workload, each followed at once by a sampled run: the ratios of
-    their measured times. Pairing cancels most of the machine's drift, which is larger than the
-    overhead being measured."""
-    ratios = []
+def paired_runs(plain, workload, scenario, size, pairs, env):
+    """`pairs` runs of the plain workload, each followed at once by a run of `workload` with
+    `env`: `(plain seconds, profiled seconds, allocations)` of each pair's measured part. Pairing
+    cancels most of the machine's drift, which is larger than the overhead being measured."""
+    runs = []
     for _ in range(pairs):
         _, base, _ = run([plain, scenario, str(size)])
-        _, sampled, _ = run([workload, scenario, str(size)],
-                            env={"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"})
-        ratios.append(float(sampled["hot_s"]) / float(base["hot_s"]))
-    return ratios
+        _, profiled, _ = run([workload, scenario, str(size)], env=env)
+        runs.append((float(base["hot_s"]), float(profiled["hot_s"]), int(profiled["allocs"])))
+    return runs
 
 
-def print_sampling(rows):
-    print("### Sampling every 512 KiB, paired runs (frame pointers)\n")
-    print("Each sampled run follows a run without a profiler at once; the table shows the median "
-          "of their time ratios.\n")
-    print("| workload | pairs | median time ratio | lowest | highest |")
-    print("|---|---:|---:|---:|---:|")
-    for scenario, ratios in rows:
-        print(f"| {scenario} | {len(ratios)} | {statistics.median(ratios):.3f} | "
-              f"{min(ratios):.3f} | {max(ratios):.3f} |")
+def ratios(runs):
+    return [profiled / base for base, profiled, _ in runs]
+
+
+def ns_added(runs):
+    return [(profiled - base) * 1e9 / allocs for base, profiled, allocs in runs]
+
+
+def print_paired(sampling_rows, overhead_rows):
+    print("### Paired runs (frame pointers)\n")
+    print("Each profiled run follows a run without a profiler at once, and the pair's difference "
+          "is taken before the median, so a change of the machine's load between pairs cancels "
+          "out. The whole-process table above takes the difference of the medians instead.\n")
+    print("| workload | memprof | pairs | median | lowest | highest |")
+    print("|---|---|---:|---:|---:|---:|")
+    for scenario, label, runs in overhead_rows:
+        added = ns_added(runs)
+        print(f"| {scenario} | {label} | {len(runs)} | {statistics.median(added):,.1f} ns added "
+              f"per allocation | {min(added):,.1f} | {max(added):,.1f} |")
+    for scenario, runs in sampling_rows:
+        r = ratios(runs)
+        print(f"| {scenario} | sampled every 512 KiB | {len(runs)} | {statistics.median(r):.3f} "
+              f"time ratio | {min(r):.3f} | {max(r):.3f} |")
     print()
 
 
@@ -504,7 +519,7 @@ def print_sampling(rows):
 # targets
 
 
-def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows):
+def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, overhead_rows):
     def added(build, depth, op="alloc_free"):
         for row in per_alloc:
             if row["build"] == build and row["depth"] == depth:
@@ -528,6 +543,7 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows):
     dwarf5 = churn_added("memprof (default build, DWARF)", "no profiler")
     dhat = churn_added("dhat-rs", "no profiler")
     heaptrack = churn_added("heaptrack -r", "no profiler")
+    paired = {label: statistics.median(ns_added(runs)) for _, label, runs in overhead_rows}
     b_fp5, b_dhat5 = added("frame pointers", 5)
     b_fp32, _ = added("frame pointers", 32)
     b_dwarf5, _ = added("default (DWARF)", 5)
@@ -547,6 +563,7 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows):
     print("|---|---|---:|---|")
     row("frame pointers, depth 5, churn: ns added per allocation", fp5, "≤ 40",
         lambda v: v <= 40)
+    row("the same, median of paired runs", paired.get("depth 5"), "≤ 40", lambda v: v <= 40)
     row("frame pointers, depth 5, alloc+free bench: ns added", b_fp5, "≤ 40", lambda v: v <= 40)
     row("dhat-rs overhead ÷ memprof overhead (churn)", dhat / fp5 if dhat and fp5 else None,
         "≥ 25", lambda v: v >= 25, "×")
@@ -558,11 +575,12 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows):
     row("default build (DWARF), depth 5, alloc+free bench: ns added", b_dwarf5, "≤ 150",
         lambda v: v <= 150)
     row("frame pointers, depth 32, churn: ns added", fp32, "≤ 80", lambda v: v <= 80)
+    row("the same, median of paired runs", paired.get("depth 32"), "≤ 80", lambda v: v <= 80)
     row("frame pointers, depth 32, alloc+free bench: ns added", b_fp32, "≤ 80",
         lambda v: v <= 80)
     row("for comparison, not a target: sampled every 512 KiB, frame pointers, churn: ns added",
         sampled, "≤ 40", lambda v: v <= 40)
-    churn_ratios = next((r for s, r in sampling_rows if s == "churn"), None)
+    churn_ratios = next((ratios(r) for s, r in sampling_rows if s == "churn"), None)
     row("sampled every 512 KiB, churn: time added (median of paired runs)",
         (statistics.median(churn_ratios) - 1) * 100 if churn_ratios else None, "< 5 %",
         lambda v: v < 5, " %")
@@ -587,7 +605,7 @@ def main():
                         help="before measuring, wait (at most --max-wait s) for the 1-minute "
                              "load to fall to LOAD")
     parser.add_argument("--max-wait", type=float, default=600)
-    parser.add_argument("--only", default="alloc,process,sampling,threads,memory,reports",
+    parser.add_argument("--only", default="alloc,process,paired,sampling,threads,memory,reports",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     runs = args.runs or (1 if args.quick else 5)
@@ -642,7 +660,7 @@ def main():
     ]
     by_label = {t.label: t for t in tools}
     status = 0
-    per_alloc, whole, thread_rows, growth, sampling_rows = [], {}, [], {}, []
+    per_alloc, whole, thread_rows, growth, sampling_rows, overhead_rows = [], {}, [], {}, [], []
     if "alloc" in only:
         log(f"per-allocation benches (load {load()})")
         builds = [("frame pointers", exes_fp, "fp"), ("default (DWARF)", exes, "dwarf")]
@@ -657,14 +675,23 @@ def main():
         whole = whole_process(tools, scenarios, valgrind_sizes, runs, tmpdir,
                               exes_fp["workload"])
         print_whole_process(tools, whole)
-    if "sampling" in only:
-        log(f"sampling, paired runs (load {load()})")
+    if "paired" in only or "sampling" in only:
+        log(f"paired runs (load {load()})")
         pairs = 5 if quick else 15
-        sampling_rows = [(scenario, sampling_pairs(exes_fp["workload_plain"], exes_fp["workload"],
-                                                   scenario, size, pairs))
-                         for scenario, size in (("churn", 30_000 if quick else 100_000),
-                                                ("json", 5_000 if quick else 20_000))]
-        print_sampling(sampling_rows)
+        plain, workload = exes_fp["workload_plain"], exes_fp["workload"]
+        churn_size = 30_000 if quick else 100_000
+        if "paired" in only:
+            overhead_rows = [("churn", f"depth {depth}",
+                              paired_runs(plain, workload, "churn", churn_size, pairs,
+                                          {"MEMPROF_STACK_DEPTH": str(depth)}))
+                             for depth in (5, 32)]
+        if "sampling" in only:
+            sampled = {"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"}
+            sampling_rows = [(scenario, paired_runs(plain, workload, scenario, size, pairs,
+                                                    sampled))
+                             for scenario, size in (("churn", churn_size),
+                                                    ("json", 5_000 if quick else 20_000))]
+        print_paired(sampling_rows, overhead_rows)
     if "threads" in only:
         log(f"threads (load {load()})")
         thread_rows = threads(exes_fp, exes, 20_000 if quick else 50_000, runs)
@@ -684,7 +711,8 @@ def main():
            for measured, _ in whole.values() for _, m, note in measured.values()):
         status = 1
     if per_alloc and whole and thread_rows and growth:
-        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000, sampling_rows)
+        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000, sampling_rows,
+                      overhead_rows)
     print(f"1-minute load at the end: {load()}.")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return status
