@@ -99,23 +99,41 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) ->
     // Words from `fp` up to `last`.
     let mut room = (last - fp) / word;
     let mut n = 0;
-    // All of `out` until the budget says how many frames the walk wants; it is then cut to them.
-    let mut out = out;
+    // Frames wanted in all: all of `out` until the budget knows.
+    let mut wanted = out.len();
+    // Until the first frame a report shows, each frame's code is looked up.
     while n < out.len() {
         // SAFETY: `low <= fp <= last` and `fp` is word-aligned (checked for the first frame
         // pointer above, and by `room_below` for each next one, which must also be above the
         // last), and `last + 2 words <= high`: both words lie inside this thread's own stack,
-        // which is mapped and readable for the thread's whole life, and both reads are aligned.
-        let (next, ret) = unsafe { (*(fp as *const usize), *((fp + word) as *const usize)) };
+        // which is mapped and readable for the thread's whole life.
+        let (next, ret) = unsafe { read(fp) };
+        if ret == 0 {
+            return n;
+        }
+        out[n] = ReturnAddress(ret);
+        n += 1;
+        let end = budget.end_after(n, ret);
+        let Some(next_room) = room_below(last, room, next) else {
+            return n;
+        };
+        fp = next;
+        room = next_room;
+        if let Some(end) = end {
+            wanted = end.min(out.len());
+            break;
+        }
+    }
+    // From there on the walk only counts: the loop most frames go through, kept to the least.
+    let out = &mut out[..wanted];
+    while n < out.len() {
+        // SAFETY: as in the first loop.
+        let (next, ret) = unsafe { read(fp) };
         if ret == 0 {
             break;
         }
         out[n] = ReturnAddress(ret);
         n += 1;
-        if let Some(end) = budget.end_after(n, ret) {
-            let end = end.min(out.len());
-            out = &mut std::mem::take(&mut out)[..end];
-        }
         let Some(next_room) = room_below(last, room, next) else {
             break;
         };
@@ -123,6 +141,19 @@ pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) ->
         room = next_room;
     }
     n
+}
+
+/// Reads the frame at `fp`: the caller's frame pointer and the return address into the caller.
+///
+/// # Safety
+///
+/// `fp` must be word-aligned, and its two words must lie in memory that stays mapped and
+/// readable while this runs (the current thread's own stack).
+#[inline(always)]
+unsafe fn read(fp: usize) -> (usize, usize) {
+    let word = size_of::<usize>();
+    // SAFETY: the caller's promise: both words are aligned, mapped and readable.
+    unsafe { (*(fp as *const usize), *((fp + word) as *const usize)) }
 }
 
 /// The words from `next` up to `last` when `next` may follow a frame pointer that had `room`
