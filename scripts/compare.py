@@ -20,11 +20,11 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
 4. Memory: the profiler's resident bytes per live block, a million live 16-byte boxes.
 5. Reports: a million live blocks over ten thousand stacks: snapshot, the Markdown report and
    each export, with a cold symbolizer and a warm one.
-6. Paired runs, 15 pairs: memprof on churn at depths 5 and 32 (nanoseconds added per
-   allocation), and sampled every 512 KiB on churn and serde_json (time ratio). Each profiled
-   run follows a run without a profiler at once, and the median is taken of the pairs'
-   differences, which this machine's drift does not swamp the way it swamps a difference of
-   medians.
+6. Paired runs, 15 pairs: memprof on churn at depths 5 and 32 and `heaptrack -r` on churn
+   (nanoseconds added per allocation), and memprof sampled every 512 KiB on churn and
+   serde_json (time ratio). Each profiled run follows a run without a profiler at once, and the
+   median is taken of the pairs' differences, which this machine's drift does not swamp the way
+   it swamps a difference of medians.
 
 Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
 shown. A tool that is not installed is skipped with a note in the table. The builds go to
@@ -477,41 +477,45 @@ def print_reports(times, fields):
 # 6. sampling, paired
 
 
-def paired_runs(plain, workload, scenario, size, pairs, env):
-    """`pairs` runs of the plain workload, each followed at once by a run of `workload` with
-    `env`: `(plain seconds, profiled seconds, allocations)` of each pair's measured part. Pairing
-    cancels most of the machine's drift, which is larger than the overhead being measured."""
+def paired_runs(tools_by_label, label, scenario, size, pairs, tmpdir):
+    """`pairs` runs of the tool's baseline (the workload without a profiler), each followed at
+    once by a run of the tool: `(baseline seconds, profiled seconds)` of each pair's measured
+    part. Pairing cancels most of the machine's drift, which is larger than the overhead being
+    measured."""
+    tool = tools_by_label[label]
+    base = tools_by_label[tool.baseline]
     runs = []
     for _ in range(pairs):
-        _, base, _ = run([plain, scenario, str(size)])
-        _, profiled, _ = run([workload, scenario, str(size)], env=env)
-        runs.append((float(base["hot_s"]), float(profiled["hot_s"]), int(profiled["allocs"])))
+        _, plain = base.run_once(scenario, size, tmpdir)
+        _, profiled = tool.run_once(scenario, size, tmpdir)
+        runs.append((float(plain["hot_s"]), float(profiled["hot_s"])))
     return runs
 
 
 def ratios(runs):
-    return [profiled / base for base, profiled, _ in runs]
+    return [profiled / base for base, profiled in runs]
 
 
-def ns_added(runs):
-    return [(profiled - base) * 1e9 / allocs for base, profiled, allocs in runs]
+def ns_added(runs, allocs):
+    return [(profiled - base) * 1e9 / allocs for base, profiled in runs]
 
 
-def print_paired(sampling_rows, overhead_rows):
-    print("### Paired runs (frame pointers)\n")
-    print("Each profiled run follows a run without a profiler at once, and the pair's difference "
-          "is taken before the median, so a change of the machine's load between pairs cancels "
-          "out. The whole-process table above takes the difference of the medians instead.\n")
-    print("| workload | memprof | pairs | median | lowest | highest |")
+def print_paired(sampling_rows, overhead_rows, allocs):
+    print("### Paired runs\n")
+    print("Each profiled run follows a run without a profiler (of the same build) at once, and "
+          "the pair's difference is taken before the median, so a change of the machine's load "
+          "between pairs cancels out. The whole-process table above takes the difference of the "
+          f"medians instead. Churn makes {allocs:,} allocations (memprof's count).\n")
+    print("| workload | tool | pairs | median | lowest | highest |")
     print("|---|---|---:|---:|---:|---:|")
-    for scenario, label, runs in overhead_rows:
-        added = ns_added(runs)
-        print(f"| {scenario} | {label} | {len(runs)} | {statistics.median(added):,.1f} ns added "
+    for label, runs in overhead_rows:
+        added = ns_added(runs, allocs)
+        print(f"| churn | {label} | {len(runs)} | {statistics.median(added):,.1f} ns added "
               f"per allocation | {min(added):,.1f} | {max(added):,.1f} |")
     for scenario, runs in sampling_rows:
         r = ratios(runs)
-        print(f"| {scenario} | sampled every 512 KiB | {len(runs)} | {statistics.median(r):.3f} "
-              f"time ratio | {min(r):.3f} | {max(r):.3f} |")
+        print(f"| {scenario} | memprof (frame pointers), sampled every 512 KiB | {len(runs)} | "
+              f"{statistics.median(r):.3f} time ratio | {min(r):.3f} | {max(r):.3f} |")
     print()
 
 
@@ -519,7 +523,8 @@ def print_paired(sampling_rows, overhead_rows):
 # targets
 
 
-def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, overhead_rows):
+def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, overhead_rows,
+                  churn_allocs):
     def added(build, depth, op="alloc_free"):
         for row in per_alloc:
             if row["build"] == build and row["depth"] == depth:
@@ -543,7 +548,10 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
     dwarf5 = churn_added("memprof (default build, DWARF)", "no profiler")
     dhat = churn_added("dhat-rs", "no profiler")
     heaptrack = churn_added("heaptrack -r", "no profiler")
-    paired = {label: statistics.median(ns_added(runs)) for _, label, runs in overhead_rows}
+    paired = {label: statistics.median(ns_added(runs, churn_allocs))
+              for label, runs in overhead_rows}
+    paired_fp5 = paired.get("memprof (frame pointers)")
+    paired_heaptrack = paired.get("heaptrack -r")
     b_fp5, b_dhat5 = added("frame pointers", 5)
     b_fp32, _ = added("frame pointers", 32)
     b_dwarf5, _ = added("default (DWARF)", 5)
@@ -563,7 +571,7 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
     print("|---|---|---:|---|")
     row("frame pointers, depth 5, churn: ns added per allocation", fp5, "≤ 40",
         lambda v: v <= 40)
-    row("the same, median of paired runs", paired.get("depth 5"), "≤ 40", lambda v: v <= 40)
+    row("the same, median of paired runs", paired_fp5, "≤ 40", lambda v: v <= 40)
     row("frame pointers, depth 5, alloc+free bench: ns added", b_fp5, "≤ 40", lambda v: v <= 40)
     row("dhat-rs overhead ÷ memprof overhead (churn)", dhat / fp5 if dhat and fp5 else None,
         "≥ 25", lambda v: v >= 25, "×")
@@ -571,11 +579,15 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
         b_dhat5 / b_fp5 if b_dhat5 and b_fp5 else None, "≥ 25", lambda v: v >= 25, "×")
     row("heaptrack -r overhead ÷ memprof overhead (churn)",
         heaptrack / fp5 if heaptrack and fp5 else None, "≥ 15", lambda v: v >= 15, "×")
+    row("the same, medians of paired runs",
+        paired_heaptrack / paired_fp5 if paired_heaptrack and paired_fp5 else None, "≥ 15",
+        lambda v: v >= 15, "×")
     row("default build (DWARF), depth 5, churn: ns added", dwarf5, "≤ 150", lambda v: v <= 150)
     row("default build (DWARF), depth 5, alloc+free bench: ns added", b_dwarf5, "≤ 150",
         lambda v: v <= 150)
     row("frame pointers, depth 32, churn: ns added", fp32, "≤ 80", lambda v: v <= 80)
-    row("the same, median of paired runs", paired.get("depth 32"), "≤ 80", lambda v: v <= 80)
+    row("the same, median of paired runs", paired.get("memprof (frame pointers), depth 32"),
+        "≤ 80", lambda v: v <= 80)
     row("frame pointers, depth 32, alloc+free bench: ns added", b_fp32, "≤ 80",
         lambda v: v <= 80)
     row("for comparison, not a target: sampled every 512 KiB, frame pointers, churn: ns added",
@@ -661,6 +673,7 @@ def main():
     by_label = {t.label: t for t in tools}
     status = 0
     per_alloc, whole, thread_rows, growth, sampling_rows, overhead_rows = [], {}, [], {}, [], []
+    churn_allocs = None
     if "alloc" in only:
         log(f"per-allocation benches (load {load()})")
         builds = [("frame pointers", exes_fp, "fp"), ("default (DWARF)", exes, "dwarf")]
@@ -678,20 +691,21 @@ def main():
     if "paired" in only or "sampling" in only:
         log(f"paired runs (load {load()})")
         pairs = 5 if quick else 15
-        plain, workload = exes_fp["workload_plain"], exes_fp["workload"]
         churn_size = 30_000 if quick else 100_000
+        _, fields, _ = run([exes_fp["workload"], "churn", str(churn_size)])
+        churn_allocs = int(fields["allocs"])
         if "paired" in only:
-            overhead_rows = [("churn", f"depth {depth}",
-                              paired_runs(plain, workload, "churn", churn_size, pairs,
-                                          {"MEMPROF_STACK_DEPTH": str(depth)}))
-                             for depth in (5, 32)]
+            overhead_rows = [(label, paired_runs(by_label, label, "churn", churn_size, pairs,
+                                                 tmpdir))
+                             for label in ("memprof (frame pointers)",
+                                           "memprof (frame pointers), depth 32", "heaptrack -r")
+                             if by_label[label].available]
         if "sampling" in only:
-            sampled = {"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"}
-            sampling_rows = [(scenario, paired_runs(plain, workload, scenario, size, pairs,
-                                                    sampled))
+            sampling_rows = [(scenario, paired_runs(by_label, "memprof (frame pointers), sampled",
+                                                    scenario, size, pairs, tmpdir))
                              for scenario, size in (("churn", churn_size),
                                                     ("json", 5_000 if quick else 20_000))]
-        print_paired(sampling_rows, overhead_rows)
+        print_paired(sampling_rows, overhead_rows, churn_allocs)
     if "threads" in only:
         log(f"threads (load {load()})")
         thread_rows = threads(exes_fp, exes, 20_000 if quick else 50_000, runs)
@@ -712,7 +726,7 @@ def main():
         status = 1
     if per_alloc and whole and thread_rows and growth:
         print_targets(per_alloc, whole, thread_rows, growth, 1_000_000, sampling_rows,
-                      overhead_rows)
+                      overhead_rows, churn_allocs)
     print(f"1-minute load at the end: {load()}.")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return status
