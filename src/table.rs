@@ -81,10 +81,11 @@ const COUNT_MAX: u8 = u8::MAX;
 /// tracked exactly.
 pub const PEAK_BATCH: i64 = 64 * 1024;
 
-/// Stacks whose allocations a thread counts in its own writer: the first ones interned, where a
-/// program's hot allocation sites usually are. At most 64 KiB per recording thread; the stacks
-/// after them count in shared atomics.
-const WRITER_STACKS: u32 = 4096;
+/// Stacks whose allocations a thread counts in its own writer, without a locked instruction: the
+/// first million interned. Their counters are made in groups as a thread first uses them, so a
+/// thread's memory for them follows the stacks it allocates from (1 KiB per 64 ids it touches).
+/// The stacks after them count in shared atomics.
+const WRITER_STACKS: u32 = 1 << 20;
 
 /// Ids of tables, so a thread knows which table its claimed writer belongs to.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);

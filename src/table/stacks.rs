@@ -1,7 +1,7 @@
 //! Interned stacks: each distinct raw stack is stored once and named by a dense [`StackId`].
 //!
 //! Records sit in an append-only concurrent vector, so a record is read by id without a lock and
-//! its counters are plain atomics. What the first 4096 stacks allocate is counted per thread
+//! its counters are plain atomics. What the first million stacks allocate is counted per thread
 //! instead (see [`super::writers`]), without a locked instruction. Finding the id of a stack goes
 //! through a small hash index, sharded by the stack's hash.
 
@@ -61,7 +61,7 @@ pub struct StackRecord {
     /// `hash(frames)`, kept so the index never hashes a stored stack again.
     hash: u64,
     /// Blocks allocated from this stack over the run, where threads do not count them in their
-    /// own writers (stack ids from 4096 on); see [`super::Table::allocated`].
+    /// own writers (stack ids from 2^20 on); see [`super::Table::allocated`].
     pub allocated_blocks: AtomicU64,
     /// Bytes likewise.
     pub allocated_bytes: AtomicU64,

@@ -26,6 +26,12 @@ const GROUP: usize = 64;
 /// The `(blocks, bytes)` counters of [`GROUP`] consecutive stack ids.
 type Group = [[AtomicU64; 2]; GROUP];
 
+/// Groups in one [`Groups`].
+const GROUPS: usize = 256;
+
+/// [`GROUPS`] consecutive groups, each made on first use.
+type Groups = [OnceLock<Box<Group>>; GROUPS];
+
 /// Adds `delta` to a counter that only its owner writes: a load and a store, no locked
 /// instruction. Wrapping, so that readers can add signed changes up.
 #[inline]
@@ -55,9 +61,12 @@ pub struct Writer {
     pub(super) total_bytes: AtomicU64,
     /// Live bytes not yet added to the table's peak counter.
     pub(super) pending_peak: AtomicI64,
-    /// `(blocks, bytes)` allocated through this writer, by stack id in groups of [`GROUP`] (for
-    /// the ids the table counts here: see `WRITER_STACKS`), each group made on first use.
-    stacks: [OnceLock<Box<Group>>; super::WRITER_STACKS as usize / GROUP],
+    /// `(blocks, bytes)` allocated through this writer, by stack id in groups of [`GROUP`], for
+    /// the first [`GROUPS`] groups of ids; each group made on first use.
+    near: Groups,
+    /// The same for the next ids the table counts here (see `WRITER_STACKS`), [`GROUPS`] groups
+    /// at a time; each array and each group made on first use.
+    far: [OnceLock<Box<Groups>>; super::WRITER_STACKS as usize / (GROUP * GROUPS) - 1],
 }
 
 impl Default for Writer {
@@ -77,7 +86,8 @@ impl Writer {
             total_blocks: AtomicU64::new(0),
             total_bytes: AtomicU64::new(0),
             pending_peak: AtomicI64::new(0),
-            stacks: [const { OnceLock::new() }; super::WRITER_STACKS as usize / GROUP],
+            near: [const { OnceLock::new() }; GROUPS],
+            far: [const { OnceLock::new() }; super::WRITER_STACKS as usize / (GROUP * GROUPS) - 1],
         }
     }
 
@@ -107,9 +117,14 @@ impl Writer {
     #[inline]
     pub(super) fn count_stack(&self, stack: u32, blocks: u64, bytes: u64) {
         let index = stack as usize;
-        let Some(slot) = self.stacks.get(index / GROUP) else {
-            return;
+        let groups = match index < GROUP * GROUPS {
+            true => &self.near,
+            false => match self.far_groups(index) {
+                Some(groups) => groups,
+                None => return,
+            },
         };
+        let slot = &groups[index / GROUP % GROUPS];
         let Some(group) = slot.get().map(|g| &**g).or_else(|| Self::make_group(slot)) else {
             return;
         };
@@ -126,10 +141,32 @@ impl Writer {
         Some(slot.get_or_init(|| group))
     }
 
+    /// The groups of stack id `index`, past the [`Writer::near`] ones, made on first use; `None`
+    /// past them all, or when the allocation failed.
+    #[inline(never)]
+    fn far_groups(&self, index: usize) -> Option<&Groups> {
+        let slot = self.far.get(index / (GROUP * GROUPS) - 1)?;
+        if let Some(groups) = slot.get() {
+            return Some(groups);
+        }
+        // Built on the heap directly: the array is too large for the stack of every thread.
+        let groups: Box<[OnceLock<Box<Group>>]> = (0..GROUPS).map(|_| OnceLock::new()).collect();
+        let groups: Box<Groups> = groups.try_into().ok()?;
+        Some(slot.get_or_init(|| groups))
+    }
+
     /// Adds this writer's per-stack allocated counters to `into`, by stack id.
     pub(super) fn add_stacks(&self, into: &mut Vec<(u64, u64)>) {
-        let groups = self.stacks.iter().enumerate();
-        let groups = groups.filter_map(|(g, slot)| Some((g * GROUP, slot.get()?)));
+        // (first stack id, group) for every group made.
+        let far = self.far.iter().map(OnceLock::get);
+        let arrays = std::iter::once(Some(&self.near)).chain(far.map(|g| g.map(|g| &**g)));
+        let groups = arrays.enumerate().flat_map(|(top, groups)| {
+            let groups = groups
+                .into_iter()
+                .flat_map(|groups| groups.iter().enumerate());
+            let groups = groups.map(move |(g, slot)| ((top * GROUPS + g) * GROUP, slot));
+            groups.filter_map(|(first, slot)| Some((first, slot.get()?)))
+        });
         for (first, group) in groups {
             for (id, [b, s]) in (first..).zip(group.iter()) {
                 let (b, s) = (b.load(Ordering::Relaxed), s.load(Ordering::Relaxed));
