@@ -82,9 +82,10 @@ const COUNT_MAX: u8 = u8::MAX;
 pub const PEAK_BATCH: i64 = 64 * 1024;
 
 /// Stacks whose allocations a thread counts in its own writer, without a locked instruction: the
-/// first million interned. Their counters are made in groups as a thread first uses them, so a
-/// thread's memory for them follows the stacks it allocates from (1 KiB per 64 ids it touches).
-/// The stacks after them count in shared atomics.
+/// first million interned (a program with deep stacks makes tens of thousands). Their counters
+/// are made as a thread first uses them, so its memory for them follows the stacks it allocates
+/// from: 5 KiB per writer, then 1 KiB per 64 ids it touches and 4 KiB per 16,384 ids past the
+/// first 16,384. The stacks after them count in shared atomics.
 const WRITER_STACKS: u32 = 1 << 20;
 
 /// Ids of tables, so a thread knows which table its claimed writer belongs to.
