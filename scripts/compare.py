@@ -474,7 +474,7 @@ def print_reports(times, fields):
 
 
 # ------------------------------------------------------------------------------------------------
-# 6. sampling, paired
+# 6. paired runs
 
 
 def paired_runs(tools_by_label, label, scenario, size, pairs, tmpdir):

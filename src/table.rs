@@ -31,7 +31,7 @@ use crate::capture::{Guard, ReturnAddress, sampling};
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use writers::{CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer, bump};
 
 pub use shadow::Shadow;
@@ -335,6 +335,13 @@ fn sampled_bytes(size: u64, interval: u64) -> u64 {
 #[inline]
 fn side_of(address: usize) -> usize {
     (mix(address) >> 60) as usize % SIDES
+}
+
+/// `N` empty cells, built on the heap directly: the table's arrays of cells made on first use are
+/// too large for the stack of every thread. `None` when the allocation failed.
+fn empty_cells<T, const N: usize>() -> Option<Box<[OnceLock<T>; N]>> {
+    let cells: Box<[OnceLock<T>]> = (0..N).map(|_| OnceLock::new()).collect();
+    cells.try_into().ok()
 }
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.

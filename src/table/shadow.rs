@@ -146,9 +146,7 @@ impl Shadow {
     #[cold]
     #[inline(never)]
     fn make_mid(slot: &OnceLock<Mid>) -> Option<&Mid> {
-        // Built on the heap directly: the array is too large for the stack of every thread.
-        let mids: Box<[OnceLock<Box<Chunk>>]> = (0..MID).map(|_| OnceLock::new()).collect();
-        let mids: Mid = mids.try_into().ok()?;
+        let mids = super::empty_cells()?;
         Some(slot.get_or_init(|| mids))
     }
 

@@ -149,37 +149,37 @@ impl Writer {
         if let Some(groups) = slot.get() {
             return Some(groups);
         }
-        // Built on the heap directly: the array is too large for the stack of every thread.
-        let groups: Box<[OnceLock<Box<Group>>]> = (0..GROUPS).map(|_| OnceLock::new()).collect();
-        let groups: Box<Groups> = groups.try_into().ok()?;
+        let groups = super::empty_cells()?;
         Some(slot.get_or_init(|| groups))
     }
 
     /// Adds this writer's per-stack allocated counters to `into`, by stack id.
     pub(super) fn add_stacks(&self, into: &mut Vec<(u64, u64)>) {
-        // (first stack id, group) for every group made.
-        let far = self.far.iter().map(OnceLock::get);
-        let arrays = std::iter::once(Some(&self.near)).chain(far.map(|g| g.map(|g| &**g)));
-        let groups = arrays.enumerate().flat_map(|(top, groups)| {
-            let groups = groups
-                .into_iter()
-                .flat_map(|groups| groups.iter().enumerate());
-            let groups = groups.map(move |(g, slot)| ((top * GROUPS + g) * GROUP, slot));
-            groups.filter_map(|(first, slot)| Some((first, slot.get()?)))
-        });
-        for (first, group) in groups {
-            for (id, [b, s]) in (first..).zip(group.iter()) {
-                let (b, s) = (b.load(Ordering::Relaxed), s.load(Ordering::Relaxed));
-                // Ids never counted here add nothing (and may not be interned yet).
-                if b == 0 && s == 0 {
-                    continue;
-                }
-                if into.len() <= id {
-                    into.resize(id + 1, (0, 0));
-                }
-                into[id].0 = into[id].0.wrapping_add(b);
-                into[id].1 = into[id].1.wrapping_add(s);
+        let far = self.far.iter().map(|groups| groups.get().map(|g| &**g));
+        let arrays = std::iter::once(Some(&self.near)).chain(far);
+        for (top, groups) in arrays.enumerate() {
+            let Some(groups) = groups else { continue };
+            for (g, slot) in groups.iter().enumerate() {
+                let Some(group) = slot.get() else { continue };
+                let first = (top * GROUPS + g) * GROUP;
+                Self::add_group(first, group, into);
             }
+        }
+    }
+
+    /// Adds the counters of `group`, whose first stack id is `first`, to `into`.
+    fn add_group(first: usize, group: &Group, into: &mut Vec<(u64, u64)>) {
+        for (id, [b, s]) in (first..).zip(group.iter()) {
+            let (b, s) = (b.load(Ordering::Relaxed), s.load(Ordering::Relaxed));
+            // Ids never counted here add nothing (and may not be interned yet).
+            if b == 0 && s == 0 {
+                continue;
+            }
+            if into.len() <= id {
+                into.resize(id + 1, (0, 0));
+            }
+            into[id].0 = into[id].0.wrapping_add(b);
+            into[id].1 = into[id].1.wrapping_add(s);
         }
     }
 
