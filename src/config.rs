@@ -35,9 +35,12 @@ pub const MAX_STACK_DEPTH: usize = 64;
 /// the allocator shim's and std's allocation internals. An optimized build has about 6 of them
 /// (11 seen, in a stable sort of strings); in an unoptimized one every function is a frame of its
 /// own, iterator adapters included. A walk stops at the frames a report shows, well before this
-/// margin, where the symbol table tells which they are ([`crate::capture::stack::trim`]): the
+/// margin, where the symbol table tells which they are ([`crate::capture::trim`]): the
 /// margin bounds the others.
 pub const TRIMMED_FRAMES: usize = if cfg!(debug_assertions) { 24 } else { 16 };
+
+/// Most return addresses captured for one allocation.
+pub const MAX_FRAMES: usize = 128;
 
 /// How stacks are captured on the allocation path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +123,7 @@ impl Config {
     /// skipped, and the allocator and std frames that are trimmed before them. A walk that can
     /// tell those apart stops at [`Config::shown_depth`] frames after them.
     pub fn capture_depth(&self) -> usize {
-        (self.shown_depth() + TRIMMED_FRAMES).min(crate::capture::MAX_FRAMES)
+        (self.shown_depth() + TRIMMED_FRAMES).min(MAX_FRAMES)
     }
 
     /// The frames of a stack a report uses after trimming: those skipped and those shown.

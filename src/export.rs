@@ -10,7 +10,7 @@
 //!
 //! Every writer has the same shape, `write(&Snapshot, &mut dyn Resolve, &ExportOptions, &mut W)`,
 //! and works on the same [`CallSites`]: each stack of the snapshot is symbolized, inlined calls
-//! expanded, and trimmed by [`symbolize::context`] (memprof's own frames, the allocator shim and
+//! expanded, and trimmed by [`frames::context`] (memprof's own frames, the allocator shim and
 //! std's allocation internals go) but, unlike a report, not cut to a depth: every frame that was
 //! captured stays. The walk captures at least `MEMPROF_STACK_DEPTH` frames after trimming (and
 //! stops soon after), so that setting is also how deep an export's stacks go. Stacks that trim to
@@ -36,10 +36,12 @@ pub mod folded;
 pub mod heaptrack;
 pub mod pprof;
 
-use crate::capture::{ReturnAddress, untracked};
+use crate::address::ReturnAddress;
+use crate::frames::{self, Frame};
+use crate::guard::untracked;
 use crate::report::{self, Report, ReportOptions};
 use crate::snapshot::Snapshot;
-use crate::symbolize::{self, Frame, Resolve};
+use crate::symbolize::{self, Resolve};
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -255,7 +257,7 @@ impl CallSites {
         resolver: &mut dyn Resolve,
         options: &ExportOptions,
     ) -> CallSites {
-        let modules = crate::capture::modules::loaded();
+        let modules = crate::modules::loaded();
         let mut locations: Vec<Location> = Vec::new();
         let mut location_ids: HashMap<(ReturnAddress, usize, usize), usize> = HashMap::new();
         let mut site_ids: HashMap<Vec<usize>, usize> = HashMap::new();
@@ -278,7 +280,7 @@ impl CallSites {
             }
             // `context` keeps a contiguous run that ends at the outermost frame when neither skip
             // nor depth applies; skip and depth then cut that run.
-            let trimmed = symbolize::context(&expanded, 0, usize::MAX).len();
+            let trimmed = frames::context(&expanded, 0, usize::MAX).len();
             let start = (expanded.len() - trimmed).saturating_add(options.skip);
             let end = start.saturating_add(options.depth).min(expanded.len());
             let mut key = Vec::new();

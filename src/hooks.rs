@@ -16,10 +16,14 @@ mod triggers;
 
 pub use global_alloc::{MemProf, Settings};
 
-use crate::capture::{self, Guard, sampling};
-use crate::config::{self, Config};
+use crate::address::ReturnAddress;
+use crate::capture;
+use crate::config::{self, Config, MAX_FRAMES};
+use crate::guard::{self, Guard};
+use crate::sampling;
 use crate::scope;
-use crate::table::{self, TABLE};
+use crate::table::{self, StackId, TABLE};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Not started yet.
@@ -89,7 +93,7 @@ fn start(builder: Settings) -> Option<&'static Config> {
             .as_deref()
             .is_some_and(|o| o.contains(".dhat.json"));
         TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
-        capture::stack::trim::load();
+        capture::trim::load();
         triggers::install(config);
         let frees = match TABLE.sample_interval() {
             0 => FREES_ALL,
@@ -108,7 +112,7 @@ fn start(builder: Settings) -> Option<&'static Config> {
 pub fn record_alloc(address: usize, size: usize, builder: Settings) {
     // Under sampling most allocations are not sampled: the countdown tells, before anything else.
     // memprof's own allocations leave it alone, so they never take a sample from the program.
-    if !capture::guard::inside() && sampling::skip(size) && !scope::any_open() {
+    if !guard::inside() && sampling::count_down_unsampled(size) && !scope::any_open() {
         return;
     }
     record_alloc_checked(address, size, builder);
@@ -120,7 +124,7 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
     // This function's own frame, never inlined away: a frame-pointer walk starts from it, with
     // the return address into the allocator's entry (which may be inlined into the program's
     // code, so the walk cannot start any higher).
-    let entry = capture::stack::fp::frame_pointer();
+    let entry = capture::fp::frame_pointer();
     if let Some(guard) = Guard::enter()
         && let Some(config) = recording(&guard, builder)
     {
@@ -128,7 +132,7 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
         let stack = if !PAUSED.load(Ordering::Relaxed)
             && (interval == 0 || sampling::sample(size, interval))
         {
-            capture::alloc(&guard, config, address, size, entry)
+            record_new_block(&guard, config, address, size, entry)
         } else {
             None
         };
@@ -136,6 +140,54 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
             scope::on_alloc(&guard, address, size, stack);
         }
     }
+}
+
+thread_local! {
+    /// Where a thread's stack is captured: thread-local, so the allocation path needs neither a
+    /// large zeroed array on its own stack nor an allocation.
+    static FRAMES: RefCell<[ReturnAddress; MAX_FRAMES]> =
+        const { RefCell::new([ReturnAddress(0); MAX_FRAMES]) };
+}
+
+/// Records a new block in the table, capturing the current stack; returns its stack. `entry` is
+/// the frame pointer of one of the callers, where a frame-pointer walk starts (see
+/// [`capture::capture`]).
+#[inline]
+fn record_new_block(
+    _guard: &Guard,
+    config: &Config,
+    address: usize,
+    size: usize,
+    entry: usize,
+) -> Option<StackId> {
+    let depth = config.capture_depth();
+    // The block's word in the table is likely out of the cache (the allocator hands out addresses
+    // all over the heap): fetch it while the stack is walked.
+    if let Some(word) = TABLE.shadow_word(address) {
+        prefetch(word.as_ptr());
+    }
+    let recorded = FRAMES.try_with(|frames| {
+        let mut frames = frames.try_borrow_mut().ok()?;
+        let budget = capture::Budget::new(config.shown_depth());
+        let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        Some(TABLE.insert(address, size, &frames[..n]))
+    });
+    // The thread is tearing down its locals: record the block without a stack rather than lose it,
+    // so totals stay balanced when it is freed.
+    recorded.unwrap_or_else(|_| Some(TABLE.insert(address, size, &[])))
+}
+
+/// Asks the processor to bring the cache line of `at` in, without waiting for it.
+#[inline(always)]
+fn prefetch(at: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing into the program, faults on no address and
+    // changes no state the program can observe; `sse` is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// Forgets a block that is about to be freed.
@@ -183,7 +235,7 @@ pub fn record_realloc(
 ) -> *mut u8 {
     let old = (may_be_recorded(FREES.load(Ordering::Acquire), old_address)
         && !table::holding_table())
-    .then(|| capture::free(old_address))
+    .then(|| TABLE.remove(old_address))
     .flatten();
     let new_block = realloc();
     if !new_block.is_null() {
@@ -196,12 +248,13 @@ pub fn record_realloc(
             && block.tag != 0
         {
             // Inside the guard: the tag map may grow.
-            capture::untracked(|| TABLE.set_tag(new_block as usize, block.tag));
+            guard::untracked(|| TABLE.set_tag(new_block as usize, block.tag));
         }
     } else if let Some(block) = old
-        && let Some(guard) = Guard::enter()
+        && let Some(_guard) = Guard::enter()
     {
-        capture::restore(&guard, old_address, block);
+        // The realloc failed, so the old block is still the program's: put it back.
+        TABLE.restore(old_address, block);
     }
     new_block
 }

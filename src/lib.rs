@@ -78,32 +78,42 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// The pipeline, in the order data flows: configuration, the front doors, the allocation path,
-// the live table, its snapshots, then what is made of them.
+// Shared building blocks, below every stage of the pipeline.
+mod address;
 pub mod config;
 mod fence;
-pub mod hooks;
-pub mod capture;
-pub mod table;
-pub mod scope;
-pub mod snapshot;
-pub mod symbolize;
+mod frames;
+mod guard;
+mod modules;
+mod sampling;
+
+// The pipeline, in the order data flows: the front doors, the allocation path's stack capture,
+// the live table, its snapshots, then what is made of them.
+mod hooks;
+mod capture;
+mod table;
+mod scope;
+mod snapshot;
+mod symbolize;
 pub mod types;
-pub mod report;
-pub mod object_graph;
+mod object_graph;
+mod report;
 pub mod export;
 
-pub use capture::{ReturnAddress, untracked};
+pub use address::ReturnAddress;
 pub use config::Config;
 pub use export::{ExportOptions, write_outputs};
+pub use frames::Frame;
+pub use guard::untracked;
 pub use hooks::{MemProf, Settings, is_paused, pause, resume};
-pub use object_graph::{log_object_sizes, object_size, pretty_log_object_graph};
+pub use object_graph::object_size;
 pub use report::{
-    Change, Diff, Group, Report, ReportOptions, log_allocations, log_diff, pretty_log_allocations,
-    pretty_log_diff,
+    DiffGroup, DiffReport, Group, Report, ReportOptions, log_allocations, log_diff,
+    log_object_counts, log_object_sizes, log_object_tallies, log_trace_target, log_type_contexts,
+    pretty_log_allocations, pretty_log_diff, pretty_log_object_graph, pretty_log_object_graph_of,
 };
 pub use scope::{Scope, ScopeStats};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
-pub use symbolize::{Frame, Resolve, Symbolizer};
-pub use table::HeapStats;
-pub use types::{log_object_counts, log_object_tallies, log_trace_target, tag, tagged};
+pub use symbolize::{Resolve, Symbolizer, with_symbolizer};
+pub use table::{HeapStats, StackId};
+pub use types::{tag, tagged};

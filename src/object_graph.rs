@@ -23,16 +23,15 @@
 
 #![deny(unsafe_code)]
 
-pub mod mermaid;
 pub mod scan;
 
-use crate::capture::untracked;
-use crate::report::types::TypeRow;
+use crate::guard::untracked;
 use crate::snapshot::{LiveBlock, Snapshot};
 use crate::table::{StackId, TABLE};
+use crate::types::TypeRow;
 use crate::types::{self, Typing, names};
 pub use scan::BlockKind;
-use std::io::{self, Write};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -323,16 +322,6 @@ pub struct Graph {
     pub edges: Vec<GraphEdge>,
 }
 
-/// Writes the heap bytes reachable from the live objects of each type: the number of lines, then
-/// `bytes \t TypeName` per type, most first. A type's bytes are those of its objects' blocks and
-/// of every block reachable from them through pointers, each counted once per type.
-pub fn log_object_sizes<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    untracked(|| {
-        let (heap, typing) = Heap::scan();
-        crate::report::types::write(&heap.sizes(&typing), out)
-    })
-}
-
 /// The heap bytes reachable from `value`: its own block when it lives in one, plus every block
 /// reachable through pointers from its bytes, each byte counted once. 0 for a value that owns no
 /// heap memory, or when memprof is not the global allocator.
@@ -343,25 +332,6 @@ pub fn object_size<T: ?Sized>(value: &T) -> u64 {
         let tag_names = types::tag_names();
         let kind = block_kinds(&stack_types, &tag_names);
         scan::reachable_from(&TABLE, value, &kind)
-    })
-}
-
-/// Writes the mermaid graph of up to `MEMPROF_REF_LIMIT` live objects of type `T` and of the
-/// blocks that point to them, up to `MEMPROF_REF_LEVEL` levels back (see [`mermaid::write`]).
-/// `T` is named as [`std::any::type_name`] does: `app::Foo` for the objects of `Box<app::Foo>`,
-/// `[app::Bar]` for `Vec<app::Bar>` buffers.
-pub fn pretty_log_object_graph<T: ?Sized, W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    pretty_log_object_graph_of(std::any::type_name::<T>(), out)
-}
-
-/// [`pretty_log_object_graph`] for a type given by name, as the per-type logs print it (also
-/// `(unknown, 96 B)`).
-pub fn pretty_log_object_graph_of<W: Write + ?Sized>(name: &str, out: &mut W) -> io::Result<()> {
-    untracked(|| {
-        let config = crate::config::get();
-        let (heap, typing) = Heap::scan();
-        let graph = heap.graph(&typing, name, config.ref_limit, config.ref_level);
-        mermaid::write(&graph, out)
     })
 }
 

@@ -1,20 +1,28 @@
 //! Allocation reports: live blocks grouped by the context they were allocated from.
 //!
 //! A [`Report`] is built from a [`Snapshot`] and a resolver: each stack is symbolized, trimmed to
-//! its context ([`symbolize::context`]), and stacks that print the same are one group. Groups are
+//! its context ([`frames::context`]), and stacks that print the same are one group. Groups are
 //! sorted by total size, then count (both descending), then context, and those below
-//! `min_bytes` are left out. The renderers, one per file, only format a `Report`.
+//! `min_bytes` are left out. The renderers, one per file, only format what they are given.
+//!
+//! Every `log_*` function of the crate lives here: each takes a snapshot of the process (and, for
+//! the per-type logs, scans or types it), then hands the result to its renderer.
 
 #![forbid(unsafe_code)]
 
 pub mod markdown;
+pub mod mermaid;
 pub mod tsv;
 pub mod types;
 
-use crate::capture::ReturnAddress;
+use crate::address::ReturnAddress;
 use crate::config::Config;
+use crate::frames;
+use crate::guard::untracked;
+use crate::object_graph::Heap;
 use crate::snapshot::{Snapshot, SnapshotDiff};
 use crate::symbolize::{self, Resolve};
+use crate::types::Typing;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -147,7 +155,7 @@ pub fn context_of(
 ) -> Vec<String> {
     let frames: Vec<_> = frames.iter().map(|&a| resolver.resolve(a)).collect();
     let expanded: Vec<_> = frames.iter().flat_map(|f| f.iter()).collect();
-    symbolize::context(&expanded, options.skip, options.depth)
+    frames::context(&expanded, options.skip, options.depth)
         .iter()
         .map(|f| f.to_string())
         .collect()
@@ -155,7 +163,7 @@ pub fn context_of(
 
 /// The growth (or shrinkage) of the live heap of one context between two snapshots.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
+pub struct DiffGroup {
     /// Live blocks gained; negative when lost.
     pub blocks: i64,
     /// Live bytes gained; negative when lost.
@@ -164,19 +172,24 @@ pub struct Change {
     pub context: Vec<String>,
 }
 
-/// Changes per context between two snapshots, largest growth first.
+/// Changes per context between two snapshots, largest growth first: a [`SnapshotDiff`] grouped
+/// the way a [`Report`] groups a [`Snapshot`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Diff {
+pub struct DiffReport {
     /// Sorted by bytes, then blocks, descending (growth first, shrinkage last), then context;
     /// none whose size changed by less than `min_bytes` either way.
-    pub changes: Vec<Change>,
+    pub changes: Vec<DiffGroup>,
     /// When not 0, the counts are estimates from sampled allocations.
     pub sample_interval: u64,
 }
 
-impl Diff {
+impl DiffReport {
     /// Groups the changes of `diff` by context.
-    pub fn new(diff: &SnapshotDiff, resolver: &mut dyn Resolve, options: &ReportOptions) -> Diff {
+    pub fn new(
+        diff: &SnapshotDiff,
+        resolver: &mut dyn Resolve,
+        options: &ReportOptions,
+    ) -> DiffReport {
         let mut groups: HashMap<Vec<String>, (i64, i64)> = HashMap::new();
         for stack in &diff.stacks {
             let group = groups
@@ -185,12 +198,12 @@ impl Diff {
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;
         }
-        let mut changes: Vec<Change> = groups
+        let mut changes: Vec<DiffGroup> = groups
             .into_iter()
             .filter(|(_, (blocks, bytes))| {
                 (*blocks != 0 || *bytes != 0) && bytes.unsigned_abs() >= options.min_bytes
             })
-            .map(|(context, (blocks, bytes))| Change {
+            .map(|(context, (blocks, bytes))| DiffGroup {
                 blocks,
                 bytes,
                 context,
@@ -202,45 +215,136 @@ impl Diff {
                 .then(b.blocks.cmp(&a.blocks))
                 .then_with(|| a.context.cmp(&b.context))
         });
-        Diff {
+        DiffReport {
             changes,
             sample_interval: diff.sample_interval,
         }
     }
 }
 
-/// Writes what changed between `earlier` and `later` as a Markdown table (signed numbers, growth
-/// first), with the `MEMPROF_*` options in force: the way to find what leaks between two requests.
-pub fn pretty_log_diff<W: Write + ?Sized>(
-    later: &Snapshot,
-    earlier: &Snapshot,
-    out: &mut W,
-) -> io::Result<()> {
-    crate::capture::untracked(|| markdown::write_diff(&current_diff(later, earlier), out))
-}
-
-/// Writes what changed between `earlier` and `later` as a TSV log: the number of lines, then
-/// `blocks \t bytes \t frame ...` with signed numbers.
-pub fn log_diff<W: Write + ?Sized>(
-    later: &Snapshot,
-    earlier: &Snapshot,
-    out: &mut W,
-) -> io::Result<()> {
-    crate::capture::untracked(|| tsv::write_diff(&current_diff(later, earlier), out))
-}
-
-fn current_diff(later: &Snapshot, earlier: &Snapshot) -> Diff {
-    let diff = later.diff(earlier);
-    symbolize::with_symbolizer(|s| Diff::new(&diff, s, &ReportOptions::from_env()))
-}
+// ---------------------------------------------------------------------------------------------
+// The process's reports
 
 /// Writes the live allocations as MemProf's TSV log: the number of groups, then one line per group,
 /// `count \t total_bytes \t frame \t frame ...`. Groups below `MEMPROF_MIN_BYTES` are left out.
 pub fn log_allocations<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    crate::capture::untracked(|| tsv::write(&Report::current(), out))
+    untracked(|| tsv::write(&Report::current(), out))
 }
 
 /// Writes the live allocations as MemProf's Markdown table, largest total first.
 pub fn pretty_log_allocations<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    crate::capture::untracked(|| markdown::write(&Report::current(), out))
+    untracked(|| markdown::write(&Report::current(), out))
+}
+
+/// Writes what changed between two snapshots (`later.diff(&earlier)`) as a Markdown table
+/// (signed numbers, growth first), with the `MEMPROF_*` options in force: the way to find what
+/// leaks between two requests.
+pub fn pretty_log_diff<W: Write + ?Sized>(diff: &SnapshotDiff, out: &mut W) -> io::Result<()> {
+    untracked(|| markdown::write_diff(&current_diff(diff), out))
+}
+
+/// Writes what changed between two snapshots (`later.diff(&earlier)`) as a TSV log: the number
+/// of lines, then `blocks \t bytes \t frame ...` with signed numbers.
+pub fn log_diff<W: Write + ?Sized>(diff: &SnapshotDiff, out: &mut W) -> io::Result<()> {
+    untracked(|| tsv::write_diff(&current_diff(diff), out))
+}
+
+fn current_diff(diff: &SnapshotDiff) -> DiffReport {
+    symbolize::with_symbolizer(|s| DiffReport::new(diff, s, &ReportOptions::from_env()))
+}
+
+/// Writes the live objects of each type: the number of lines, then `count \t TypeName` per type,
+/// most first. Blocks of unknown type are counted by size, `(unknown, 96 B)`.
+pub fn log_object_counts<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
+    untracked(|| {
+        let snapshot = Snapshot::take();
+        let typing = Typing::of_process(&snapshot);
+        types::write(&typing.counts(), out)
+    })
+}
+
+/// Writes the heap bytes reachable from the live objects of each type: the number of lines, then
+/// `bytes \t TypeName` per type, most first. A type's bytes are those of its objects' blocks and
+/// of every block reachable from them through pointers, each counted once per type.
+pub fn log_object_sizes<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
+    untracked(|| {
+        let (heap, typing) = Heap::scan();
+        types::write(&heap.sizes(&typing), out)
+    })
+}
+
+/// Writes how many objects of each type were created over the whole run, freed or not: the number
+/// of lines, then `count \t TypeName` per type, most first (`(unknown)` for blocks of unknown
+/// type).
+pub fn log_object_tallies<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
+    untracked(|| {
+        let snapshot = Snapshot::take();
+        let stack_types = crate::types::process_stack_types(&snapshot, |s| s.allocated_blocks > 0);
+        let rows = crate::types::tallies(
+            &snapshot,
+            &stack_types,
+            &crate::types::tag_names(),
+            &crate::types::tag_counts(),
+        );
+        types::write(&rows, out)
+    })
+}
+
+/// Writes the allocation contexts of the objects of type `target` created over the whole run:
+/// the number of lines, then `count \t frame \t frame ...` per context, most first, leaving out
+/// contexts with fewer than `min_count` objects.
+pub fn log_type_contexts<W: Write + ?Sized>(
+    target: &str,
+    min_count: u64,
+    out: &mut W,
+) -> io::Result<()> {
+    untracked(|| {
+        let snapshot = Snapshot::take();
+        let stack_types = crate::types::process_stack_types(&snapshot, |s| s.allocated_blocks > 0);
+        let names = crate::types::tag_names();
+        let counts = crate::types::tag_counts();
+        let options = ReportOptions::from_env();
+        let rows = symbolize::with_symbolizer(|symbolizer| {
+            types::trace(
+                &snapshot,
+                &stack_types,
+                &names,
+                &counts,
+                target,
+                symbolizer,
+                &options,
+                min_count,
+            )
+        });
+        types::write_trace(&rows, out)
+    })
+}
+
+/// [`log_type_contexts`] for the type named by `MEMPROF_TRACE_TARGET` (e.g. `app::Foo`), with
+/// `MEMPROF_TRACE_MIN_COUNT` as the minimum; writes `0` when no target is set.
+pub fn log_trace_target<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
+    let config = crate::config::get();
+    match &config.trace_target {
+        Some(target) => log_type_contexts(target, config.trace_min_count, out),
+        None => out.write_all(b"0\n"),
+    }
+}
+
+/// Writes the mermaid graph of up to `MEMPROF_REF_LIMIT` live objects of type `T` and of the
+/// blocks that point to them, up to `MEMPROF_REF_LEVEL` levels back (see [`mermaid::write`]).
+/// `T` is named as [`std::any::type_name`] does: `app::Foo` for the objects of `Box<app::Foo>`,
+/// `[app::Bar]` for `Vec<app::Bar>` buffers. Call it as `pretty_log_object_graph::<Foo>(&mut w)`.
+pub fn pretty_log_object_graph<T: ?Sized>(out: &mut (impl Write + ?Sized)) -> io::Result<()> {
+    pretty_log_object_graph_of(std::any::type_name::<T>(), out)
+}
+
+/// [`pretty_log_object_graph`] for a type given by name, as the per-type logs print it (also
+/// `(unknown, 96 B)`).
+pub fn pretty_log_object_graph_of<W: Write + ?Sized>(name: &str, out: &mut W) -> io::Result<()> {
+    untracked(|| {
+        let config = crate::config::get();
+        let (heap, typing) = Heap::scan();
+        let graph = heap.graph(&typing, name, config.ref_limit, config.ref_level);
+        mermaid::write(&graph, out)
+    })
 }

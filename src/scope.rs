@@ -24,7 +24,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::capture::{Guard, untracked};
+use crate::guard::{Guard, untracked};
 use crate::report::{self, Group, Report, ReportOptions};
 use crate::snapshot::Snapshot;
 use crate::table::{StackId, TABLE};

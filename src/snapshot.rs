@@ -6,7 +6,8 @@
 
 #![forbid(unsafe_code)]
 
-use crate::capture::{ReturnAddress, untracked};
+use crate::address::ReturnAddress;
+use crate::guard::untracked;
 use crate::table::{HeapStats, Locked, StackId, TABLE, Table};
 
 /// One live block.
@@ -87,7 +88,7 @@ pub struct Snapshot {
     pub stats: HeapStats,
     /// Mean bytes between sampled allocations when the snapshot was taken; 0 when every
     /// allocation was recorded. When not 0, every count is an unbiased estimate: each block stands
-    /// for more than itself (see [`sampling`](crate::capture::sampling)).
+    /// for more than itself (see [`sampling`](crate::sampling)).
     pub sample_interval: u64,
     /// Whether the stacks' `peak_*` counts are known: the table kept its peak
     /// ([`Table::set_track_peak`], `MEMPROF_PEAK=1`). They describe a moment within 1/64 of the
@@ -153,7 +154,7 @@ impl Snapshot {
         blocks.sort_unstable_by_key(|b| b.address);
         let mut weights = vec![(0.0f64, 0.0f64); stacks.len()];
         for block in &blocks {
-            let (b, s) = crate::capture::sampling::weight(block.size, sample_interval);
+            let (b, s) = crate::sampling::weight(block.size, sample_interval);
             let weight = &mut weights[block.stack.0 as usize];
             weight.0 += b;
             weight.1 += s;

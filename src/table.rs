@@ -27,7 +27,9 @@ pub mod stacks;
 pub mod stats;
 pub mod writers;
 
-use crate::capture::{Guard, ReturnAddress, sampling};
+use crate::address::ReturnAddress;
+use crate::guard::Guard;
+use crate::sampling;
 use std::cell::Cell;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};

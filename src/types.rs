@@ -69,16 +69,16 @@
 pub mod dwarf;
 pub mod names;
 
-use crate::capture::{ReturnAddress, untracked};
-use crate::report::ReportOptions;
-use crate::report::types::{TraceRow, TypeRow};
+use crate::address::ReturnAddress;
+use crate::frames::{self, Frame};
+use crate::guard::untracked;
 use crate::snapshot::{Snapshot, StackSummary};
-use crate::symbolize::{self, Frame, Resolve};
+use crate::symbolize::{self, Resolve};
 use crate::table::{StackId, TABLE};
 use dwarf::DwarfNames;
 use names::SelfType;
 use std::collections::HashMap;
-use std::io::{self, Write};
+
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -287,7 +287,7 @@ fn function(frame: &Frame) -> &str {
 
 /// Frames of the standard library or of hashbrown, through which the search goes on.
 fn is_library(frame: &Frame) -> bool {
-    symbolize::is_std_frame(frame)
+    frames::is_std_frame(frame)
         || function(frame)
             .trim_start_matches('<')
             .starts_with("hashbrown::")
@@ -337,12 +337,12 @@ fn classify(self_type: &SelfType<'_>) -> Option<Found> {
 pub fn infer(frames: &[&Frame]) -> Option<String> {
     let start = frames
         .iter()
-        .rposition(|f| symbolize::is_profiler_frame(f))
+        .rposition(|f| frames::is_profiler_frame(f))
         .map_or(0, |last| last + 1);
     let mut found: Option<Found> = None;
     for frame in &frames[start..] {
         let name = function(frame);
-        if !is_library(frame) && !symbolize::is_allocator_frame(name) {
+        if !is_library(frame) && !frames::is_allocator_frame(name) {
             break;
         }
         // `<[T]>::to_vec_in`: a slice copied into a new buffer.
@@ -519,6 +519,24 @@ pub fn process_stack_types(
 // ---------------------------------------------------------------------------------------------
 // Typing a snapshot
 
+/// One line of a per-type log: a number and the type it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypeRow {
+    /// Objects or bytes.
+    pub value: u64,
+    /// The type's name (`app::Foo`, `[app::Bar]`, `(unknown, 96 B)`).
+    pub name: String,
+}
+
+/// One allocation context of a traced type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRow {
+    /// Objects of the type allocated from this context over the run.
+    pub count: u64,
+    /// The frames, innermost first, as MemProf prints them.
+    pub context: Vec<String>,
+}
+
 /// The name of a block whose type is unknown: `(unknown, 96 B)`.
 pub fn unknown_name(size: u64) -> String {
     format!("(unknown, {size} B)")
@@ -622,7 +640,7 @@ pub const UNKNOWN: &str = "(unknown)";
 
 /// How many blocks each stack allocated under each type over the whole run: a stack's blocks go
 /// to its inferred type (or [`UNKNOWN`]), except those tagged explicitly, which go to their tag.
-fn per_stack_counts<'a>(
+pub fn per_stack_counts<'a>(
     snapshot: &Snapshot,
     stack_types: &'a [Option<Arc<str>>],
     tag_names: &'a [&'a str],
@@ -672,116 +690,6 @@ pub fn tallies(
             })
             .collect(),
     )
-}
-
-/// The contexts that created objects of type `target` over the whole run, with how many each,
-/// most first; contexts with fewer than `min_count` are left out. Contexts are trimmed as in the
-/// allocation reports (`options.depth`, `options.skip`).
-#[allow(clippy::too_many_arguments)]
-pub fn trace(
-    snapshot: &Snapshot,
-    stack_types: &[Option<Arc<str>>],
-    tag_names: &[&str],
-    tag_counts: &[(u32, StackId, u64)],
-    target: &str,
-    resolver: &mut dyn Resolve,
-    options: &ReportOptions,
-    min_count: u64,
-) -> Vec<TraceRow> {
-    let mut groups: HashMap<Vec<String>, u64> = HashMap::new();
-    for (name, stack, n) in per_stack_counts(snapshot, stack_types, tag_names, tag_counts) {
-        if name != target {
-            continue;
-        }
-        let frames: Vec<Arc<[Frame]>> = snapshot
-            .stack(stack)
-            .frames
-            .iter()
-            .map(|&a| resolver.resolve(a))
-            .collect();
-        let expanded: Vec<&Frame> = frames.iter().flat_map(|f| f.iter()).collect();
-        let context = symbolize::context(&expanded, options.skip, options.depth)
-            .iter()
-            .map(|f| f.to_string())
-            .collect();
-        *groups.entry(context).or_default() += n;
-    }
-    let mut rows: Vec<TraceRow> = groups
-        .into_iter()
-        .filter(|(_, count)| *count >= min_count.max(1))
-        .map(|(context, count)| TraceRow { count, context })
-        .collect();
-    rows.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then_with(|| a.context.cmp(&b.context))
-    });
-    rows
-}
-
-// ---------------------------------------------------------------------------------------------
-// The process's reports
-
-/// Writes the live objects of each type: the number of lines, then `count \t TypeName` per type,
-/// most first. Blocks of unknown type are counted by size, `(unknown, 96 B)`.
-pub fn log_object_counts<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    untracked(|| {
-        let snapshot = Snapshot::take();
-        let typing = Typing::of_process(&snapshot);
-        crate::report::types::write(&typing.counts(), out)
-    })
-}
-
-/// Writes how many objects of each type were created over the whole run, freed or not: the number
-/// of lines, then `count \t TypeName` per type, most first (`(unknown)` for blocks of unknown
-/// type).
-pub fn log_object_tallies<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    untracked(|| {
-        let snapshot = Snapshot::take();
-        let stack_types = process_stack_types(&snapshot, |s| s.allocated_blocks > 0);
-        let rows = tallies(&snapshot, &stack_types, &tag_names(), &tag_counts());
-        crate::report::types::write(&rows, out)
-    })
-}
-
-/// Writes the allocation contexts of the objects of type `target` created over the whole run:
-/// the number of lines, then `count \t frame \t frame ...` per context, most first, leaving out
-/// contexts with fewer than `min_count` objects.
-pub fn log_type_contexts<W: Write + ?Sized>(
-    target: &str,
-    min_count: u64,
-    out: &mut W,
-) -> io::Result<()> {
-    untracked(|| {
-        let snapshot = Snapshot::take();
-        let stack_types = process_stack_types(&snapshot, |s| s.allocated_blocks > 0);
-        let names = tag_names();
-        let counts = tag_counts();
-        let options = ReportOptions::from_env();
-        let rows = symbolize::with_symbolizer(|symbolizer| {
-            trace(
-                &snapshot,
-                &stack_types,
-                &names,
-                &counts,
-                target,
-                symbolizer,
-                &options,
-                min_count,
-            )
-        });
-        crate::report::types::write_trace(&rows, out)
-    })
-}
-
-/// [`log_type_contexts`] for the type named by `MEMPROF_TRACE_TARGET` (e.g. `app::Foo`), with
-/// `MEMPROF_TRACE_MIN_COUNT` as the minimum; writes `0` when no target is set.
-pub fn log_trace_target<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
-    let config = crate::config::get();
-    match &config.trace_target {
-        Some(target) => log_type_contexts(target, config.trace_min_count, out),
-        None => out.write_all(b"0\n"),
-    }
 }
 
 #[cfg(test)]

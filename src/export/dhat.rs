@@ -20,9 +20,10 @@
 #![forbid(unsafe_code)]
 
 use super::{CallSites, ExportOptions};
-use crate::capture::ReturnAddress;
+use crate::address::ReturnAddress;
+use crate::frames::Frame;
 use crate::snapshot::Snapshot;
-use crate::symbolize::{Frame, Resolve};
+use crate::symbolize::Resolve;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -83,7 +84,7 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
-    crate::capture::untracked(|| {
+    crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
         let mut frames: Vec<String> = vec!["[root]".to_owned()];
         let mut frame_ids: HashMap<String, usize> = HashMap::new();

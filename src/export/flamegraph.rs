@@ -21,7 +21,7 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
-    crate::capture::untracked(|| {
+    crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
         let lines: Vec<String> = folded::lines(&sites, options)
             .into_iter()

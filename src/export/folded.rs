@@ -11,8 +11,9 @@
 #![forbid(unsafe_code)]
 
 use super::{CallSites, ExportOptions};
+use crate::frames::Frame;
 use crate::snapshot::Snapshot;
-use crate::symbolize::{Frame, Resolve};
+use crate::symbolize::Resolve;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -57,7 +58,7 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
-    crate::capture::untracked(|| {
+    crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
         let mut buffer = String::new();
         for (stack, value) in lines(&sites, options) {

@@ -67,7 +67,7 @@ pub fn write_text<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
-    crate::capture::untracked(|| {
+    crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
         let mut strings = Strings {
             text: String::new(),

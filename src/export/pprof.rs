@@ -13,7 +13,7 @@
 #![forbid(unsafe_code)]
 
 use super::{CallSites, ExportOptions};
-use crate::capture::modules::{self, Module};
+use crate::modules::{self, Module};
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
 use flate2::Compression;
@@ -385,7 +385,7 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
-    crate::capture::untracked(|| {
+    crate::guard::untracked(|| {
         let bytes = profile(snapshot, resolver, options).encode_to_vec();
         let mut gzip = GzEncoder::new(out, Compression::default());
         gzip.write_all(&bytes)?;

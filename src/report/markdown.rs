@@ -1,6 +1,6 @@
 //! MemProf's Markdown allocation table.
 
-use super::{Diff, Report};
+use super::{DiffReport, Report};
 use std::io::{self, Write};
 
 /// `n` with comma thousands separators: `800000` → `800,000`.
@@ -49,7 +49,7 @@ pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> 
 }
 
 /// Writes `diff` in the same table, with signed numbers: growth first, shrinkage last.
-pub fn write_diff<W: Write + ?Sized>(diff: &Diff, out: &mut W) -> io::Result<()> {
+pub fn write_diff<W: Write + ?Sized>(diff: &DiffReport, out: &mut W) -> io::Result<()> {
     let rows = diff
         .changes
         .iter()

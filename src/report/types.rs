@@ -1,25 +1,15 @@
 //! MemProf's per-type logs: object counts, object sizes, tallies over the run, and the contexts
 //! of one type.
 
+use crate::frames::{self, Frame};
+use crate::report::ReportOptions;
+use crate::snapshot::Snapshot;
+use crate::symbolize::Resolve;
+use crate::table::StackId;
+use crate::types::{TraceRow, TypeRow, per_stack_counts};
+use std::collections::HashMap;
 use std::io::{self, Write};
-
-/// One line of a per-type log: a number and the type it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TypeRow {
-    /// Objects or bytes.
-    pub value: u64,
-    /// The type's name (`app::Foo`, `[app::Bar]`, `(unknown, 96 B)`).
-    pub name: String,
-}
-
-/// One allocation context of a traced type.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceRow {
-    /// Objects of the type allocated from this context over the run.
-    pub count: u64,
-    /// The frames, innermost first, as MemProf prints them.
-    pub context: Vec<String>,
-}
+use std::sync::Arc;
 
 /// Writes `rows` as MemProf's `log_object_counts` / `log_object_sizes` do: the number of lines
 /// that follow, then `value \t TypeName` per row, in the order given.
@@ -44,4 +34,49 @@ pub fn write_trace<W: Write + ?Sized>(rows: &[TraceRow], out: &mut W) -> io::Res
         buffer.push('\n');
     }
     out.write_all(buffer.as_bytes())
+}
+
+/// The contexts that created objects of type `target` over the whole run, with how many each,
+/// most first; contexts with fewer than `min_count` are left out. Contexts are trimmed as in the
+/// allocation reports (`options.depth`, `options.skip`).
+#[allow(clippy::too_many_arguments)]
+pub fn trace(
+    snapshot: &Snapshot,
+    stack_types: &[Option<Arc<str>>],
+    tag_names: &[&str],
+    tag_counts: &[(u32, StackId, u64)],
+    target: &str,
+    resolver: &mut dyn Resolve,
+    options: &ReportOptions,
+    min_count: u64,
+) -> Vec<TraceRow> {
+    let mut groups: HashMap<Vec<String>, u64> = HashMap::new();
+    for (name, stack, n) in per_stack_counts(snapshot, stack_types, tag_names, tag_counts) {
+        if name != target {
+            continue;
+        }
+        let frames: Vec<Arc<[Frame]>> = snapshot
+            .stack(stack)
+            .frames
+            .iter()
+            .map(|&a| resolver.resolve(a))
+            .collect();
+        let expanded: Vec<&Frame> = frames.iter().flat_map(|f| f.iter()).collect();
+        let context = frames::context(&expanded, options.skip, options.depth)
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        *groups.entry(context).or_default() += n;
+    }
+    let mut rows: Vec<TraceRow> = groups
+        .into_iter()
+        .filter(|(_, count)| *count >= min_count.max(1))
+        .map(|(context, count)| TraceRow { count, context })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.context.cmp(&b.context))
+    });
+    rows
 }

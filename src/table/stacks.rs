@@ -5,7 +5,7 @@
 //! instead (see [`super::writers`]), without a locked instruction. Finding the id of a stack goes
 //! through a small hash index, sharded by the stack's hash.
 
-use crate::capture::ReturnAddress;
+use crate::address::ReturnAddress;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};

@@ -9,8 +9,8 @@
 //! mapped: this module, like all but three, does no `unsafe`), and only builds that need them
 //! load them: with v0 mangling the symbols carry the arguments already.
 
-use crate::capture::ReturnAddress;
-use crate::capture::modules::{self, Module};
+use crate::address::ReturnAddress;
+use crate::modules::{self, Module};
 use addr2line::gimli;
 use object::{Object, ObjectSection};
 use std::collections::HashMap;

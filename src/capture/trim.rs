@@ -3,13 +3,13 @@
 //!
 //! A report trims memprof's own frames and the allocator's from the top of each stack, collapses
 //! the standard-library frames that follow into one, and then shows `MEMPROF_STACK_DEPTH` frames
-//! ([`symbolize::context`]). Not knowing which frames those are, a walk would have to go a fixed
+//! ([`frames::context`]). Not knowing which frames those are, a walk would have to go a fixed
 //! margin deeper ([`TRIMMED_FRAMES`](crate::config::TRIMMED_FRAMES)) on every allocation, though
 //! most stacks need only a few of them, and every frame walked costs time and table memory.
 //!
 //! So when the profiler starts, the symbol table of memprof's own module (the program, for a
 //! crate linked in) tells which of its functions a report shows wherever they are
-//! ([`symbolize::is_shown_by_name`]), kept as a bit per 16 bytes of code. From the first such
+//! ([`frames::is_shown_by_name`]), kept as a bit per 16 bytes of code. From the first such
 //! frame on, a walk counts down the frames it still wants (`depth + skip`, that one included),
 //! without looking at any more bits: a frame's cost on the way down stays what it was without the
 //! table. It ends there, or at the margin.
@@ -22,8 +22,8 @@
 //! frame (a closure given to `symbolize::with_symbolizer`), where the report trims everything
 //! above memprof's frame but the walk counted it.
 
-use crate::capture::modules;
-use crate::symbolize;
+use crate::frames;
+use crate::modules;
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -143,7 +143,7 @@ fn read() -> Option<Shown> {
         let start = (symbol.st_value(endian) as usize).wrapping_add(module.bias);
         let shown = match rustc_demangle::try_demangle(name) {
             Ok(name) => demangled.is_shown(name),
-            Err(_) => symbolize::is_shown_by_name(name),
+            Err(_) => frames::is_shown_by_name(name),
         };
         functions.push((start..start.saturating_add(size), shown));
     }
@@ -164,12 +164,12 @@ impl Prefix {
     /// Bytes of a name looked at; past them, demangling stops.
     const LIMIT: usize = 256;
 
-    /// Whether reports show `name` (see [`symbolize::is_shown_by_name`]); not for a name too long
+    /// Whether reports show `name` (see [`frames::is_shown_by_name`]); not for a name too long
     /// to see whole, which may mention a standard-library path past the limit.
     fn is_shown(&mut self, name: rustc_demangle::Demangle<'_>) -> bool {
         use std::fmt::Write;
         self.text.clear();
-        write!(self, "{name:#}").is_ok() && symbolize::is_shown_by_name(&self.text)
+        write!(self, "{name:#}").is_ok() && frames::is_shown_by_name(&self.text)
     }
 }
 
@@ -249,7 +249,7 @@ mod tests {
         ];
         Box::leak(Box::new(Shown::from_functions(
             0x1000..0x1100,
-            functions.map(|(range, name)| (range, symbolize::is_shown_by_name(name))),
+            functions.map(|(range, name)| (range, frames::is_shown_by_name(name))),
         )))
     }
 

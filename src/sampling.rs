@@ -42,11 +42,11 @@ fn draw(interval: u64) -> u64 {
     ((-uniform().ln() * interval as f64) as u64).max(1)
 }
 
-/// Whether this allocation of `size` bytes is surely not sampled: the countdown a sampling run left
-/// on this thread has more than `size` bytes to go (it is then taken off). `false` without
+/// Counts an allocation of `size` bytes off this thread's countdown when it surely is not sampled
+/// (the countdown has more than `size` bytes to go); returns whether it did. `false` without
 /// sampling, or before this thread's first draw: [`sample`] decides those.
 #[inline]
-pub fn skip(size: usize) -> bool {
+pub fn count_down_unsampled(size: usize) -> bool {
     let size = size as u64;
     COUNTDOWN
         .try_with(|countdown| {

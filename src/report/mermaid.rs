@@ -2,7 +2,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::Graph;
+use crate::object_graph::Graph;
 use std::io::{self, Write};
 
 /// A type name inside a quoted mermaid label: `"`, `<` and `>` as mermaid's entity codes

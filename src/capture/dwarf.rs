@@ -6,7 +6,7 @@
 //! thread has walked once:
 //!
 //! - **The registry** (once per process): every loaded module, as listed by
-//!   [`loaded`](crate::capture::modules::loaded), with its `.eh_frame_hdr` (the sorted index of
+//!   [`loaded`](crate::modules::loaded), with its `.eh_frame_hdr` (the sorted index of
 //!   functions) and `.eh_frame` (the rules), both as `&'static [u8]` slices straight into the
 //!   mapped image; nothing is copied, and only the index's header is parsed up front. Each module
 //!   is given to framehop too. The registry is published through an atomic pointer and never
@@ -116,7 +116,7 @@ pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
 mod imp {
     use super::super::{Budget, ReturnAddress, fp};
     use super::rules::{Cfi, Rule, Rules, Step};
-    use crate::capture::modules::{self, Module};
+    use crate::modules::{self, Module};
     use addr2line::gimli::UnwindContext;
     use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
     use framehop::{
@@ -742,7 +742,7 @@ mod imp {
 mod tests {
     use super::imp::{self, Kind, Registry};
     use super::*;
-    use crate::capture::modules;
+    use crate::modules;
     use std::hint::black_box;
 
     /// Function names of each address (innermost inlined first), symbolized from the test binary.

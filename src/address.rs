@@ -1,0 +1,22 @@
+//! Code addresses as the stack walk finds them.
+//!
+//! A shared building block: the walkers produce [`ReturnAddress`]es, the table interns them and
+//! the symbolizer looks them up.
+
+#![forbid(unsafe_code)]
+
+/// The address a call returns to: the instruction *after* the call.
+///
+/// Symbolizing it as is names the line after the call (or the next function); look up
+/// [`ReturnAddress::lookup_address`] instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
+pub struct ReturnAddress(pub usize);
+
+impl ReturnAddress {
+    /// An address inside the call instruction itself, the one to give to a symbolizer.
+    #[inline]
+    pub fn lookup_address(self) -> usize {
+        self.0.saturating_sub(1)
+    }
+}
