@@ -40,7 +40,7 @@ fn main() -> std::io::Result<()> {
 
     let snapshot = memprof::Snapshot::take();
     let options = ExportOptions::default();
-    memprof::symbolize::with_symbolizer(|symbolizer| -> std::io::Result<()> {
+    memprof::with_symbolizer(|symbolizer| -> std::io::Result<()> {
         let mut endings = vec![".pb.gz", ".folded", ".dhat.json", ".heaptrack.gz", ".md"];
         if cfg!(feature = "flamegraph") {
             endings.push(".svg");

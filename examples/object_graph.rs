@@ -69,7 +69,7 @@ fn main() -> std::io::Result<()> {
     println!("\n## Heap bytes reachable per type (log_object_sizes)\n");
     memprof::log_object_sizes(out)?;
     println!("\n## Who keeps the `Author`s alive (pretty_log_object_graph::<Rc<Author>>)\n");
-    memprof::pretty_log_object_graph::<Rc<Author>, _>(out)?;
+    memprof::pretty_log_object_graph::<Rc<Author>>(out)?;
     println!("\n## Objects created over the run (log_object_tallies)\n");
     memprof::log_object_tallies(out)?;
 

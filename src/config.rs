@@ -32,15 +32,14 @@ use std::sync::OnceLock;
 pub const MAX_STACK_DEPTH: usize = 64;
 
 /// Most raw frames captured beyond the depth shown, for those trimmed before it: memprof's own,
-/// the allocator shim's and std's allocation internals. An optimized build has about 6 of them
-/// (11 seen, in a stable sort of strings); in an unoptimized one every function is a frame of its
-/// own, iterator adapters included. A walk stops at the frames a report shows, well before this
-/// margin, where the symbol table tells which they are ([`crate::capture::trim`]): the
-/// margin bounds the others.
-pub const TRIMMED_FRAMES: usize = if cfg!(debug_assertions) { 24 } else { 16 };
+/// the allocator shim's and std's allocation internals. An unoptimized build needs more, since
+/// every function there is a frame of its own, iterator adapters included. Where the symbol table
+/// tells which frames a report shows, a walk stops at them, well before this margin; the margin
+/// bounds the walks that cannot tell.
+pub(crate) const TRIMMED_FRAMES: usize = if cfg!(debug_assertions) { 24 } else { 16 };
 
 /// Most return addresses captured for one allocation.
-pub const MAX_FRAMES: usize = 128;
+pub(crate) const MAX_FRAMES: usize = 128;
 
 /// How stacks are captured on the allocation path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

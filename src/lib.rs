@@ -75,7 +75,7 @@
 //! `memprof_record_free` for code that manages its own blocks, and `memprof_write_report(fd)` /
 //! `memprof_write_log(fd)` to print a report from C or a debugger.
 
-#![warn(missing_docs)]
+#![deny(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 // Shared building blocks, below every stage of the pipeline.
@@ -108,7 +108,7 @@ pub use guard::untracked;
 pub use hooks::{MemProf, Settings, is_paused, pause, resume};
 pub use object_graph::object_size;
 pub use report::{
-    DiffGroup, DiffReport, Group, Report, ReportOptions, log_allocations, log_diff,
+    DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
     log_object_counts, log_object_sizes, log_object_tallies, log_trace_target, log_type_contexts,
     pretty_log_allocations, pretty_log_diff, pretty_log_object_graph, pretty_log_object_graph_of,
 };

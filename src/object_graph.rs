@@ -26,7 +26,7 @@
 pub mod scan;
 
 use crate::guard::untracked;
-use crate::snapshot::{LiveBlock, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::table::{StackId, TABLE};
 use crate::types::TypeRow;
 use crate::types::{self, Typing, names};
@@ -53,6 +53,7 @@ pub struct Heap {
 
 /// One reference of a synthetic heap: the word at `offset` in the block that starts at `from`
 /// holds `to`, the start of another block.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reference {
     /// Start of the referring block.
@@ -66,6 +67,7 @@ pub struct Reference {
 impl Heap {
     /// A heap from its parts, for synthetic data: references whose ends are not blocks of
     /// `snapshot` are left out.
+    #[cfg(test)]
     pub fn from_parts(snapshot: Snapshot, references: &[Reference]) -> Heap {
         let index = |address: usize| {
             snapshot
@@ -135,34 +137,6 @@ impl Heap {
             .iter()
             .zip(&self.to[range])
             .map(|(&offset, &to)| (offset, to as usize))
-    }
-
-    /// Number of references.
-    pub fn reference_count(&self) -> usize {
-        self.to.len()
-    }
-
-    /// The bytes of the blocks reachable from `roots` (block indices), roots included, each
-    /// block counted once.
-    pub fn reachable_bytes(&self, roots: &[usize]) -> u64 {
-        let mut seen = vec![false; self.snapshot.blocks.len()];
-        let mut pending: Vec<usize> = Vec::new();
-        let mut bytes = 0;
-        for &root in roots {
-            if !std::mem::replace(&mut seen[root], true) {
-                bytes += self.snapshot.blocks[root].size;
-                pending.push(root);
-            }
-        }
-        while let Some(index) = pending.pop() {
-            for (_, to) in self.references(index) {
-                if !std::mem::replace(&mut seen[to], true) {
-                    bytes += self.snapshot.blocks[to].size;
-                    pending.push(to);
-                }
-            }
-        }
-        bytes
     }
 
     /// For each type of `typing`, the bytes reachable from its live objects, each byte counted
@@ -333,19 +307,4 @@ pub fn object_size<T: ?Sized>(value: &T) -> u64 {
         let kind = block_kinds(&stack_types, &tag_names);
         scan::reachable_from(&TABLE, value, &kind)
     })
-}
-
-/// Live blocks of `heap` of the type `name`, by address.
-pub fn blocks_of<'a>(heap: &'a Heap, typing: &'a Typing, name: &str) -> Vec<&'a LiveBlock> {
-    match typing.type_index(name) {
-        Some(t) => heap
-            .snapshot
-            .blocks
-            .iter()
-            .zip(&typing.of_block)
-            .filter(|(_, bt)| **bt == t)
-            .map(|(b, _)| b)
-            .collect(),
-        None => Vec::new(),
-    }
 }

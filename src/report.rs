@@ -95,6 +95,16 @@ pub struct Report {
 }
 
 impl Report {
+    /// Writes the report as MemProf's Markdown table (what [`pretty_log_allocations`] prints).
+    pub fn write_markdown<W: Write + ?Sized>(&self, out: &mut W) -> io::Result<()> {
+        markdown::write(self, out)
+    }
+
+    /// Writes the report as MemProf's TSV log (what [`log_allocations`] prints).
+    pub fn write_tsv<W: Write + ?Sized>(&self, out: &mut W) -> io::Result<()> {
+        tsv::write(self, out)
+    }
+
     /// Groups the live blocks of `snapshot` by context.
     pub fn live(
         snapshot: &Snapshot,
@@ -184,6 +194,16 @@ pub struct DiffReport {
 }
 
 impl DiffReport {
+    /// Writes the changes as a Markdown table (what [`pretty_log_diff`] prints).
+    pub fn write_markdown<W: Write + ?Sized>(&self, out: &mut W) -> io::Result<()> {
+        markdown::write_diff(self, out)
+    }
+
+    /// Writes the changes as a TSV log (what [`log_diff`] prints).
+    pub fn write_tsv<W: Write + ?Sized>(&self, out: &mut W) -> io::Result<()> {
+        tsv::write_diff(self, out)
+    }
+
     /// Groups the changes of `diff` by context.
     pub fn new(
         diff: &SnapshotDiff,
@@ -348,3 +368,6 @@ pub fn pretty_log_object_graph_of<W: Write + ?Sized>(name: &str, out: &mut W) ->
         mermaid::write(&graph, out)
     })
 }
+
+#[cfg(test)]
+mod tests;

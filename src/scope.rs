@@ -1,26 +1,6 @@
 //! Heap assertions for tests: what the code a thread runs allocates, frees and keeps.
 //!
-//! A [`Scope`] counts the allocations and frees *of the thread that opened it*, from its start
-//! until it is dropped, so tests running in parallel in one test binary each see their own code
-//! only. Counts are exact even under sampling (they come from the allocator's own arguments), and
-//! the scope remembers where its blocks came from, so a failing assertion can say so.
-//!
-//! ```rust,standalone_crate
-//! #[global_allocator]
-//! static GLOBAL: memprof::MemProf = memprof::MemProf::new();
-//!
-//! fn main() {
-//!     let scope = memprof::Scope::start();
-//!     let v: Vec<u64> = Vec::with_capacity(100);
-//!     scope.assert_max_allocated_bytes(800);
-//!     drop(v);
-//!     scope.assert_no_leaks();
-//! }
-//! ```
-//!
-//! Only the blocks the thread allocates in the scope count, and only the thread's own frees of
-//! them: a block handed to another thread and freed there stays live for the scope, and freeing a
-//! block allocated before the scope changes nothing. A `realloc` is a free and an allocation.
+//! The user's side is [`Scope`]; the allocation path calls [`on_alloc`] and [`on_free`].
 
 #![forbid(unsafe_code)]
 
@@ -120,8 +100,40 @@ pub fn on_free(address: usize) {
     });
 }
 
-/// Counts this thread's allocations and frees until it is dropped; see the [module](self).
+/// Which of a scope's blocks a failing assertion lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Blocks {
+    /// Every block allocated in the scope.
+    Allocated,
+    /// The blocks still live.
+    Live,
+}
+
+/// Heap assertions for tests: counts this thread's allocations and frees until it is dropped.
+///
+/// A scope counts the allocations and frees *of the thread that opened it*, from its start
+/// until it is dropped, so tests running in parallel in one test binary each see their own code
+/// only. Counts are exact even under sampling (they come from the allocator's own arguments), and
+/// the scope remembers where its blocks came from, so a failing assertion can say so.
+///
+/// ```rust,standalone_crate
+/// #[global_allocator]
+/// static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+///
+/// fn main() {
+///     let scope = memprof::Scope::start();
+///     let v: Vec<u64> = Vec::with_capacity(100);
+///     scope.assert_max_allocated_bytes(800);
+///     drop(v);
+///     scope.assert_no_leaks();
+/// }
+/// ```
+///
+/// Only the blocks the thread allocates in the scope count, and only the thread's own frees of
+/// them: a block handed to another thread and freed there stays live for the scope, and freeing a
+/// block allocated before the scope changes nothing. A `realloc` is a free and an allocation.
 #[must_use = "a scope counts only while it is alive"]
+#[derive(Debug)]
 pub struct Scope {
     /// Which of the thread's scopes this is.
     id: u64,
@@ -167,13 +179,23 @@ impl Scope {
         self.with(|s| s.stats)
     }
 
-    /// Where the scope's blocks came from, grouped by context like the allocation report: all
-    /// blocks allocated in the scope (`live_only = false`) or those still live.
-    pub fn sites(&self, live_only: bool) -> Report {
+    /// Where the blocks allocated in the scope came from, grouped by context like the allocation
+    /// report.
+    pub fn allocated_sites(&self) -> Report {
+        self.sites(Blocks::Allocated)
+    }
+
+    /// Where the scope's blocks that are still live came from, grouped by context like the
+    /// allocation report.
+    pub fn live_sites(&self) -> Report {
+        self.sites(Blocks::Live)
+    }
+
+    fn sites(&self, which: Blocks) -> Report {
         let (sites, live) = self.with(|s| (s.sites.clone(), s.live.clone()));
         untracked(|| {
             let mut per_stack: HashMap<StackId, (u64, u64)> = HashMap::new();
-            if live_only {
+            if which == Blocks::Live {
                 let snapshot = Snapshot::take();
                 for block in &snapshot.blocks {
                     if live
@@ -214,15 +236,18 @@ impl Scope {
     /// Panics with what was expected, what was measured and where the blocks came from, unless
     /// `ok`.
     #[track_caller]
-    fn check(&self, ok: bool, expected: String, measured: String, live_only: bool) {
+    fn check(&self, ok: bool, expected: String, measured: String, which: Blocks) {
         if ok {
             return;
         }
         let mut sites = Vec::new();
-        let _ = report::markdown::write(&self.sites(live_only), &mut sites);
+        let _ = self.sites(which).write_markdown(&mut sites);
         panic!(
             "memprof: expected {expected} in this scope, measured {measured}.\nWhere the {} blocks came from:\n{}",
-            if live_only { "live" } else { "allocated" },
+            match which {
+                Blocks::Allocated => "allocated",
+                Blocks::Live => "live",
+            },
             String::from_utf8_lossy(&sites)
         );
     }
@@ -235,7 +260,7 @@ impl Scope {
             s.allocated_blocks <= n,
             format!("at most {n} blocks allocated"),
             format!("{} blocks", s.allocated_blocks),
-            false,
+            Blocks::Allocated,
         );
     }
 
@@ -247,7 +272,7 @@ impl Scope {
             s.allocated_bytes <= n,
             format!("at most {n} bytes allocated"),
             format!("{} bytes", s.allocated_bytes),
-            false,
+            Blocks::Allocated,
         );
     }
 
@@ -259,7 +284,7 @@ impl Scope {
             s.peak_bytes <= n,
             format!("a peak of at most {n} bytes"),
             format!("a peak of {} bytes", s.peak_bytes),
-            false,
+            Blocks::Allocated,
         );
     }
 
@@ -271,7 +296,7 @@ impl Scope {
             s.live_bytes <= n,
             format!("at most {n} bytes still live"),
             format!("{} bytes in {} blocks", s.live_bytes, s.live_blocks),
-            true,
+            Blocks::Live,
         );
     }
 
@@ -283,7 +308,7 @@ impl Scope {
             s.live_blocks == 0,
             "no block still live".to_string(),
             format!("{} bytes in {} blocks", s.live_bytes, s.live_blocks),
-            true,
+            Blocks::Live,
         );
     }
 }

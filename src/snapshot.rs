@@ -24,7 +24,7 @@ pub struct LiveBlock {
 }
 
 /// The live blocks of a held table, by address.
-pub fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
+pub(crate) fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
     let mut blocks = Vec::with_capacity(table.len());
     table.for_each_block(|address, b| {
         blocks.push(LiveBlock {
@@ -41,7 +41,7 @@ pub fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
 }
 
 /// Every stack of `table` with its allocated totals (live counts left at 0).
-pub fn stacks_of(table: &Table) -> Vec<StackSummary> {
+pub(crate) fn stacks_of(table: &Table) -> Vec<StackSummary> {
     let allocated = table.allocated();
     table
         .stacks
@@ -103,7 +103,7 @@ impl Snapshot {
     }
 
     /// Copies `table` now. Call it inside the reentrancy guard when `table` is the process's own.
-    pub fn of(table: &Table) -> Snapshot {
+    pub(crate) fn of(table: &Table) -> Snapshot {
         let (blocks, stats) = {
             let held = table.lock_all();
             (blocks_of(&held), held.stats())

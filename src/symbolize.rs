@@ -13,6 +13,7 @@ use crate::frames::Frame;
 use crate::guard::untracked;
 use crate::modules::{self, Module};
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -47,6 +48,16 @@ pub struct Symbolizer {
     cache: HashMap<ReturnAddress, Arc<[Frame]>>,
     /// File names under this directory are shown relative to it.
     working_dir: Option<PathBuf>,
+}
+
+impl fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Symbolizer")
+            .field("modules", &self.modules.len())
+            .field("cached_addresses", &self.cache.len())
+            .field("working_dir", &self.working_dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Symbolizer {

@@ -28,7 +28,7 @@ fn diff_finds_the_leak() {
 
     let diff = later.diff(&earlier);
     let options = memprof::ReportOptions::default().depth(8);
-    let report = memprof::symbolize::with_symbolizer(|s| memprof::Diff::new(&diff, s, &options));
+    let report = memprof::with_symbolizer(|s| memprof::DiffReport::new(&diff, s, &options));
     assert_eq!(report.changes.len(), 1, "{report:#?}");
     let change = &report.changes[0];
     assert_eq!((change.blocks, change.bytes), (100, 300_000));
@@ -48,13 +48,13 @@ fn diff_finds_the_leak() {
 
     // Rendered: Markdown with signed numbers, and TSV.
     let mut markdown = Vec::new();
-    memprof::pretty_log_diff(&later, &earlier, &mut markdown).unwrap();
+    memprof::pretty_log_diff(&later.diff(&earlier), &mut markdown).unwrap();
     let markdown = String::from_utf8(markdown).unwrap();
     let rows: Vec<&str> = markdown.lines().skip(2).collect();
     assert_eq!(rows.len(), 1, "{markdown}");
     assert!(rows[0].starts_with("| +100 | +300,000 | "), "{markdown}");
     let mut tsv = Vec::new();
-    memprof::log_diff(&later, &earlier, &mut tsv).unwrap();
+    memprof::log_diff(&later.diff(&earlier), &mut tsv).unwrap();
     let tsv = String::from_utf8(tsv).unwrap();
     assert!(tsv.starts_with("1\n100\t300000\t"), "{tsv}");
 
@@ -62,7 +62,7 @@ fn diff_finds_the_leak() {
     drop(cache);
     let after = memprof::Snapshot::take();
     let shrink = after.diff(&later);
-    let report = memprof::symbolize::with_symbolizer(|s| memprof::Diff::new(&shrink, s, &options));
+    let report = memprof::with_symbolizer(|s| memprof::DiffReport::new(&shrink, s, &options));
     // All 101 entries (made from two call sites of this test) show as shrinkage.
     let shrunk = report
         .changes

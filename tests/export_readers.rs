@@ -8,8 +8,8 @@
 
 mod common;
 
+use memprof::Snapshot;
 use memprof::export::{self, ExportOptions, Value};
-use memprof::{Snapshot, symbolize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -98,7 +98,7 @@ fn real_readers_open_the_exports() {
     std::fs::create_dir_all(&dir).unwrap();
     let options = ExportOptions::default();
     let path = |ending: &str| dir.join(format!("profile-{}{ending}", std::process::id()));
-    symbolize::with_symbolizer(|symbolizer| {
+    memprof::with_symbolizer(|symbolizer| {
         for ending in [".pb.gz", ".folded", ".dhat.json", ".heaptrack.gz"] {
             let pattern = format!("{}/profile-%p{ending}", dir.display());
             let written = export::write_path(&pattern, &snapshot, symbolizer, &options).unwrap();
@@ -174,7 +174,15 @@ fn check_flamegraph(svg: &Path) {
 /// `n` with comma thousands separators.
 #[cfg(feature = "flamegraph")]
 fn thousands(n: u64) -> String {
-    memprof::report::markdown::thousands(n)
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn check_heaptrack(file: &Path, dir: &Path) {

@@ -2,8 +2,7 @@
 
 mod common;
 
-use memprof::table::StackId;
-use memprof::{Frame, LiveBlock, Report, ReportOptions, ReturnAddress, Snapshot};
+use memprof::{Frame, LiveBlock, Report, ReportOptions, ReturnAddress, Snapshot, StackId};
 use std::collections::HashMap;
 
 use common::{frame, stack};
@@ -74,9 +73,9 @@ fn render(options: &ReportOptions) -> (String, String) {
     let (snapshot, mut symbols) = synthetic();
     let report = Report::live(&snapshot, &mut symbols, options);
     let mut markdown = Vec::new();
-    memprof::report::markdown::write(&report, &mut markdown).unwrap();
+    report.write_markdown(&mut markdown).unwrap();
     let mut tsv = Vec::new();
-    memprof::report::tsv::write(&report, &mut tsv).unwrap();
+    report.write_tsv(&mut tsv).unwrap();
     (
         String::from_utf8(markdown).unwrap(),
         String::from_utf8(tsv).unwrap(),
@@ -128,15 +127,15 @@ fn diff_between_snapshots() {
         });
     }
     let earlier = Snapshot::from_parts(blocks, later.stacks.clone(), 0);
-    let diff = memprof::Diff::new(
+    let diff = memprof::DiffReport::new(
         &later.diff(&earlier),
         &mut symbols,
         &ReportOptions::default(),
     );
     let mut markdown = Vec::new();
-    memprof::report::markdown::write_diff(&diff, &mut markdown).unwrap();
+    diff.write_markdown(&mut markdown).unwrap();
     let mut tsv = Vec::new();
-    memprof::report::tsv::write_diff(&diff, &mut tsv).unwrap();
+    diff.write_tsv(&mut tsv).unwrap();
     common::golden("diff_default.md", &String::from_utf8(markdown).unwrap());
     common::golden("diff_default.tsv", &String::from_utf8(tsv).unwrap());
 }

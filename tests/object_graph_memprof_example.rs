@@ -99,7 +99,7 @@ fn parse(graph: &str) -> (BTreeSet<(usize, String)>, BTreeSet<Edge>) {
 fn graph_of_c_shows_its_referrers_level_by_level() {
     let root = build();
     let mut out = Vec::new();
-    memprof::pretty_log_object_graph::<C, _>(&mut out).unwrap();
+    memprof::pretty_log_object_graph::<C>(&mut out).unwrap();
     let graph = String::from_utf8(out).unwrap();
     let (nodes, edges) = parse(&graph);
 

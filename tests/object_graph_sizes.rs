@@ -139,16 +139,22 @@ fn sizes_follow_pointers_and_count_each_byte_once() {
     let map: HashMap<u64, Box<Leaf>> = (0..50)
         .map(|i| (i, Box::new(Leaf { values: [i; 5] })))
         .collect();
-    let (heap, typing) = memprof::object_graph::Heap::scan();
-    let tables = memprof::object_graph::blocks_of(
-        &heap,
-        &typing,
-        std::any::type_name::<HashMap<u64, Box<Leaf>>>(),
+    let map_bytes = memprof::object_size(&map);
+    // The table is found from the map on the stack, and the fifty boxes from the table: the
+    // table holds at least its fifty (key, box) entries.
+    assert!(
+        map_bytes >= 50 * (size_of::<Leaf>() + size_of::<(u64, Box<Leaf>)>()) as u64,
+        "{map_bytes}"
     );
-    assert_eq!(tables.len(), 1);
+    // The table is the map's only block, and it is typed as the map: the type's bytes are the
+    // same table and boxes.
+    let per_type = crate::sizes();
     assert_eq!(
-        memprof::object_size(&map),
-        tables[0].size + 50 * size_of::<Leaf>() as u64
+        per_type
+            .get(std::any::type_name::<HashMap<u64, Box<Leaf>>>())
+            .copied(),
+        Some(map_bytes),
+        "{per_type:?}"
     );
     assert_eq!(map[&7].values[0], 7);
 

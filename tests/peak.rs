@@ -29,13 +29,13 @@ fn after_the_peak() -> Vec<Vec<u8>> {
 
 /// `(peak blocks, peak bytes, live blocks, live bytes)` of the buffers made by `function`.
 fn site(snapshot: &memprof::Snapshot, function: &str, size: u64) -> (u64, u64, u64, u64) {
-    let report = memprof::symbolize::with_symbolizer(|symbolizer| {
+    let report = memprof::with_symbolizer(|symbolizer| {
         let options = memprof::ReportOptions::default().depth(8);
         snapshot
             .stacks
             .iter()
             .filter(|s| {
-                memprof::report::context_of(&s.frames, symbolizer, &options)
+                memprof::context_of(&s.frames, symbolizer, &options)
                     .iter()
                     .any(|f| f.contains(function))
             })
@@ -89,8 +89,14 @@ fn the_peak_is_found() {
     // The DHAT export carries it: "gb" (at t-gmax) of phase two is its 2,000,000 bytes.
     let mut json = Vec::new();
     let options = memprof::ExportOptions::default();
-    memprof::symbolize::with_symbolizer(|s| {
-        memprof::export::dhat::write(&snapshot, s, &options, &mut json)
+    memprof::with_symbolizer(|s| {
+        memprof::export::write(
+            memprof::export::Format::Dhat,
+            &snapshot,
+            s,
+            &options,
+            &mut json,
+        )
     })
     .unwrap();
     let json = String::from_utf8(json).unwrap();

@@ -85,8 +85,16 @@ fn realloc_layouts_and_unknown_frees() {
     assert_eq!(now.total_blocks, stats.total_blocks);
     let mut place = 0u64;
     let zero = (&mut place as *mut u64).cast();
-    memprof::hooks::c_abi::memprof_record_alloc(zero, 0);
+    // SAFETY: the C ABI's own functions, declared as `include/memprof.h` declares them; `zero`
+    // is a live address of this frame.
+    unsafe { memprof_record_alloc(zero, 0) };
     assert_eq!(recorded(zero.cast()), Some(0));
-    memprof::hooks::c_abi::memprof_record_free(zero);
+    // SAFETY: as above.
+    unsafe { memprof_record_free(zero) };
     assert_eq!(recorded(zero.cast()), None);
+}
+
+unsafe extern "C" {
+    fn memprof_record_alloc(ptr: *mut std::ffi::c_void, size: usize);
+    fn memprof_record_free(ptr: *mut std::ffi::c_void);
 }

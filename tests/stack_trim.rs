@@ -3,7 +3,7 @@
 //! pointers, deep in the program, each come out with the full depth and with the program's own
 //! function that allocated, from stacks shorter than the walk's margin.
 
-use memprof::symbolize::{self, Frame, Resolve};
+use memprof::{Frame, Resolve};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hint::black_box;
 use std::rc::Rc;
@@ -144,7 +144,8 @@ fn reports_show_the_full_depth_from_short_walks() {
     let snapshot = memprof::Snapshot::take();
     let mut seen = vec![0usize; SITES.len()];
     let mut walked = Vec::new();
-    symbolize::with_symbolizer(|symbolizer| {
+    let options = memprof::ReportOptions::default().depth(depth);
+    memprof::with_symbolizer(|symbolizer| {
         for stack in &snapshot.stacks {
             let expanded: Vec<Vec<Frame>> = stack
                 .frames
@@ -155,11 +156,10 @@ fn reports_show_the_full_depth_from_short_walks() {
             if !frames.iter().any(|f| name(f).ends_with("stack_trim::nest")) {
                 continue;
             }
-            let shown = symbolize::context(&frames, 0, depth);
-            let names: Vec<&str> = shown.iter().map(|f| name(f)).collect();
+            let shown = memprof::context_of(&stack.frames, symbolizer, &options);
             let all: Vec<&str> = frames.iter().map(|f| name(f)).collect();
             // The walk had enough for the report: the full depth is shown.
-            assert_eq!(shown.len(), depth, "shown {names:#?} of {all:#?}");
+            assert_eq!(shown.len(), depth, "shown {shown:#?} of {all:#?}");
             // ... and stopped before its margin.
             assert!(
                 stack.frames.len() < config.capture_depth(),
@@ -170,7 +170,7 @@ fn reports_show_the_full_depth_from_short_walks() {
             // The site that allocated is among the frames shown, right after std's.
             if let Some(site) = SITES
                 .iter()
-                .position(|(site, _)| names.iter().any(|n| n.ends_with(&format!("::{site}"))))
+                .position(|(site, _)| shown.iter().any(|f| f.ends_with(&format!("::{site}'"))))
             {
                 seen[site] += 1;
             }

@@ -43,7 +43,7 @@ fn objects_created_over_the_run_and_where() {
     let tallies = log(memprof::log_object_tallies);
     assert!(tallies.contains(&format!("\n1300\t{foo}\n")), "{tallies}");
 
-    let contexts = log(|out| memprof::types::log_type_contexts(foo, 1, out));
+    let contexts = log(|out| memprof::log_type_contexts(foo, 1, out));
     let lines: Vec<&str> = contexts.lines().collect();
     assert_eq!(lines.first(), Some(&"2"), "{contexts}");
     assert!(
@@ -55,7 +55,7 @@ fn objects_created_over_the_run_and_where() {
         "{contexts}"
     );
 
-    let frequent = log(|out| memprof::types::log_type_contexts(foo, 500, out));
+    let frequent = log(|out| memprof::log_type_contexts(foo, 500, out));
     assert_eq!(frequent.lines().count(), 2, "{frequent}");
     assert!(frequent.starts_with("1\n1000\t"), "{frequent}");
 }

@@ -12,7 +12,7 @@ static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 fn groups(needle: &str) -> Vec<memprof::Group> {
     let snapshot = memprof::Snapshot::take();
     let options = memprof::ReportOptions::default().min_bytes(0).depth(8);
-    memprof::symbolize::with_symbolizer(|s| memprof::Report::live(&snapshot, s, &options))
+    memprof::with_symbolizer(|s| memprof::Report::live(&snapshot, s, &options))
         .groups
         .into_iter()
         .filter(|g| g.context.iter().any(|f| f.contains(needle)))

@@ -2,50 +2,16 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+mod golden;
 
-/// Compares `actual` with `tests/golden/<name>`; with `MEMPROF_BLESS=1`, rewrites the file instead.
-pub fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with MEMPROF_BLESS=1 to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let mut diff = String::new();
-        let (want, got): (Vec<_>, Vec<_>) = (expected.lines().collect(), actual.lines().collect());
-        for i in 0..want.len().max(got.len()) {
-            match (want.get(i), got.get(i)) {
-                (Some(w), Some(g)) if w == g => {}
-                (w, g) => diff.push_str(&format!(
-                    "line {}:\n  expected: {}\n  actual:   {}\n",
-                    i + 1,
-                    w.unwrap_or(&"<none>"),
-                    g.unwrap_or(&"<none>")
-                )),
-            }
-        }
-        panic!(
-            "{} differs (MEMPROF_BLESS=1 rewrites it):\n{diff}",
-            path.display()
-        );
-    }
-}
+#[allow(unused_imports)]
+pub use golden::golden;
 
 /// The groups of the live report whose context mentions `needle`, with every frame shown.
 pub fn groups_mentioning(needle: &str, depth: usize) -> Vec<memprof::Group> {
     let snapshot = memprof::Snapshot::take();
     let options = memprof::ReportOptions::default().min_bytes(0).depth(depth);
-    let report = memprof::symbolize::with_symbolizer(|symbolizer| {
+    let report = memprof::with_symbolizer(|symbolizer| {
         memprof::Report::live(&snapshot, symbolizer, &options)
     });
     report
@@ -65,7 +31,7 @@ pub fn blocks(spec: &[(u32, u64, usize)]) -> Vec<memprof::LiveBlock> {
             blocks.push(memprof::LiveBlock {
                 address: at,
                 size,
-                stack: memprof::table::StackId(stack),
+                stack: memprof::StackId(stack),
                 tag: 0,
             });
             at += 0x1000;

@@ -5,21 +5,33 @@
 //! in a `HashMap` table that also points back to the `A`; a `String`; blocks of unknown type
 //! (one in a cycle through the `A` and the table); and a block tagged `app::Tagged` explicitly.
 
-mod common;
+#[path = "../../tests/common/golden.rs"]
+mod golden;
 
-use memprof::object_graph::{Heap, Reference, mermaid};
-use memprof::report::ReportOptions;
-use memprof::report::types::{write, write_trace};
-use memprof::table::StackId;
-use memprof::types::{self, Typing};
-use memprof::{Frame, LiveBlock, ReturnAddress, Snapshot, StackSummary};
+use super::ReportOptions;
+use super::mermaid;
+use super::types::{trace, write, write_trace};
+use crate::address::ReturnAddress;
+use crate::frames::Frame;
+use crate::object_graph::{Heap, Reference};
+use crate::snapshot::{LiveBlock, Snapshot, StackSummary};
+use crate::table::StackId;
+use crate::types::{self, Typing};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 const BOXED: &str = "/rustc/abc/library/alloc/src/boxed.rs";
 const RAW_VEC: &str = "/rustc/abc/library/alloc/src/raw_vec/mod.rs";
 
-use common::frame;
+/// A synthetic frame with a function, a file and a position.
+fn frame(function: &str, file: &str, line: u32, column: u32) -> Frame {
+    Frame {
+        function: Some(function.into()),
+        file: Some(file.into()),
+        line,
+        column,
+    }
+}
 
 type Resolver = HashMap<ReturnAddress, Vec<Frame>>;
 
@@ -186,7 +198,7 @@ fn render(f: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
 #[test]
 fn object_counts() {
     let (_, typing, _) = typed();
-    common::golden(
+    golden::golden(
         "types_counts.tsv",
         &render(|out| write(&typing.counts(), out)),
     );
@@ -195,7 +207,7 @@ fn object_counts() {
 #[test]
 fn object_sizes() {
     let (heap, typing, _) = typed();
-    common::golden(
+    golden::golden(
         "types_sizes.tsv",
         &render(|out| write(&heap.sizes(&typing), out)),
     );
@@ -205,14 +217,14 @@ fn object_sizes() {
 fn tallies_over_the_run() {
     let (heap, _, stack_types) = typed();
     let rows = types::tallies(&heap.snapshot, &stack_types, TAGS, TAG_COUNTS);
-    common::golden("types_tallies.tsv", &render(|out| write(&rows, out)));
+    golden::golden("types_tallies.tsv", &render(|out| write(&rows, out)));
 }
 
 #[test]
 fn contexts_of_one_type() {
     let (heap, _, stack_types) = typed();
     let trace = |min_count| {
-        types::trace(
+        trace(
             &heap.snapshot,
             &stack_types,
             TAGS,
@@ -223,11 +235,11 @@ fn contexts_of_one_type() {
             min_count,
         )
     };
-    common::golden(
+    golden::golden(
         "types_trace.tsv",
         &render(|out| write_trace(&trace(1), out)),
     );
-    common::golden(
+    golden::golden(
         "types_trace_min3.tsv",
         &render(|out| write_trace(&trace(3), out)),
     );
@@ -237,7 +249,7 @@ fn contexts_of_one_type() {
 fn graph_of_c() {
     let (heap, typing, _) = typed();
     let graph = heap.graph(&typing, "app::C", 10, 5);
-    common::golden(
+    golden::golden(
         "object_graph_c.mmd",
         &render(|out| mermaid::write(&graph, out)),
     );
@@ -247,7 +259,7 @@ fn graph_of_c() {
 fn graph_of_c_limited() {
     let (heap, typing, _) = typed();
     let graph = heap.graph(&typing, "app::C", 2, 1);
-    common::golden(
+    golden::golden(
         "object_graph_c_limit2_level1.mmd",
         &render(|out| mermaid::write(&graph, out)),
     );
@@ -267,5 +279,5 @@ fn graph_of_an_unknown_type_and_of_a_generic_one() {
         mermaid::write(&unknown, out)?;
         mermaid::write(&map, out)
     });
-    common::golden("object_graph_unknown_and_map.mmd", &both);
+    golden::golden("object_graph_unknown_and_map.mmd", &both);
 }
