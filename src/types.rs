@@ -75,9 +75,11 @@ mod tags;
 mod tallies;
 mod typing;
 
-pub use tags::{HeapValue, tag, tag_block, tag_block_as, tagged};
+pub use tags::{HeapValue, tag, tag_block, tag_block_as, tag_names, tagged};
 
+#[cfg(test)]
+pub(crate) use infer::infer_stacks;
 pub(crate) use infer::process_stack_types;
-pub(crate) use tags::{tag_counts, tag_names};
+pub(crate) use tags::tag_counts;
 pub(crate) use tallies::{per_stack_counts, tallies};
 pub(crate) use typing::{TraceRow, TypeRow, Typing, sorted_rows};

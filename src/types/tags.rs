@@ -154,8 +154,9 @@ pub fn tag_block<T: ?Sized>(ptr: *const T) {
     }
 }
 
-/// The names of the explicit tags so far: tag `i` is element `i - 1`.
-pub(crate) fn tag_names() -> Vec<&'static str> {
+/// The names given to explicit tags so far ([`tag`], [`tag_block_as`]): tag `i` is element
+/// `i - 1`.
+pub fn tag_names() -> Vec<&'static str> {
     untracked(|| with_registry(|registry| registry.names.clone()))
 }
 
