@@ -1,0 +1,123 @@
+//! Files: file-name patterns (`%p`, `%t`, `%e`), one snapshot written to a file whose ending
+//! names its format, and the list of files `MEMPROF_OUTPUT` asks for at exit. Every step runs
+//! untracked, so writing an export does not show up in the profile.
+
+#![forbid(unsafe_code)]
+
+use super::{ExportOptions, Format, write};
+use crate::guard::untracked;
+use crate::snapshot::Snapshot;
+use crate::symbolize::{self, Resolve};
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Expands a file-name pattern: `%p` the process id, `%t` seconds since the Unix epoch, `%e` the
+/// executable's file name, `%%` a percent sign; anything else stays as written.
+pub fn expand_path(pattern: &str, pid: u32, time: Duration, executable: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.peek() {
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('t') => out.push_str(&time.as_secs().to_string()),
+            Some('e') => out.push_str(executable),
+            Some('%') => out.push('%'),
+            _ => {
+                out.push('%');
+                continue;
+            }
+        }
+        chars.next();
+    }
+    out
+}
+
+/// The file name of this process's executable, or `"unknown"`.
+fn executable_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Writes `snapshot` to the file `path` names, after expanding `%p`, `%t` and `%e`
+/// ([`expand_path`]); the format comes from the file's ending ([`Format::EXTENSIONS`]). Returns
+/// the path written.
+pub fn write_path(
+    path: &str,
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+) -> io::Result<PathBuf> {
+    untracked(|| {
+        let Some(format) = Format::from_path(path) else {
+            let known: Vec<&str> = Format::EXTENSIONS.iter().map(|(e, _)| *e).collect();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unknown file ending; use one of {}", known.join(", ")),
+            ));
+        };
+        let expanded = PathBuf::from(expand_path(
+            path,
+            options.pid,
+            options.time,
+            &executable_name(),
+        ));
+        let mut file = BufWriter::new(std::fs::File::create(&expanded)?);
+        write(format, snapshot, resolver, options, &mut file)?;
+        file.flush()?;
+        Ok(expanded)
+    })
+}
+
+/// Writes the process's heap now to every file of a comma-separated list (the value of
+/// `MEMPROF_OUTPUT`), each in the format its name asks for ([`write_path`]). Each file written is
+/// named on stderr; an unknown ending or a failed write is reported there too, and the other files
+/// are still written. Never panics.
+pub fn write_outputs(spec: &str) {
+    untracked(|| {
+        let paths: Vec<&str> = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect();
+        if paths.is_empty() {
+            return;
+        }
+        let snapshot = Snapshot::take();
+        let options = ExportOptions::default();
+        symbolize::with_symbolizer(|symbolizer| {
+            for path in paths {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    write_path(path, &snapshot, symbolizer, &options)
+                }));
+                let mut stderr = io::stderr().lock();
+                let _ = match result {
+                    Ok(Ok(written)) => writeln!(stderr, "memprof: wrote {}", written.display()),
+                    Ok(Err(error)) => writeln!(stderr, "memprof: cannot write {path}: {error}"),
+                    Err(_) => writeln!(stderr, "memprof: writing {path} failed"),
+                };
+            }
+        });
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_expand_placeholders() {
+        let time = Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            expand_path("/tmp/%e-%p-%t.pb.gz", 42, time, "app"),
+            "/tmp/app-42-1700000000.pb.gz"
+        );
+        assert_eq!(expand_path("100%%-%x-%", 1, time, "a"), "100%-%x-%");
+    }
+}
