@@ -78,12 +78,13 @@ pub fn frame_pointer() -> usize {
 /// The first frame pointer must lie in this thread's stack; every next one must be aligned and
 /// strictly above the last (so it stays above the stack's low end) and leave room for its two
 /// words below the stack's high end.
+#[cfg(any(test, not(target_arch = "x86_64")))]
 #[inline(always)]
 pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
     walk_from(0, out, budget)
 }
 
-/// [`walk`] from `entry`, the frame pointer of one of its callers, leaving out the frames below
+/// `walk` from `entry`, the frame pointer of one of its callers, leaving out the frames below
 /// it; from its own caller when `entry` is 0 or lies below the walk's own frame.
 #[inline(never)]
 pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) -> usize {

@@ -203,6 +203,7 @@ impl Budget {
     }
 
     /// A budget that never starts counting.
+    #[cfg(test)]
     pub fn unlimited() -> Budget {
         Budget {
             shown: &NONE,
