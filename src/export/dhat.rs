@@ -30,7 +30,7 @@ use std::io::{self, Write};
 
 /// A frame as DHAT prints it: `0x<address>: <function> (<file>:<line>:<column>)`, or
 /// `(in <module>)` when the source is not known, `???` for the function when unknown.
-pub fn frame_string(address: ReturnAddress, frame: &Frame, module: Option<&str>) -> String {
+pub(crate) fn frame_string(address: ReturnAddress, frame: &Frame, module: Option<&str>) -> String {
     let mut text = format!(
         "0x{:X}: {}",
         address.lookup_address(),
@@ -57,7 +57,7 @@ pub fn frame_string(address: ReturnAddress, frame: &Frame, module: Option<&str>)
 }
 
 /// `text` as a JSON string literal.
-pub fn json_string(text: &str) -> String {
+pub(crate) fn json_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

@@ -19,7 +19,7 @@ use std::io::{self, Write};
 
 /// A frame as folded stacks show it: the function name, without `;` or line breaks; an unknown
 /// function is shown by its module's file name in brackets (`[libc.so.6]`), else `[unknown]`.
-pub fn frame_name(frame: &Frame, module: Option<&str>) -> String {
+pub(crate) fn frame_name(frame: &Frame, module: Option<&str>) -> String {
     let name = match (&frame.function, module) {
         (Some(function), _) => function.clone(),
         (None, Some(module)) => format!("[{}]", module.rsplit('/').next().unwrap_or(module)),
@@ -29,7 +29,7 @@ pub fn frame_name(frame: &Frame, module: Option<&str>) -> String {
 }
 
 /// The folded lines of `sites`: stack text to value, values of equal stacks summed, zeros left out.
-pub fn lines(sites: &CallSites, options: &ExportOptions) -> BTreeMap<String, u64> {
+pub(crate) fn lines(sites: &CallSites, options: &ExportOptions) -> BTreeMap<String, u64> {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for site in &sites.sites {
         let value = options.value.of(site);
