@@ -10,7 +10,7 @@
 //!
 //! Every writer has the same shape, `write(&Snapshot, &mut dyn Resolve, &ExportOptions, &mut W)`,
 //! and works on the same [`CallSites`]: each stack of the snapshot is symbolized, inlined calls
-//! expanded, and trimmed by [`frames::context`] (memprof's own frames, the allocator shim and
+//! expanded, and trimmed as a report's contexts are (memprof's own frames, the allocator shim and
 //! std's allocation internals go) but, unlike a report, not cut to a depth: every frame that was
 //! captured stays. The walk captures at least `MEMPROF_STACK_DEPTH` frames after trimming (and
 //! stops soon after), so that setting is also how deep an export's stacks go. Stacks that trim to
@@ -26,8 +26,6 @@
 //!
 //! At exit, `MEMPROF_OUTPUT` names the files to write ([`write_outputs`]); [`write_path`] writes
 //! one file, its format chosen by its name.
-//!
-//! [`frames::context`]: crate::frames::context
 
 #![forbid(unsafe_code)]
 

@@ -351,7 +351,7 @@ pub fn log_trace_target<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
 }
 
 /// Writes the mermaid graph of up to `MEMPROF_REF_LIMIT` live objects of type `T` and of the
-/// blocks that point to them, up to `MEMPROF_REF_LEVEL` levels back (see [`mermaid::write`]).
+/// blocks that point to them, up to `MEMPROF_REF_LEVEL` levels back.
 /// `T` is named as [`std::any::type_name`] does: `app::Foo` for the objects of `Box<app::Foo>`,
 /// `[app::Bar]` for `Vec<app::Bar>` buffers. Call it as `pretty_log_object_graph::<Foo>(&mut w)`.
 pub fn pretty_log_object_graph<T: ?Sized>(out: &mut (impl Write + ?Sized)) -> io::Result<()> {

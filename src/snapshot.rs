@@ -88,11 +88,11 @@ pub struct Snapshot {
     pub stats: HeapStats,
     /// Mean bytes between sampled allocations when the snapshot was taken; 0 when every
     /// allocation was recorded. When not 0, every count is an unbiased estimate: each block stands
-    /// for more than itself (see [`sampling`](crate::sampling)).
+    /// for more than itself (`MEMPROF_SAMPLE_INTERVAL`).
     pub sample_interval: u64,
     /// Whether the stacks' `peak_*` counts are known: the table kept its peak
-    /// ([`Table::set_track_peak`], `MEMPROF_PEAK=1`). They describe a moment within 1/64 of the
-    /// peak's live bytes ([`PeakTable`](crate::table::PeakTable)).
+    /// ([`MemProf::track_peak`](crate::MemProf::track_peak), `MEMPROF_PEAK=1`). They describe a
+    /// moment within 1/64 of the peak's live bytes.
     pub peak_known: bool,
 }
 
