@@ -5,6 +5,8 @@
 //! makes them pass straight to the wrapped allocator, so they are never recorded and the allocation
 //! path never re-enters itself.
 
+#![forbid(unsafe_code)]
+
 use std::cell::Cell;
 use std::marker::PhantomData;
 

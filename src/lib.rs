@@ -105,7 +105,7 @@ pub use config::Config;
 pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;
-pub use hooks::{MemProf, Settings, is_paused, pause, resume};
+pub use hooks::{MemProf, is_paused, pause, resume};
 pub use object_graph::object_size;
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,

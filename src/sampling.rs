@@ -7,6 +7,8 @@
 //! `1/p` blocks and `size/p` bytes: unbiased estimates for small and large blocks alike (the scheme
 //! of Go's and jemalloc's heap profilers).
 
+#![forbid(unsafe_code)]
+
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

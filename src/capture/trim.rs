@@ -22,6 +22,8 @@
 //! frame (a closure given to `symbolize::with_symbolizer`), where the report trims everything
 //! above memprof's frame but the walk counted it.
 
+#![forbid(unsafe_code)]
+
 use crate::frames;
 use crate::modules;
 use std::ops::Range;

@@ -5,9 +5,11 @@
 //! also when the instance is inlined. [`DwarfNames`] reads those names for the frames of a return
 //! address, innermost first, in the order the symbolizer lists them, so the two can be paired.
 //!
-//! Only the debug sections are kept in memory, copied once per module when first needed (not
-//! mapped: this module, like all but three, does no `unsafe`), and only builds that need them
-//! load them: with v0 mangling the symbols carry the arguments already.
+//! Only the debug sections are kept in memory, copied once per module when first needed (copied,
+//! not mapped, so that this module needs no `unsafe`), and only builds that need them load them:
+//! with v0 mangling the symbols carry the arguments already.
+
+#![forbid(unsafe_code)]
 
 use crate::address::ReturnAddress;
 use crate::modules::{self, Module};

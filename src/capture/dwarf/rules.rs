@@ -6,6 +6,8 @@
 //! `rbp` is the frame's own or saved at CFA plus an offset. Anything else becomes
 //! [`Step::Framehop`]: framehop unwinds that frame.
 
+#![forbid(unsafe_code)]
+
 use addr2line::gimli::{
     self, BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr,
     RegisterRule, UnwindContext, UnwindSection, X86_64,
