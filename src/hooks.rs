@@ -207,7 +207,7 @@ pub fn record_free(address: usize) {
         if table::holding_table() {
             return;
         }
-        TABLE.discard(address);
+        TABLE.remove(address);
     }
     if scope::any_open() && !table::holding_table() {
         scope::on_free(address);
@@ -235,7 +235,7 @@ pub fn record_realloc(
 ) -> *mut u8 {
     let old = (may_be_recorded(FREES.load(Ordering::Acquire), old_address)
         && !table::holding_table())
-    .then(|| TABLE.remove(old_address))
+    .then(|| TABLE.take(old_address))
     .flatten();
     let new_block = realloc();
     if !new_block.is_null() {

@@ -64,7 +64,7 @@ proptest! {
                     let old = address(slot, generation[slot as usize]);
                     generation[slot as usize] ^= true;
                     let new = address(slot, generation[slot as usize]);
-                    table.remove(old);
+                    table.take(old);
                     model.remove(&old);
                     table.insert(new, size as usize, &frames(stack));
                     model.insert(new, (size as u64, stack));
@@ -73,11 +73,11 @@ proptest! {
                 }
                 Op::Free { slot } => {
                     let at = address(slot, generation[slot as usize]);
-                    let removed = table.remove(at);
+                    let removed = table.take(at);
                     prop_assert_eq!(removed.map(|b| b.size), model.remove(&at).map(|m| m.0));
                 }
                 Op::FreeUnknown { slot } => {
-                    prop_assert!(table.remove(0x9000_0000 + usize::from(slot) * 16).is_none());
+                    prop_assert!(table.take(0x9000_0000 + usize::from(slot) * 16).is_none());
                 }
             }
         }
@@ -112,14 +112,14 @@ proptest! {
 fn restore_undoes_remove() {
     let table = Table::new();
     table.insert(0x1000, 64, &frames(1));
-    let block = table.remove(0x1000).unwrap();
+    let block = table.take(0x1000).unwrap();
     table.restore(0x1000, block);
     let stats = table.stats();
     assert_eq!(
         (stats.live_blocks, stats.live_bytes, stats.total_blocks),
         (1, 64, 1)
     );
-    assert_eq!(table.remove(0x1000), Some(block));
+    assert_eq!(table.take(0x1000), Some(block));
 }
 
 #[test]
@@ -158,11 +158,11 @@ fn large_sizes_and_tags_survive_packing() {
         ]
     );
     assert_eq!(snapshot.stats.live_bytes, huge + u32::MAX as u64 + 48);
-    assert_eq!(table.remove(0x3000).map(|b| b.size), Some(huge));
-    assert_eq!(table.remove(0x5000).map(|b| b.tag), Some(7));
+    assert_eq!(table.take(0x3000).map(|b| b.size), Some(huge));
+    assert_eq!(table.take(0x5000).map(|b| b.tag), Some(7));
     // Removing a tagged block clears its tag: a new block at that address starts untagged.
     table.insert(0x5000, 16, &frames(3));
-    assert_eq!(table.remove(0x5000).map(|b| b.tag), Some(0));
+    assert_eq!(table.take(0x5000).map(|b| b.tag), Some(0));
     assert_eq!(table.stats().live_bytes, u32::MAX as u64);
 }
 
@@ -177,7 +177,7 @@ fn ending_threads_give_their_writers_back() {
         let writer = std::thread::spawn(move || {
             let at = 0x7700_0000 + i * 16;
             TABLE.insert(at, 8, &frames(1));
-            assert!(TABLE.remove(at).is_some());
+            assert!(TABLE.take(at).is_some());
             writers::MINE.with(|mine| mine.get().map(|w| w as *const Writer as usize))
         })
         .join()
@@ -195,7 +195,7 @@ fn a_held_table_makes_other_threads_wait() {
     table.insert(0x8000, 8, &frames(0));
     let held = table.lock_all();
     std::thread::scope(|scope| {
-        let freer = scope.spawn(|| table.remove(0x8000));
+        let freer = scope.spawn(|| table.take(0x8000));
         std::thread::sleep(std::time::Duration::from_millis(50));
         // The free waits at the door while the table is held.
         assert!(!freer.is_finished());
@@ -232,9 +232,9 @@ fn frees_after_the_writer_is_given_back_go_through_the_shared_writer() {
         // What the thread-local destructor does when the thread ends; other destructors of the
         // thread may free blocks after it.
         drop(writers::ReleaseOnExit);
-        assert_eq!(TABLE.remove(0x7800_0000).map(|b| b.size), Some(24));
+        assert_eq!(TABLE.take(0x7800_0000).map(|b| b.size), Some(24));
         TABLE.insert(0x7800_0010, 8, &frames(2));
-        assert!(TABLE.remove(0x7800_0010).is_some());
+        assert!(TABLE.take(0x7800_0010).is_some());
     })
     .join()
     .unwrap();
@@ -258,7 +258,7 @@ fn a_held_table_is_consistent_while_threads_change_it() {
                     let at = base + (i % 512) * 16;
                     table.insert(at, 16 + t, &frames(t as u8));
                     if !i.is_multiple_of(3) {
-                        assert!(table.remove(at).is_some());
+                        assert!(table.take(at).is_some());
                     }
                     i += 1;
                 }

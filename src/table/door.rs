@@ -1,0 +1,235 @@
+//! The door of a table: how a thread comes in to change it, and how a reader holds it still.
+//!
+//! A thread changes the table through its own [`Writer`], claimed on first use and given back when
+//! the thread ends; a thread that already gave its writer back (its late frees, from other
+//! thread-local destructors) shares the orphans' writer, one thread at a time. Entering is
+//! [`Writer::enter`]: it waits while a reader holds the table. A reader holds it with
+//! [`Table::lock_all`], which shuts the writers out and takes every side table, and gets a
+//! [`Locked`] whose blocks and totals agree with each other.
+//!
+//! While a thread holds the table or one of its side tables, the blocks it frees are the table's
+//! own memory (a side table's map growing, say); [`holding_table`] tells the free path so, which
+//! must then leave the table alone rather than wait for itself.
+
+use super::side::{SIDES, Side, side_of};
+use super::word::Word;
+use super::writers::{self, CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer};
+use super::{Block, HeapStats, TABLE, Table};
+use crate::guard::Guard;
+use crate::sampling;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{MutexGuard, PoisonError};
+
+thread_local! {
+    /// How many tables this thread holds still, or side tables it holds: while it holds any, the
+    /// blocks it frees are the table's own memory, and looking them up would wait for itself.
+    static HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether the current thread holds a table still, or one of its side tables.
+#[inline]
+pub fn holding_table() -> bool {
+    HELD.try_with(Cell::get).unwrap_or(0) != 0
+}
+
+/// Counts a hold for [`holding_table`] while it lives.
+pub(super) struct Hold;
+
+impl Hold {
+    pub(super) fn new() -> Hold {
+        let _ = HELD.try_with(|held| held.set(held.get() + 1));
+        Hold
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let _ = HELD.try_with(|held| held.set(held.get() - 1));
+    }
+}
+
+/// Ids of tables, so a thread knows which table its claimed writer belongs to.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// This thread inside a table as a writer; leaving is dropping it.
+pub(super) struct Inside<'a> {
+    /// The writer that entered.
+    pub(super) entered: Entered<'a>,
+    /// Held while the writer is the orphans'; released after leaving.
+    _orphan: Option<MutexGuard<'a, ()>>,
+}
+
+/// A table held still: while it lives no block is added or removed, and its blocks and totals
+/// agree with each other.
+pub struct Locked<'a> {
+    /// The table held.
+    table: &'a Table,
+    /// Every side table, locked.
+    sides: [MutexGuard<'a, Side>; SIDES],
+    /// Keeps other readers out until this one is done.
+    _freezer: MutexGuard<'a, ()>,
+    /// Counts the hold for [`holding_table`].
+    _hold: Hold,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.table
+            .frozen
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Locked<'_> {
+    /// Live blocks.
+    pub fn len(&self) -> usize {
+        self.table.counts().live_blocks as usize
+    }
+
+    /// Whether no block is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f(address, block)` for every live block: those in the shadow by increasing address,
+    /// then the others.
+    pub fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {
+        self.table.shadow.for_each(|address, word| {
+            let word = Word(word);
+            let block = if word.has_side() {
+                self.sides[side_of(address)].unpack(address, word)
+            } else {
+                word.block()
+            };
+            f(address, block);
+        });
+        for side in &self.sides {
+            for (&address, &word) in &side.odd {
+                f(address, side.unpack(address, word));
+            }
+        }
+    }
+
+    /// The totals of the held table.
+    pub fn stats(&self) -> HeapStats {
+        let mut stats = self.table.counts();
+        if let interval @ 1.. = self.table.sample_interval() {
+            let (mut blocks, mut bytes) = (0.0, 0.0);
+            self.for_each_block(|_, block| {
+                let (wb, ws) = sampling::weight(block.size, interval);
+                blocks += wb;
+                bytes += ws;
+            });
+            stats.live_blocks = blocks.round() as u64;
+            stats.live_bytes = bytes.round() as u64;
+        }
+        stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
+        stats
+    }
+}
+
+impl Table {
+    /// This table's id, assigned on first use.
+    fn id(&self) -> u64 {
+        match self.id.load(Relaxed) {
+            0 => {
+                let new = NEXT_TABLE_ID.fetch_add(1, Relaxed);
+                match self.id.compare_exchange(0, new, Relaxed, Relaxed) {
+                    Ok(_) => new,
+                    Err(current) => current,
+                }
+            }
+            id => id,
+        }
+    }
+
+    /// Enters the table as this thread's writer, to change it until the result is dropped; `None`
+    /// when this thread is inside the table already or holds it still.
+    #[inline(always)]
+    pub(super) fn enter(&self) -> Option<Inside<'_>> {
+        if holding_table() {
+            return None;
+        }
+        let writer = if std::ptr::eq(self, &TABLE)
+            && let Ok(Some(writer)) = MINE.try_with(Cell::get)
+        {
+            Some(writer)
+        } else {
+            self.writer()
+        };
+        let (writer, orphan) = match writer {
+            Some(writer) => (writer, None),
+            None => (&self.orphan, Some(self.lock_orphan())),
+        };
+        let entered = writer.enter(&self.frozen)?;
+        Some(Inside {
+            entered,
+            _orphan: orphan,
+        })
+    }
+
+    /// Serializes the users of the orphans' writer.
+    #[cold]
+    fn lock_orphan(&self) -> MutexGuard<'_, ()> {
+        self.orphan_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This thread's writer, claimed on first use; `None` once the thread gave it back.
+    #[cold]
+    fn writer(&self) -> Option<&Writer> {
+        let id = self.id();
+        let index = match CLAIMED.try_with(Cell::get) {
+            Ok((table, index)) if table == id => Some(index),
+            Ok((RELEASED, _)) | Err(_) => None,
+            Ok(_) => {
+                // Claiming may allocate, and so does registering the release at thread exit.
+                let _guard = Guard::enter();
+                let index = self.claim_writer();
+                let _ = CLAIMED.try_with(|claimed| claimed.set((id, index)));
+                let _ = RELEASE.try_with(|_| ());
+                if std::ptr::eq(self, &TABLE) {
+                    let _ = MINE.try_with(|mine| mine.set(TABLE.writers.get(index)));
+                }
+                Some(index)
+            }
+        };
+        index.and_then(|index| self.writers.get(index))
+    }
+
+    #[cold]
+    fn claim_writer(&self) -> usize {
+        for (index, writer) in self.writers.iter() {
+            if writer.try_claim() {
+                return index;
+            }
+        }
+        self.writers.push(Writer::claimed())
+    }
+
+    /// Every writer, the orphans' included.
+    pub(super) fn all_writers(&self) -> impl Iterator<Item = &Writer> {
+        self.writers
+            .iter()
+            .map(|(_, w)| w)
+            .chain(std::iter::once(&self.orphan))
+    }
+
+    /// Holds the table still: waits until no thread is changing it, and makes threads that come to
+    /// change it wait until the result is dropped. This thread must not hold it already.
+    pub fn lock_all(&self) -> Locked<'_> {
+        let _hold = Hold::new();
+        let freezer = self.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        writers::freeze(&self.frozen, self.all_writers());
+        let sides =
+            std::array::from_fn(|i| self.sides[i].lock().unwrap_or_else(PoisonError::into_inner));
+        Locked {
+            table: self,
+            sides,
+            _freezer: freezer,
+            _hold,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Peak accounting: the live bytes every change of the table adds or takes away, the heap's peak,
+//! and, when the peak is tracked, what was live per stack at the peak.
+//!
+//! Each thread gathers its changes in a batch of at most [`PEAK_BATCH`] bytes before adding them
+//! to the one shared counter ([`Peak`](super::Peak)), so without [`Table::set_track_peak`] the peak
+//! may miss the true one by a batch per thread; with it, every change reaches the peak counter at
+//! once and the peak is exact. The shared counter is the only way to know the peak, and batching
+//! keeps its locked instruction off most changes.
+
+use super::writers::Writer;
+use super::{Mode, PeakTable, StackId, Table};
+use crate::sampling;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
+/// tracked exactly.
+pub const PEAK_BATCH: i64 = 64 * 1024;
+
+/// The live bytes a block of `size` stands for under the sampling `interval` (not 0).
+#[cold]
+fn sampled_bytes(size: u64, interval: u64) -> u64 {
+    sampling::weight(size, interval).1.round() as u64
+}
+
+impl Table {
+    /// Keeps per-stack live counts and the table of the heap's peak from now on, and makes the
+    /// peak exact. Call it before the first block is recorded.
+    pub fn set_track_peak(&self, track: bool) {
+        self.track_peak.store(track, Relaxed);
+    }
+
+    /// Whether the peak table is kept.
+    #[inline]
+    pub fn tracks_peak(&self) -> bool {
+        self.track_peak.load(Relaxed)
+    }
+
+    /// Adds `bytes` (negative when a block goes) to the live bytes of the peak accounting: at
+    /// once when the peak is tracked, else in the writer's batch.
+    #[inline]
+    fn peak_change(&self, writer: &Writer, bytes: i64, mode: Mode) -> bool {
+        let pending = writer.pending_peak.load(Relaxed) + bytes;
+        if !mode.track_peak && pending.abs() < PEAK_BATCH {
+            writer.pending_peak.store(pending, Relaxed);
+            return false;
+        }
+        writer.pending_peak.store(0, Relaxed);
+        self.peak.change(pending)
+    }
+
+    /// Adds a live block to the peak accounting.
+    #[inline]
+    pub(super) fn grow(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
+        let bytes = self.peak_bytes_of(size, mode.interval);
+        let new_peak = self.peak_change(writer, bytes as i64, mode);
+        if mode.track_peak {
+            self.stacks.record(stack).on_live(true, bytes);
+            if new_peak {
+                self.peak_due.store(true, Relaxed);
+            }
+        }
+    }
+
+    /// Takes a live block out of the peak accounting; first captures the peak table when a new
+    /// peak is due (the heap is about to come down from it).
+    #[inline]
+    pub(super) fn shrink(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
+        let bytes = self.peak_bytes_of(size, mode.interval);
+        if mode.track_peak {
+            if self.peak_due.load(Relaxed) {
+                self.capture_peak();
+            }
+            self.stacks.record(stack).on_live(false, bytes);
+        }
+        self.peak_change(writer, -(bytes as i64), mode);
+    }
+
+    /// Copies the per-stack live counts into the peak table, when the heap has grown enough
+    /// since the last copy (see [`PeakTable`]).
+    #[cold]
+    fn capture_peak(&self) {
+        // Never wait on the allocation path: another thread capturing now does it for us.
+        let Ok(mut peak) = self.peak_table.try_lock() else {
+            return;
+        };
+        let live = self.peak.live_bytes();
+        if live <= peak.live_bytes {
+            return;
+        }
+        self.peak_due.store(false, Relaxed);
+        if live - peak.live_bytes <= peak.live_bytes / 64 {
+            return;
+        }
+        peak.live_bytes = live;
+        peak.stacks.clear();
+        peak.stacks.extend(self.stacks.iter().map(|(_, record)| {
+            (
+                record.live_blocks.load(Relaxed),
+                record.live_bytes.load(Relaxed),
+            )
+        }));
+    }
+
+    /// The table of the heap's peak, when tracked: `None` otherwise.
+    pub fn peak_table(&self) -> Option<PeakTable> {
+        self.tracks_peak().then(|| {
+            self.peak_table
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
+    }
+
+    /// The live bytes a block stands for in the peak: its size, or its weight under the sampling
+    /// `interval`.
+    #[inline]
+    fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
+        match interval {
+            0 => size,
+            interval => sampled_bytes(size, interval),
+        }
+    }
+}
