@@ -55,15 +55,15 @@ fn a_million_blocks_in_seconds() {
         })
     };
 
-    let (counts, counted) = log(|out| memprof::log_object_counts(out));
+    let (counts, counted) = log(memprof::log_object_counts);
     assert_eq!(value_of(&counts), Some(items));
 
     // Scanning the heap for pointers, then sizing every type.
-    let (sizes, sized) = log(|out| memprof::log_object_sizes(out));
+    let (sizes, sized) = log(memprof::log_object_sizes);
     assert_eq!(value_of(&sizes), Some(items * size_of::<Item>() as u64));
 
     // Scanning the heap again, then the graph of ten items and who points to them.
-    let (graph, graphed) = log(|out| memprof::pretty_log_object_graph::<Item>(out));
+    let (graph, graphed) = log(memprof::pretty_log_object_graph::<Item>);
     let targets = graph
         .lines()
         .filter(|l| !l.contains("-->") && l.contains(item))

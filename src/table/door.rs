@@ -87,11 +87,6 @@ impl Locked<'_> {
         self.table.counts().live_blocks as usize
     }
 
-    /// Whether no block is live.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Calls `f(address, block)` for every live block: those in the shadow by increasing address,
     /// then the others.
     pub fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {

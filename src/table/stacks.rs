@@ -213,6 +213,7 @@ impl Stacks {
     }
 
     /// Number of interned stacks; ids run from 0 to this.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.records.count()
     }
