@@ -3,7 +3,7 @@
 # and the test runner. Safe to run again.
 set -euo pipefail
 
-packages=(heaptrack valgrind golang-go golang-github-google-pprof-dev chromium)
+packages=(heaptrack valgrind golang-go golang-github-google-pprof-dev chromium npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

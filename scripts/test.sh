@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The tests that open an output in its real reader fail, rather than skip, when the reader is
+# missing (scripts/install-deps.sh installs them all).
+export MEMPROF_REQUIRE_TOOLS=1
+
 echo "== default build (DWARF unwinder)"
 cargo nextest run --workspace --all-features --no-fail-fast
 

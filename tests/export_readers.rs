@@ -3,8 +3,8 @@
 //! Chromium, and inferno's flamegraph (with the `flamegraph` feature).
 //!
 //! Three call sites with distinct sizes: 100 blocks of 4096 bytes kept, 100 of 3000 freed at once,
-//! 100 of 5000 of which half are kept. pprof is skipped, with a message, only when `go` is missing;
-//! the DHAT viewer only when `chromium` is; `heaptrack_print` is required.
+//! 100 of 5000 of which half are kept. Every tool is required under `scripts/test.sh`; run on its
+//! own, the test skips pprof without `go` and the DHAT viewer without `chromium`, with a message.
 
 mod common;
 
@@ -239,9 +239,9 @@ fn check_heaptrack(file: &Path, dir: &Path) {
 /// pprof built from Debian's `golang-github-google-pprof-dev` sources, cached under `target/`.
 fn pprof_binary() -> Option<PathBuf> {
     if Command::new("go").arg("version").output().is_err() {
-        eprintln!(
-            "SKIPPED pprof check: `go` is missing \
-             (apt-get install -y golang-go golang-github-google-pprof-dev)"
+        common::missing_tool(
+            "pprof check",
+            "apt-get install -y golang-go golang-github-google-pprof-dev",
         );
         return None;
     }
@@ -340,7 +340,7 @@ fn text_of(html: &str) -> String {
 
 fn check_dhat_viewer(file: &Path, dir: &Path) {
     let Some(chromium) = common::chromium() else {
-        eprintln!("SKIPPED DHAT viewer check: chromium is missing (apt-get install -y chromium)");
+        common::missing_tool("DHAT viewer check", "apt-get install -y chromium");
         return;
     };
     let viewer =

@@ -1,10 +1,10 @@
-//! The mermaid object graphs, as memprof writes them (the golden files `object_graph_golden`
-//! pins the writer to), rendered by mermaid itself in headless Chromium: each graph parses, and
+//! The mermaid object graphs, as memprof writes them (the golden files of `src/report/tests.rs`
+//! pin the writer to), rendered by mermaid itself in headless Chromium: each graph parses, and
 //! draws every node and every edge with the label written for it (type names with their `<`, `>`
 //! and quotes back from mermaid's entity codes).
 //!
-//! mermaid comes from the npm registry (`npm pack`, one version, cached under `target/`); the
-//! check is skipped, with a message, when `npm` or `chromium` is missing.
+//! mermaid comes from the npm registry (`npm pack`, one version, cached under `target/`). Both
+//! tools are required under `scripts/test.sh`; run on its own, the test skips without them.
 
 mod common;
 
@@ -22,7 +22,7 @@ fn mermaid_script(dir: &Path) -> Option<PathBuf> {
         return Some(script);
     }
     if Command::new("npm").arg("--version").output().is_err() {
-        eprintln!("SKIPPED mermaid check: `npm` is missing (apt-get install -y npm)");
+        common::missing_tool("mermaid check", "apt-get install -y npm");
         return None;
     }
     std::fs::create_dir_all(dir).unwrap();
@@ -99,7 +99,7 @@ fn written_labels(graph: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 #[test]
 fn mermaid_draws_every_node_and_edge_written() {
     let Some(chromium) = common::chromium() else {
-        eprintln!("SKIPPED mermaid check: chromium is missing (apt-get install -y chromium)");
+        common::missing_tool("mermaid check", "apt-get install -y chromium");
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mermaid");

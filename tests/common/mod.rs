@@ -116,3 +116,14 @@ pub fn headless_dom(
         .env("LANG", "en_US.UTF-8")
         .env("LANGUAGE", "en_US"))
 }
+
+/// Says that a real reader of an output is missing: a failure when the README's test command runs
+/// (`scripts/test.sh` sets `MEMPROF_REQUIRE_TOOLS=1`, and `scripts/install-deps.sh` installs every
+/// reader), a skip with a message when a test is run on its own.
+pub fn missing_tool(check: &str, install: &str) {
+    let message = format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
+    if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    eprintln!("SKIPPED {message}");
+}
