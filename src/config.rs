@@ -1,13 +1,14 @@
 //! Configuration: the one place the `MEMPROF_*` environment variables are read.
 //!
 //! They are read once, when the profiler starts (at the first allocation that goes through
-//! [`MemProf`](crate::MemProf)), never again on the allocation path. A value that does not parse
-//! prints one warning on stderr that names the variable and the default used instead; it never
-//! panics.
+//! [`MemProf`](crate::MemProf)), never again on the allocation path. A value that does not parse,
+//! an empty one, or one that contradicts another, prints one warning on stderr that names the
+//! variable and what is used instead. Writing a warning never panics: when stderr cannot be
+//! written (closed, full, a pipe nobody reads) the warning is lost and the program runs on.
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `MEMPROF_ENABLED` | `1` | `0` turns recording off: the allocator only forwards to the wrapped one |
+//! | `MEMPROF_ENABLED` | `1` | `0` turns recording off: the allocator only forwards to the wrapped one; an empty or other value warns and keeps it on |
 //! | `MEMPROF_STACK_DEPTH` | `5` | frames shown and grouped in reports, counted after memprof's own, the allocator shim's and std's allocation frames are trimmed (1 to 64); the walk captures that many, so it is also how deep the exports' stacks go |
 //! | `MEMPROF_STACK_SKIP` | `0` | further frames dropped from the top of every context after that trimming |
 //! | `MEMPROF_MIN_BYTES` | `1024` | groups whose total size is below this are left out of both allocation logs |
@@ -17,11 +18,11 @@
 //! | `MEMPROF_TRACE_TARGET` | unset | a type name (`app::Foo`): `log_trace_target` tallies the contexts that created its objects |
 //! | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
 //! | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
-//! | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on |
+//! | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on; a forked child dumps its own heap |
 //! | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` |
 //! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
-//! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time |
-//! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise |
+//! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
+//! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 
 #![forbid(unsafe_code)]
 
@@ -130,11 +131,12 @@ impl Config {
         self.stack_depth + self.stack_skip
     }
 
-    /// Reads the configuration from the process environment; warnings go to stderr.
+    /// Reads the configuration from the process environment; warnings go to stderr, and are lost
+    /// when it cannot be written.
     pub fn from_env() -> Config {
         let mut config = Config::from_lookup(
             |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
-            |warning| eprintln!("memprof: {warning}"),
+            |warning| warn(format_args!("{warning}")),
         );
         config.working_dir = std::env::current_dir().ok();
         config
@@ -146,15 +148,17 @@ impl Config {
         mut warn: impl FnMut(String),
     ) -> Config {
         let defaults = Config::default();
-        let mut number = |name: &str, default: u64, max: u64| -> u64 {
+        let mut number = |name: &str, default: u64, range: std::ops::RangeInclusive<u64>| -> u64 {
             let Some(raw) = lookup(name) else {
                 return default;
             };
             match raw.trim().parse::<u64>() {
-                Ok(v) if v <= max => v,
+                Ok(v) if range.contains(&v) => v,
                 _ => {
                     warn(format!(
-                        "{name}={raw:?} is not a whole number from 0 to {max}; using the default {default}"
+                        "{name}={raw:?} is not a whole number from {} to {}; using the default {default}",
+                        range.start(),
+                        range.end()
                     ));
                     default
                 }
@@ -163,28 +167,28 @@ impl Config {
         let stack_depth = number(
             "MEMPROF_STACK_DEPTH",
             defaults.stack_depth as u64,
-            MAX_STACK_DEPTH as u64,
+            1..=MAX_STACK_DEPTH as u64,
         ) as usize;
         let stack_skip = number(
             "MEMPROF_STACK_SKIP",
             defaults.stack_skip as u64,
-            MAX_STACK_DEPTH as u64,
+            0..=MAX_STACK_DEPTH as u64,
         ) as usize;
-        let min_bytes = number("MEMPROF_MIN_BYTES", defaults.min_bytes, u64::MAX);
+        let min_bytes = number("MEMPROF_MIN_BYTES", defaults.min_bytes, 0..=u64::MAX);
         let ref_limit = number(
             "MEMPROF_REF_LIMIT",
             defaults.ref_limit as u64,
-            u32::MAX as u64,
+            0..=u32::MAX as u64,
         ) as usize;
         let ref_level = number(
             "MEMPROF_REF_LEVEL",
             defaults.ref_level as u64,
-            u32::MAX as u64,
+            0..=u32::MAX as u64,
         ) as usize;
         let trace_min_count = number(
             "MEMPROF_TRACE_MIN_COUNT",
             defaults.trace_min_count,
-            u64::MAX,
+            0..=u64::MAX,
         );
         let trace_target = lookup("MEMPROF_TRACE_TARGET")
             .map(|t| t.trim().to_owned())
@@ -213,30 +217,52 @@ impl Config {
                 signal
             })
         };
-        let toggle_signal = signal("MEMPROF_TOGGLE_SIGNAL");
+        let mut toggle_signal = signal("MEMPROF_TOGGLE_SIGNAL");
         let dump_signal = signal("MEMPROF_DUMP_SIGNAL");
+        if let Some(both) = dump_signal
+            && toggle_signal == Some(both)
+        {
+            // One handler per signal: the dump is the one asked for by name for this signal's
+            // job, and a toggle that fires with every dump would be a surprise of its own.
+            warn(format!(
+                "MEMPROF_TOGGLE_SIGNAL and MEMPROF_DUMP_SIGNAL are the same signal ({both}); \
+                 it writes dumps, and no signal toggles recording"
+            ));
+            toggle_signal = None;
+        }
         let output = lookup("MEMPROF_OUTPUT")
             .map(|o| o.trim().to_owned())
             .filter(|o| !o.is_empty());
-        let mut flag = |name: &str, default: bool| -> bool {
+        // A flag is `1` or `0`; anything else, the empty value included, warns and keeps the
+        // default (`default_text` says what that is).
+        let mut flag = |name: &str, default_text: &str| -> Option<bool> {
             match lookup(name).as_deref().map(str::trim) {
-                None => default,
-                Some("1") => true,
-                Some("0") | Some("") => false,
+                None => None,
+                Some("1") => Some(true),
+                Some("0") => Some(false),
                 Some(other) => {
                     warn(format!(
-                        "{name}={other:?} is neither 1 nor 0; using the default {}",
-                        u8::from(default)
+                        "{name}={other:?} is neither 1 nor 0; using the default {default_text}"
                     ));
-                    default
+                    None
                 }
             }
         };
-        let enabled = flag("MEMPROF_ENABLED", defaults.enabled);
-        let peak = lookup("MEMPROF_PEAK").map(|_| flag("MEMPROF_PEAK", false));
-        let print_at_exit = flag("MEMPROF_PRINT_AT_EXIT", defaults.print_at_exit);
+        let enabled = flag("MEMPROF_ENABLED", "1 (on)").unwrap_or(defaults.enabled);
+        let peak = flag("MEMPROF_PEAK", "(what MemProf::track_peak chose)");
+        let print_at_exit = flag("MEMPROF_PRINT_AT_EXIT", "0").unwrap_or(defaults.print_at_exit);
         let unwinder = match lookup("MEMPROF_UNWINDER").as_deref().map(str::trim) {
             None | Some("auto") | Some("") => defaults.unwinder,
+            Some("fp") if !cfg!(memprof_frame_pointers) => {
+                // Without frame pointers the chain ends at the first frame that keeps none: every
+                // block would share one empty stack.
+                warn(
+                    "MEMPROF_UNWINDER=\"fp\" needs a build that keeps frame pointers \
+                     (RUSTFLAGS=\"-C force-frame-pointers=yes\"); using dwarf"
+                        .to_owned(),
+                );
+                Unwinder::Dwarf
+            }
             Some("fp") => Unwinder::FramePointer,
             Some("dwarf") => Unwinder::Dwarf,
             Some(other) => {
@@ -248,7 +274,7 @@ impl Config {
         };
         Config {
             enabled,
-            stack_depth: stack_depth.max(1),
+            stack_depth,
             stack_skip,
             min_bytes,
             print_at_exit,
@@ -296,6 +322,14 @@ fn parse_signal(raw: &str) -> Option<i32> {
         }
     };
     Some(signal)
+}
+
+/// Writes `memprof: ` and `message` on stderr, for the warnings of memprof's start, exit and
+/// signal paths: a failed write (stderr closed, full, a pipe nobody reads) is ignored, where
+/// `eprintln!` would panic, and a panic there aborts the program.
+pub(crate) fn warn(message: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "memprof: {message}");
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -419,6 +453,73 @@ mod tests {
                 && warnings[0].contains("every allocation")
         );
         assert!(warnings[1].contains("MEMPROF_TOGGLE_SIGNAL") && warnings[1].contains("none"));
+    }
+
+    #[test]
+    fn empty_or_unknown_flags_warn_and_keep_the_default() {
+        let (config, warnings) = parse(&[("MEMPROF_ENABLED", "")]);
+        assert!(config.enabled);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("MEMPROF_ENABLED=\"\"")
+                && warnings[0].contains("using the default 1 (on)"),
+            "{warnings:?}"
+        );
+        let (config, warnings) = parse(&[("MEMPROF_ENABLED", "off"), ("MEMPROF_PEAK", "")]);
+        assert!(config.enabled);
+        assert_eq!(config.peak, None);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[1].starts_with("MEMPROF_PEAK=\"\""), "{warnings:?}");
+        let (config, warnings) = parse(&[("MEMPROF_PEAK", "0")]);
+        assert_eq!((config.peak, warnings.len()), (Some(false), 0));
+    }
+
+    #[test]
+    fn depth_zero_is_out_of_range() {
+        let (config, warnings) = parse(&[("MEMPROF_STACK_DEPTH", "0")]);
+        assert_eq!(config.stack_depth, 5);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("from 1 to 64") && warnings[0].contains("default 5"),
+            "{warnings:?}"
+        );
+        let (config, warnings) = parse(&[("MEMPROF_STACK_DEPTH", "1")]);
+        assert_eq!((config.stack_depth, warnings.len()), (1, 0));
+        let (config, warnings) = parse(&[("MEMPROF_STACK_SKIP", "0")]);
+        assert_eq!((config.stack_skip, warnings.len()), (0, 0));
+    }
+
+    #[test]
+    fn one_signal_for_dump_and_toggle_warns_and_dumps() {
+        let (config, warnings) = parse(&[
+            ("MEMPROF_DUMP_SIGNAL", "USR1"),
+            ("MEMPROF_TOGGLE_SIGNAL", "SIGUSR1"),
+        ]);
+        assert_eq!(config.dump_signal, Some(libc::SIGUSR1));
+        assert_eq!(config.toggle_signal, None);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("MEMPROF_TOGGLE_SIGNAL")
+                && warnings[0].contains("MEMPROF_DUMP_SIGNAL")
+                && warnings[0].contains("writes dumps"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn frame_pointers_only_where_the_build_keeps_them() {
+        let (config, warnings) = parse(&[("MEMPROF_UNWINDER", "fp")]);
+        if cfg!(memprof_frame_pointers) {
+            assert_eq!(config.unwinder, Unwinder::FramePointer);
+            assert!(warnings.is_empty(), "{warnings:?}");
+        } else {
+            assert_eq!(config.unwinder, Unwinder::Dwarf);
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(
+                warnings[0].contains("MEMPROF_UNWINDER") && warnings[0].contains("using dwarf"),
+                "{warnings:?}"
+            );
+        }
     }
 
     #[test]

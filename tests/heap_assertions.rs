@@ -3,6 +3,9 @@
 //! its own, whatever the runner): each scope sees its own thread's allocations only, exactly, and
 //! a failing assertion says where the blocks came from.
 
+#[path = "scope_scenario/mod.rs"]
+mod scope_scenario;
+
 use memprof::Scope;
 use std::sync::Barrier;
 
@@ -116,4 +119,10 @@ fn a_leak_is_reported_with_its_site() {
     let after = scope.stats();
     assert_eq!(before.live_bytes - after.live_bytes, 15_072);
     assert_eq!(after.freed_blocks - before.freed_blocks, 4);
+}
+
+/// dhat-rs's heap test, counted by a scope on a libtest thread while the other tests run.
+#[test]
+fn dhat_heap_scenario_counts_exactly() {
+    scope_scenario::dhat_heap_scenario();
 }

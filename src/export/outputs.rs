@@ -9,7 +9,8 @@ use crate::guard::untracked;
 use crate::snapshot::Snapshot;
 use crate::symbolize::{self, Resolve};
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Expands a file-name pattern: `%p` the process id, `%t` seconds since the Unix epoch, `%e` the
@@ -48,6 +49,12 @@ fn executable_name() -> String {
 /// Writes `snapshot` to the file `path` names, after expanding `%p`, `%t` and `%e`
 /// ([`expand_path`]); the format comes from the file's ending ([`Format::EXTENSIONS`]). Returns
 /// the path written.
+///
+/// The file is written under a temporary name in the same directory (`.NAME.PID-N.tmp`), then
+/// renamed over `path`: a reader sees the old file or the whole new one, never a part, and a
+/// failed write leaves the old file as it was (a symbolic link at `path` is replaced, not
+/// followed). A format this build cannot write (`.svg` without the `flamegraph` feature) creates
+/// no file.
 pub fn write_path(
     path: &str,
     snapshot: &Snapshot,
@@ -62,17 +69,43 @@ pub fn write_path(
                 format!("unknown file ending; use one of {}", known.join(", ")),
             ));
         };
+        #[cfg(not(feature = "flamegraph"))]
+        if format == Format::Flamegraph {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "flamegraph SVG needs memprof built with the `flamegraph` feature; no file written",
+            ));
+        }
         let expanded = PathBuf::from(expand_path(
             path,
             options.pid,
             options.time,
             &executable_name(),
         ));
-        let mut file = BufWriter::new(std::fs::File::create(&expanded)?);
-        write(format, snapshot, resolver, options, &mut file)?;
-        file.flush()?;
-        Ok(expanded)
+        let temporary = temporary_path(&expanded);
+        let written = (|| {
+            let mut file = BufWriter::new(std::fs::File::create(&temporary)?);
+            write(format, snapshot, resolver, options, &mut file)?;
+            file.into_inner().map_err(io::IntoInnerError::into_error)?;
+            std::fs::rename(&temporary, &expanded)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        written.map(|()| expanded)
     })
+}
+
+/// A name beside `path` to write it under before renaming: hidden, and unique to this process and
+/// this call, so that concurrent writers of one path never share it.
+fn temporary_path(path: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}-{n}.tmp", std::process::id()))
 }
 
 /// Writes the process's heap now to every file of a comma-separated list (the value of

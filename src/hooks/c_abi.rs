@@ -4,6 +4,11 @@
 //! Blocks reported here join the same live table as the Rust allocations, with the C caller's
 //! stack, so they appear in every report. They only work while memprof is the global allocator of
 //! the program, or once any allocation has started it.
+//!
+//! A reported block must be real memory, readable for its whole size until its free is recorded:
+//! the object-graph reports (`log_object_sizes`, `pretty_log_object_graph`) read every live block
+//! of the table, these included, looking for pointers, and a made-up or already unmapped address
+//! crashes them.
 
 use std::ffi::{c_int, c_void};
 use std::fs::File;
@@ -11,7 +16,8 @@ use std::io::{self, Write};
 use std::mem::ManuallyDrop;
 use std::os::fd::FromRawFd;
 
-/// Records a block of `size` bytes that the caller allocated at `ptr`. A null `ptr` is ignored.
+/// Records a block of `size` bytes that the caller allocated at `ptr`, which must stay readable
+/// until its free is recorded (the object-graph scanner reads it). A null `ptr` is ignored.
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
     if !ptr.is_null() {

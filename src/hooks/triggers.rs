@@ -4,60 +4,129 @@
 //! A signal handler may do almost nothing safely, so the handlers here only flip an atomic
 //! (toggle) or write one byte to a pipe (dump); a background thread reads the pipe and writes the
 //! dump from ordinary code, while the program runs on.
+//!
+//! The dump thread and the at-exit writer write the same files: they take turns ([`Turn`]), and
+//! the exit writer, which waits for a dump in progress, keeps its turn until the process ends, so
+//! its files are the last ones. A forked child gets a pipe and a dump thread of its own (from the
+//! `pthread_atfork` child handler), so the dump signal sent to the child writes the child's heap.
 
-use crate::config::Config;
-use std::io::Write;
-use std::sync::atomic::{AtomicI32, Ordering};
+use crate::config::{Config, warn};
+use crate::guard;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant};
 
 /// The write end of the dump pipe; -1 until the dump thread runs.
 static DUMP_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// The read end of the dump pipe, which the dump thread reads; -1 until it runs.
+static DUMP_READ: AtomicI32 = AtomicI32::new(-1);
+
+/// Whether the dump thread or the at-exit writer is writing. Not a `Mutex`: a forked child must be
+/// able to reset it, since the thread that held it in the parent does not exist in the child.
+static WRITING: AtomicBool = AtomicBool::new(false);
+
+/// How long the at-exit writer waits for a dump in progress before it writes anyway.
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Stack of the dump thread: a report symbolizes and formats, which needs more than a small
+/// thread stack.
+const DUMP_THREAD_STACK: usize = 2 << 20;
+
+/// A turn at writing the dump or exit files, given back when dropped.
+struct Turn;
+
+impl Turn {
+    /// Waits for the turn; `None` when `deadline` passes first.
+    fn take(deadline: Option<Instant>) -> Option<Turn> {
+        while WRITING
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return None;
+            }
+            // Dumps are rare and slow: polling costs nothing that matters and, unlike a
+            // condition variable, leaves no state that a forked child inherits half-held.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Some(Turn)
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        WRITING.store(false, Ordering::Release);
+    }
+}
 
 /// Sets up what `config` asks for. Runs once, when the profiler starts, inside the guard.
 pub fn install(config: &Config) {
     if config.print_at_exit || config.output.is_some() {
         // SAFETY: `at_exit` is an `extern "C" fn()` that never unwinds.
         if unsafe { libc::atexit(at_exit) } != 0 {
-            eprintln!("memprof: cannot register the at-exit report");
+            warn(format_args!("cannot register the at-exit report"));
         }
     }
     if let Some(signal) = config.toggle_signal {
         handle(signal, on_toggle, "MEMPROF_TOGGLE_SIGNAL");
     }
     if let Some(signal) = config.dump_signal
-        && start_dump_thread()
+        && start_dump_thread(true)
     {
+        // SAFETY: `in_forked_child` is an `extern "C" fn()` that never unwinds; no prepare or
+        // parent handler is registered.
+        if unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) } != 0 {
+            warn(format_args!(
+                "MEMPROF_DUMP_SIGNAL: cannot register the fork handler; a forked child's dumps \
+                 go to its parent"
+            ));
+        }
         handle(signal, on_dump, "MEMPROF_DUMP_SIGNAL");
     }
 }
 
 /// Writes what the configuration asks for at exit: the TSV log to stderr, the output files.
 extern "C" fn at_exit() {
-    let config = crate::config::get();
-    if config.print_at_exit {
-        let mut stderr = std::io::stderr().lock();
-        if let Err(error) = crate::report::log_allocations(&mut stderr) {
-            let _ = writeln!(
-                stderr,
-                "memprof: writing the report at exit failed: {error}"
-            );
+    let _ = std::panic::catch_unwind(|| {
+        let config = crate::config::get();
+        match Turn::take(Some(Instant::now() + EXIT_WAIT)) {
+            // Kept until the process ends: a dump asked for from now on waits, and writes nothing
+            // over the exit files.
+            Some(turn) => std::mem::forget(turn),
+            None => warn(format_args!(
+                "a dump is still being written after {} s; writing the exit files anyway",
+                EXIT_WAIT.as_secs()
+            )),
         }
-    }
-    if let Some(spec) = &config.output {
-        crate::export::write_outputs(spec);
-    }
+        if config.print_at_exit
+            && let Err(error) = crate::report::log_allocations(&mut std::io::stderr().lock())
+        {
+            warn(format_args!("writing the report at exit failed: {error}"));
+        }
+        if let Some(spec) = &config.output {
+            crate::export::write_outputs(spec);
+        }
+    });
 }
 
 /// Writes the dump: the `MEMPROF_OUTPUT` files, or the Markdown report on stderr.
 fn dump() {
-    match &crate::config::get().output {
-        Some(spec) => crate::export::write_outputs(spec),
-        None => {
-            let mut stderr = std::io::stderr().lock();
-            if let Err(error) = crate::report::pretty_log_allocations(&mut stderr) {
-                let _ = writeln!(stderr, "memprof: writing the dump failed: {error}");
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_turn) = Turn::take(None) else {
+            return;
+        };
+        match &crate::config::get().output {
+            Some(spec) => crate::export::write_outputs(spec),
+            None => {
+                if let Err(error) =
+                    crate::report::pretty_log_allocations(&mut std::io::stderr().lock())
+                {
+                    warn(format_args!("writing the dump failed: {error}"));
+                }
             }
         }
-    }
+    });
 }
 
 extern "C" fn on_toggle(_signal: libc::c_int) {
@@ -73,52 +142,107 @@ extern "C" fn on_dump(_signal: libc::c_int) {
     if fd >= 0 {
         let byte = 1u8;
         // SAFETY: `write` is async-signal-safe; `fd` is the pipe's write end, open for the life of
-        // the process, and `byte` a valid one-byte buffer. A full pipe just drops this request,
-        // since a dump is pending anyway.
+        // the process (a forked child replaces it before any signal can reach the child's
+        // handler with the new one), and `byte` a valid one-byte buffer. A full pipe just drops
+        // this request, since a dump is pending anyway.
         unsafe {
             libc::write(fd, (&byte as *const u8).cast(), 1);
         }
     }
 }
 
-/// Starts the thread that writes a dump for each byte on the dump pipe.
-fn start_dump_thread() -> bool {
+/// The `pthread_atfork` child handler: the child inherited the parent's pipe, whose reader is the
+/// parent's dump thread, and no dump thread of its own. It gets both, so that the dump signal
+/// writes the child's heap; and the turn at writing, which a parent's thread may have held.
+extern "C" fn in_forked_child() {
+    WRITING.store(false, Ordering::Release);
+    let write_end = DUMP_PIPE.swap(-1, Ordering::Relaxed);
+    let read_end = DUMP_READ.swap(-1, Ordering::Relaxed);
+    if write_end < 0 {
+        return;
+    }
+    // SAFETY: both are the child's copies of the parent's pipe, which nothing else in the child
+    // uses now that `DUMP_PIPE` no longer names it.
+    unsafe {
+        libc::close(write_end);
+        libc::close(read_end);
+    }
+    start_dump_thread(false);
+}
+
+/// Starts the thread that writes a dump for each byte on a new dump pipe, and publishes the pipe;
+/// `loud` says on stderr why it could not (not in a forked child, where another thread of the
+/// parent may have held the lock of stderr).
+///
+/// It is a plain `pthread`, not a `std::thread`: this also runs in a forked child, in the fork
+/// handler, where only what the C library makes safe after `fork` may run; creating the thread
+/// allocates nothing through the global allocator and takes no lock of the Rust runtime.
+fn start_dump_thread(loud: bool) -> bool {
     let mut fds = [-1; 2];
     // SAFETY: `fds` is a valid array of two descriptors for `pipe2` to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        eprintln!("memprof: MEMPROF_DUMP_SIGNAL: cannot create a pipe; no dumps");
+        if loud {
+            warn(format_args!(
+                "MEMPROF_DUMP_SIGNAL: cannot create a pipe; no dumps"
+            ));
+        }
         return false;
     }
     let [read_end, write_end] = fds;
-    // The reader blocks; only the writer (the signal handler) must never block.
-    // SAFETY: `read_end` is the descriptor `pipe2` just returned.
-    unsafe {
+    // SAFETY: `read_end` is the descriptor `pipe2` just returned; the reader blocks, and only the
+    // writer (the signal handler) must never block. `attr` is initialized before use and
+    // destroyed after; `dump_thread` takes the read end, passed by value in the pointer argument.
+    let error = unsafe {
         libc::fcntl(read_end, libc::F_SETFL, 0);
-    }
-    let spawned = std::thread::Builder::new()
-        .name("memprof-dump".into())
-        .spawn(move || {
-            let mut byte = 0u8;
-            loop {
-                // SAFETY: reads at most one byte into `byte` from the pipe's read end, which
-                // this thread owns for the life of the process.
-                let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
-                match n {
-                    1 => dump(),
-                    -1 if std::io::Error::last_os_error().kind()
-                        == std::io::ErrorKind::Interrupted => {}
-                    _ => return,
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => {
-            DUMP_PIPE.store(write_end, Ordering::Relaxed);
-            true
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, DUMP_THREAD_STACK);
+        let mut thread: libc::pthread_t = 0;
+        let error = libc::pthread_create(
+            &mut thread,
+            &attr,
+            dump_thread,
+            read_end as usize as *mut c_void,
+        );
+        libc::pthread_attr_destroy(&mut attr);
+        error
+    };
+    if error != 0 {
+        // SAFETY: the pipe's descriptors, which no thread reads or writes.
+        unsafe {
+            libc::close(read_end);
+            libc::close(write_end);
         }
-        Err(error) => {
-            eprintln!("memprof: MEMPROF_DUMP_SIGNAL: cannot start the dump thread: {error}");
-            false
+        if loud {
+            warn(format_args!(
+                "MEMPROF_DUMP_SIGNAL: cannot start the dump thread: {}",
+                std::io::Error::from_raw_os_error(error)
+            ));
+        }
+        return false;
+    }
+    DUMP_READ.store(read_end, Ordering::Relaxed);
+    DUMP_PIPE.store(write_end, Ordering::Relaxed);
+    true
+}
+
+/// The dump thread: a dump for each byte read from the pipe whose read end is `read_end`.
+extern "C" fn dump_thread(read_end: *mut c_void) -> *mut c_void {
+    let read_end = read_end as usize as libc::c_int;
+    // SAFETY: names the calling thread with a NUL-terminated name of fewer than 16 bytes.
+    unsafe {
+        libc::pthread_setname_np(libc::pthread_self(), c"memprof-dump".as_ptr());
+    }
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reads at most one byte into `byte` from the pipe's read end, which only this
+        // thread reads.
+        let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+        match n {
+            1 => guard::untracked(dump),
+            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return std::ptr::null_mut(),
         }
     }
 }
@@ -136,6 +260,8 @@ fn handle(signal: libc::c_int, handler: extern "C" fn(libc::c_int), variable: &s
         libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
     };
     if !installed {
-        eprintln!("memprof: {variable}: cannot handle signal {signal}; ignored");
+        warn(format_args!(
+            "{variable}: cannot handle signal {signal}; ignored"
+        ));
     }
 }
