@@ -19,7 +19,8 @@
 //! Each export carries, per call site, what was allocated over the run (blocks and bytes), what is
 //! live in the snapshot, and what was live at the heap's peak when the table keeps it
 //! (`MEMPROF_PEAK=1`, [`MemProf::track_peak`](crate::MemProf::track_peak); otherwise the live
-//! values stand in for it).
+//! values stand in for it, except in heaptrack's file, which then gives no site a share of the
+//! peak).
 //!
 //! Addresses written to files are return addresses minus one: inside the call instruction, the
 //! address the symbolizer looked up.

@@ -13,7 +13,7 @@
 //!
 //! | frames | the block is reported as |
 //! |---|---|
-//! | `Box<T>::new`, `Box<T>::new_uninit`, … | `T` (`app::Foo`) |
+//! | `Box<T>::new`, `Box<T>::new_uninit`, … | `T` (`app::Foo`, `[u8; 4096]`) |
 //! | `RawVec<T>`, `Vec<T>`, `VecDeque<T>` | `[T]`, the element buffer (`[app::Bar]`) |
 //! | `RawVec<u8>` under a `String` method | `alloc::string::String`, its byte buffer |
 //! | `Box<RcInner<T>>`, `Rc<T>` / `Box<ArcInner<T>>`, `Arc<T>` | `alloc::rc::Rc<T>` / `alloc::sync::Arc<T>`, the shared allocation |
@@ -24,6 +24,19 @@
 //! [`pretty_log_object_graph::<T>`](crate::pretty_log_object_graph) finds the blocks of `T`.
 //! A block no rule recognizes is reported by size, like MemProf's unknown classes:
 //! `(unknown, 96 B)`; it is never left out.
+//!
+//! ## Code that several types share
+//!
+//! The compiler and the linker fold generic functions whose machine code is identical:
+//! `RawVec<String>::grow_one` and `RawVec<Vec<u8>>::grow_one` both move 24-byte elements and are
+//! one piece of code, which the debug information names after one of them. So a frame's generic
+//! arguments are trusted only when they agree with the frames around it: a `RawVec<T>` or
+//! `Box<T>` frame only manages a block for its direct caller, whose type wins
+//! (`Vec<String>::push` growing through that shared `grow_one` allocates a `[String]`), and a frame
+//! whose code the symbol table shows under several names is taken only when another frame names
+//! one of those types. When nothing decides, the block is reported as `(one of [A], [B] or 4
+//! more)`, or by size when the instances' names do not tell their types: never as one type the
+//! program may not have allocated there.
 //!
 //! ## Which builds give types
 //!
@@ -70,6 +83,7 @@
 
 mod dwarf;
 mod infer;
+mod shared;
 pub(crate) mod names;
 mod tags;
 mod tallies;

@@ -336,3 +336,141 @@ fn flamegraph_svg_is_titled_counted_and_stable() {
     assert!(out.contains("memprof: live bytes: no live bytes in this snapshot"));
     assert!(out.trim_end().ends_with("</svg>"));
 }
+
+/// What heaptrack's reader (`AccumulatedTraceData::read` in heaptrack 1.4) derives from the
+/// events of a file: per trace, its calls, what it leaks and what it had live at the peak.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Derived {
+    peak: u64,
+    temporary: u64,
+    calls: u64,
+    leaked: u64,
+    /// `(calls, leaked, peak)` of each trace that allocated, sorted.
+    traces: Vec<(u64, u64, u64)>,
+}
+
+fn heaptrack_derives(text: &str) -> Derived {
+    let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+    let mut kinds: Vec<(u64, u64)> = Vec::new();
+    let mut per_trace: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    let mut derived = Derived::default();
+    let mut last_allocation = 0;
+    for line in text.lines() {
+        let mut words = line.split(' ');
+        match words.next() {
+            Some("a") => kinds.push((hex(words.next().unwrap()), hex(words.next().unwrap()))),
+            Some("+") => {
+                let kind = hex(words.next().unwrap());
+                let (size, trace) = kinds[kind as usize];
+                last_allocation = kind;
+                let entry = per_trace.entry(trace).or_default();
+                entry.0 += 1;
+                entry.1 += size;
+                derived.calls += 1;
+                derived.leaked += size;
+                if derived.leaked > derived.peak {
+                    derived.peak = derived.leaked;
+                    for entry in per_trace.values_mut() {
+                        entry.2 = entry.1;
+                    }
+                }
+            }
+            Some("-") => {
+                let kind = hex(words.next().unwrap());
+                if kind == last_allocation {
+                    derived.temporary += 1;
+                }
+                last_allocation = 0;
+                let (size, trace) = kinds[kind as usize];
+                per_trace.get_mut(&trace).unwrap().1 -= size;
+                derived.leaked -= size;
+            }
+            _ => {}
+        }
+    }
+    // The reader records each trace's live bytes when the peak is first reached; the pass above
+    // does it at every new peak, which ends the same.
+    derived.traces = per_trace.into_values().collect();
+    derived.traces.sort_unstable();
+    derived
+}
+
+/// `(calls, leaked, peak)` of each call site of `snapshot`, as heaptrack must derive them, sorted.
+fn expected_traces(snapshot: &Snapshot, extra: Option<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
+    let (_, mut symbols) = synthetic();
+    let sites = CallSites::build(snapshot, &mut symbols, &options());
+    let mut traces: Vec<(u64, u64, u64)> = sites
+        .sites
+        .iter()
+        .map(|s| {
+            let peak = if snapshot.peak_known { s.peak_bytes } else { 0 };
+            (s.allocated_blocks, s.live_bytes, peak)
+        })
+        .chain(extra)
+        .collect();
+    traces.sort_unstable();
+    traces
+}
+
+fn heaptrack_of(snapshot: &Snapshot) -> String {
+    let (_, mut symbols) = synthetic();
+    let mut out = Vec::new();
+    export::heaptrack::write_text(snapshot, &mut symbols, &options(), &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The synthetic snapshot with its peak table: per stack, what was live at the peak.
+fn with_peak(peaks: [(u64, u64); 7]) -> Snapshot {
+    let (mut snapshot, _) = synthetic();
+    for (stack, (blocks, bytes)) in snapshot.stacks.iter_mut().zip(peaks) {
+        stack.peak_blocks = blocks;
+        stack.peak_bytes = bytes;
+    }
+    snapshot.peak_known = true;
+    snapshot.stats.peak_bytes = peaks.iter().map(|p| p.1).sum();
+    snapshot
+}
+
+#[test]
+fn heaptrack_derives_the_true_peak_and_no_temporaries() {
+    let peaks = [
+        (20, 20_000),
+        (5, 5_003),
+        (4, 64),
+        (2, 160),
+        (7, 700),
+        (1, 48),
+        (0, 0),
+    ];
+    let snapshot = with_peak(peaks);
+    let derived = heaptrack_derives(&heaptrack_of(&snapshot));
+    assert_eq!(derived.peak, snapshot.stats.peak_bytes);
+    assert_eq!(derived.peak, 25_975);
+    assert_eq!(derived.temporary, 0);
+    assert_eq!(derived.calls, snapshot.stats.total_blocks);
+    assert_eq!(derived.leaked, snapshot.stats.live_bytes);
+    assert_eq!(derived.traces, expected_traces(&snapshot, None));
+
+    // The peak table describes a moment a little before the peak: the difference is live at
+    // the peak under a site of its own, one more call.
+    let mut short = with_peak(peaks);
+    short.stats.peak_bytes += 300;
+    let derived = heaptrack_derives(&heaptrack_of(&short));
+    assert_eq!(derived.peak, short.stats.peak_bytes);
+    assert_eq!(derived.temporary, 0);
+    assert_eq!(derived.calls, short.stats.total_blocks + 1);
+    assert_eq!(derived.traces, expected_traces(&short, Some((1, 0, 300))));
+
+    // Without the peak table: the peak is `HeapStats`' peak, no site claims any of it.
+    let (plain, _) = synthetic();
+    let text = heaptrack_of(&plain);
+    let derived = heaptrack_derives(&text);
+    assert_eq!(derived.peak, 50_000);
+    assert_eq!(derived.temporary, 0);
+    assert_eq!(derived.leaked, plain.stats.live_bytes);
+    assert_eq!(
+        derived.traces,
+        expected_traces(&plain, Some((1, 0, 50_000)))
+    );
+    assert!(text.contains("MEMPROF_PEAK=1 records them"), "{text}");
+}

@@ -7,23 +7,36 @@
 //! allocation site, parent = caller, 0 = root), `a <size> <trace>` allocation kinds (0-based),
 //! `+ <kind>` / `- <kind>` events, and a final `c <ms>` timestamp.
 //!
-//! A snapshot has totals per call site, not the order of events, so the events are made up from
-//! them (a real event stream comes with the trace mode):
+//! # What heaptrack derives, and why it is true
 //!
-//! - each block allocated and freed since is written as a `+` directly followed by its `-`, so
-//!   heaptrack counts every one of them as a *temporary* allocation; their sizes are the site's
-//!   freed bytes spread evenly over its freed blocks (sizes differ by at most one byte);
-//! - then every live block, with its own size, as a `+` alone: heaptrack reports these as leaked
-//!   (live at the end).
+//! A snapshot has totals per call site, not the order of events, and heaptrack derives its figures
+//! from the order of the events it reads: the peak is the most bytes live at once, a site's
+//! *peak consumption* is what the site had live at that moment, and an allocation is *temporary*
+//! when the next event is its free. So the events are laid out for those figures to be true:
 //!
-//! All temporary pairs come first, so heaptrack's peak is the live heap at the end (or the largest
-//! single freed block, if larger), not the process's real peak
-//! ([`HeapStats::peak_bytes`](crate::HeapStats::peak_bytes)), which a snapshot cannot attribute to
-//! call sites.
+//! 1. Blocks that were live neither at the peak nor now: each a `+` and its `-`. Their sizes are
+//!    the site's remaining bytes spread evenly over them (sizes differ by one byte at most). When
+//!    they were freed is not known; first is where they change no figure heaptrack derives.
+//! 2. The peak: every site's blocks live at the peak
+//!    ([`MemProf::track_peak`](crate::MemProf::track_peak), `MEMPROF_PEAK=1`), then, if the
+//!    heap's peak ([`HeapStats::peak_bytes`](crate::HeapStats::peak_bytes)) is larger than
+//!    their sum, one block of the difference under `[memprof: ...]`: heaptrack's peak is
+//!    `HeapStats`' peak. Without the peak table, no site is known to have had anything live at
+//!    the peak, and that one block holds the whole peak.
+//! 3. The frees of the blocks of step 2 that are not live now.
+//! 4. The blocks live now that were not live at the peak, each with its own size: heaptrack lists
+//!    every block live now as leaked.
+//!
+//! A free never follows its own allocation in the file: each kind of block has a second
+//! allocation kind, with the same size and trace, that only frees use, so heaptrack counts no
+//! temporary allocation. Which allocations were temporary is not known without a trace; neither
+//! is when anything happened (every event is at time 0, the file ends at the run's length).
+//! Heaptrack's count of calls has one call more than the program made when step 2 writes its
+//! block.
 
 #![forbid(unsafe_code)]
 
-use super::{CallSites, ExportOptions};
+use super::{CallSite, CallSites, ExportOptions};
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
 use flate2::Compression;
@@ -36,6 +49,12 @@ use std::io::{self, Write};
 const HEAPTRACK_VERSION: u32 = 0x10400;
 /// The file format version: 3 has sized strings.
 const FILE_VERSION: u32 = 3;
+
+/// The site of the bytes live at the peak whose call sites the snapshot does not know.
+const UNATTRIBUTED_PEAK: &str = "[memprof: live at the peak, call site not recorded]";
+/// The same, when the table kept no peak at all.
+const UNRECORDED_PEAK: &str =
+    "[memprof: live at the peak, call sites not recorded (MEMPROF_PEAK=1 records them)]";
 
 /// The string table: 1-based indices, 0 = none.
 struct Strings {
@@ -58,6 +77,131 @@ impl Strings {
         self.index.insert(s.to_owned(), i);
         i
     }
+}
+
+/// The allocation kinds (`a` lines, 0-based): per size and trace, one kind for allocations and,
+/// when blocks of it are freed, another for their frees.
+#[derive(Default)]
+struct Kinds {
+    text: String,
+    count: usize,
+    allocations: HashMap<(u64, usize), usize>,
+    frees: HashMap<(u64, usize), usize>,
+}
+
+impl Kinds {
+    fn add(text: &mut String, count: &mut usize, size: u64, trace: usize) -> usize {
+        let _ = writeln!(text, "a {size:x} {trace:x}");
+        *count += 1;
+        *count - 1
+    }
+
+    /// The kind allocations of `size` bytes at `trace` are written with.
+    fn allocation(&mut self, size: u64, trace: usize) -> usize {
+        let (text, count) = (&mut self.text, &mut self.count);
+        *self
+            .allocations
+            .entry((size, trace))
+            .or_insert_with(|| Kinds::add(text, count, size, trace))
+    }
+
+    /// The kind frees of those blocks are written with: never an allocation's kind, so that no
+    /// free directly after its allocation makes heaptrack count a temporary allocation; never
+    /// kind 0 either (heaptrack takes a free of kind 0 after a free as temporary), since an
+    /// allocation kind always comes first.
+    fn free(&mut self, size: u64, trace: usize) -> usize {
+        self.allocation(size, trace);
+        let (text, count) = (&mut self.text, &mut self.count);
+        *self
+            .frees
+            .entry((size, trace))
+            .or_insert_with(|| Kinds::add(text, count, size, trace))
+    }
+}
+
+/// Sizes of `blocks` blocks that hold `bytes` together, as `(size, count)` runs: the bytes spread
+/// evenly, the first runs one byte larger.
+fn spread(bytes: u64, blocks: u64) -> Vec<(u64, u64)> {
+    let Some(size) = bytes.checked_div(blocks) else {
+        return Vec::new();
+    };
+    let larger = bytes % blocks;
+    [(size + 1, larger), (size, blocks - larger)]
+        .into_iter()
+        .filter(|&(_, count)| count > 0)
+        .collect()
+}
+
+/// Runs of equal sizes, in order: `[8, 8, 16]` gives `[(8, 2), (16, 1)]`.
+fn runs(sizes: &[u64]) -> Vec<(u64, u64)> {
+    sizes
+        .chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len() as u64))
+        .collect()
+}
+
+/// Which of a site's blocks the file shows when, as `(size, count)` runs.
+struct Plan {
+    /// Allocated and freed, not live at the peak nor now.
+    freed: Vec<(u64, u64)>,
+    /// Live at the peak and now.
+    kept: Vec<(u64, u64)>,
+    /// Live at the peak, freed since.
+    peak_only: Vec<(u64, u64)>,
+    /// Live now, allocated after the peak.
+    new: Vec<(u64, u64)>,
+}
+
+impl Plan {
+    /// Splits a site's blocks into the four groups, with the fewest blocks live both at the peak
+    /// and now that its counts allow; those are its smallest live blocks.
+    fn of(site: &CallSite, peak_known: bool) -> Plan {
+        let mut live: Vec<u64> = if site.live_sizes.len() as u64 == site.live_blocks
+            && site.live_sizes.iter().sum::<u64>() == site.live_bytes
+        {
+            site.live_sizes.clone()
+        } else {
+            // Sampled snapshots: the live counts are estimates, not the recorded blocks.
+            spread(site.live_bytes, site.live_blocks)
+                .into_iter()
+                .flat_map(|(size, count)| std::iter::repeat_n(size, count as usize))
+                .collect()
+        };
+        live.sort_unstable();
+        let (peak_blocks, peak_bytes) = match peak_known {
+            true => (site.peak_blocks, site.peak_bytes),
+            false => (0, 0),
+        };
+        let live_blocks = live.len() as u64;
+        let both = (peak_blocks + live_blocks)
+            .saturating_sub(site.allocated_blocks)
+            .min(peak_blocks)
+            .min(live_blocks) as usize;
+        let (kept, new) = live.split_at(both);
+        let kept_bytes: u64 = kept.iter().sum();
+        let peak_only_bytes = peak_bytes.saturating_sub(kept_bytes);
+        let peak_only_blocks = peak_blocks - both as u64;
+        let shown = kept_bytes + peak_only_bytes + new.iter().sum::<u64>();
+        let freed_blocks = site
+            .allocated_blocks
+            .saturating_sub(peak_blocks + live_blocks - both as u64);
+        Plan {
+            freed: spread(site.allocated_bytes.saturating_sub(shown), freed_blocks),
+            kept: runs(kept),
+            peak_only: spread(peak_only_bytes, peak_only_blocks),
+            new: runs(new),
+        }
+    }
+}
+
+/// Events to write, each `count` times.
+enum Event {
+    /// An allocation and its free.
+    Pair(usize, usize, u64),
+    /// Allocations.
+    Allocate(usize, u64),
+    /// Frees.
+    Free(usize, u64),
 }
 
 /// Writes the uncompressed heaptrack text of `snapshot`: what [`write()`] compresses.
@@ -89,78 +233,95 @@ pub fn write_text<W: Write + ?Sized>(
             }
             ips.push('\n');
         }
-        // Sites without a single frame hang from one unknown location.
-        let mut unknown_ip = None;
-        // The trace tree, shared between sites from the outermost frame in.
-        let mut traces = String::new();
-        let mut trace_ids: HashMap<(usize, usize), usize> = HashMap::new();
-        let mut kinds = String::new();
-        let mut kind_ids: HashMap<(u64, usize), usize> = HashMap::new();
-        let mut kind = |size: u64, trace: usize, kinds: &mut String| -> usize {
-            let next = kind_ids.len();
-            *kind_ids.entry((size, trace)).or_insert_with(|| {
-                let _ = writeln!(kinds, "a {size:x} {trace:x}");
+        // Locations known by a name only, after those of the sites.
+        let mut named_ips: HashMap<&str, usize> = HashMap::new();
+        let mut named_ip = |name: &'static str, ips: &mut String, strings: &mut Strings| {
+            let next = sites.locations.len() + named_ips.len() + 1;
+            *named_ips.entry(name).or_insert_with(|| {
+                let _ = writeln!(ips, "i 0 0 {:x} 0 0", strings.get(name));
                 next
             })
         };
-        let mut temporary: Vec<(usize, u64)> = Vec::new();
-        let mut live: Vec<usize> = Vec::new();
-        for site in &sites.sites {
-            let mut path: Vec<usize> = site.locations.iter().rev().map(|l| l + 1).collect();
-            if path.is_empty() {
-                path.push(*unknown_ip.get_or_insert_with(|| {
-                    let _ = writeln!(ips, "i 0 0 {:x} 0 0", strings.get("[unknown]"));
-                    sites.locations.len() + 1
-                }));
-            }
+        // The trace tree, shared between sites from the outermost frame in.
+        let mut traces = String::new();
+        let mut trace_ids: HashMap<(usize, usize), usize> = HashMap::new();
+        let mut trace = |path: &[usize], traces: &mut String| {
             let mut parent = 0;
-            for ip in path {
+            for &ip in path {
                 let next = trace_ids.len() + 1;
                 parent = *trace_ids.entry((ip, parent)).or_insert_with(|| {
                     let _ = writeln!(traces, "t {ip:x} {parent:x}");
                     next
                 });
             }
-            let freed = site.freed_blocks();
-            if let Some(size) = site.freed_bytes().checked_div(freed) {
-                let larger = site.freed_bytes() % freed;
-                if larger > 0 {
-                    temporary.push((kind(size + 1, parent, &mut kinds), larger));
-                }
-                if freed > larger {
-                    temporary.push((kind(size, parent, &mut kinds), freed - larger));
-                }
+            parent
+        };
+        let mut kinds = Kinds::default();
+        let mut freed = Vec::new();
+        let mut rise = Vec::new();
+        let mut fall = Vec::new();
+        let mut end = Vec::new();
+        let mut at_peak = 0u64;
+        for site in &sites.sites {
+            let mut path: Vec<usize> = site.locations.iter().rev().map(|l| l + 1).collect();
+            if path.is_empty() {
+                path.push(named_ip("[unknown]", &mut ips, &mut strings));
             }
-            for &size in &site.live_sizes {
-                live.push(kind(size, parent, &mut kinds));
+            let leaf = trace(&path, &mut traces);
+            let plan = Plan::of(site, snapshot.peak_known);
+            for &(size, count) in &plan.freed {
+                let allocation = kinds.allocation(size, leaf);
+                freed.push(Event::Pair(allocation, kinds.free(size, leaf), count));
+            }
+            for &(size, count) in &plan.kept {
+                rise.push(Event::Allocate(kinds.allocation(size, leaf), count));
+                at_peak += size * count;
+            }
+            for &(size, count) in &plan.peak_only {
+                rise.push(Event::Allocate(kinds.allocation(size, leaf), count));
+                fall.push(Event::Free(kinds.free(size, leaf), count));
+                at_peak += size * count;
+            }
+            for &(size, count) in &plan.new {
+                end.push(Event::Allocate(kinds.allocation(size, leaf), count));
             }
         }
+        let missing = snapshot.stats.peak_bytes.saturating_sub(at_peak);
+        if missing > 0 {
+            let name = match snapshot.peak_known {
+                true => UNATTRIBUTED_PEAK,
+                false => UNRECORDED_PEAK,
+            };
+            let leaf = trace(&[named_ip(name, &mut ips, &mut strings)], &mut traces);
+            rise.push(Event::Allocate(kinds.allocation(missing, leaf), 1));
+            fall.insert(0, Event::Free(kinds.free(missing, leaf), 1));
+        }
         let mut head = format!(
-            "v {HEAPTRACK_VERSION:x} {FILE_VERSION:x}\n# memprof snapshot: freed blocks as +/- \
-             pairs, then live blocks\nX {}\n",
+            "v {HEAPTRACK_VERSION:x} {FILE_VERSION:x}\n# memprof snapshot, no trace: blocks \
+             freed before the peak, the blocks live at the peak, their frees, the blocks live \
+             now; all at time 0\nX {}\n",
             options.command.replace(['\n', '\r'], " ")
         );
         head.push_str(&strings.text);
         head.push_str(&ips);
         head.push_str(&traces);
-        head.push_str(&kinds);
+        head.push_str(&kinds.text);
         out.write_all(head.as_bytes())?;
         let mut events = String::with_capacity(1 << 16);
-        for (kind, count) in temporary {
-            let pair = format!("+ {kind:x}\n- {kind:x}\n");
+        for event in [freed, rise, fall, end].iter().flatten() {
+            let (line, count) = match *event {
+                Event::Pair(allocation, free, count) => {
+                    (format!("+ {allocation:x}\n- {free:x}\n"), count)
+                }
+                Event::Allocate(kind, count) => (format!("+ {kind:x}\n"), count),
+                Event::Free(kind, count) => (format!("- {kind:x}\n"), count),
+            };
             for _ in 0..count {
-                events.push_str(&pair);
+                events.push_str(&line);
                 if events.len() >= 1 << 16 {
                     out.write_all(events.as_bytes())?;
                     events.clear();
                 }
-            }
-        }
-        for kind in live {
-            let _ = writeln!(events, "+ {kind:x}");
-            if events.len() >= 1 << 16 {
-                out.write_all(events.as_bytes())?;
-                events.clear();
             }
         }
         let _ = writeln!(events, "c {:x}", options.elapsed.as_millis());
@@ -179,4 +340,67 @@ pub fn write<W: Write + ?Sized>(
     write_text(snapshot, resolver, options, &mut gzip)?;
     gzip.finish()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(allocated: (u64, u64), live: &[u64], peak: (u64, u64)) -> CallSite {
+        CallSite {
+            allocated_blocks: allocated.0,
+            allocated_bytes: allocated.1,
+            live_blocks: live.len() as u64,
+            live_bytes: live.iter().sum(),
+            live_sizes: live.to_vec(),
+            peak_blocks: peak.0,
+            peak_bytes: peak.1,
+            ..CallSite::default()
+        }
+    }
+
+    fn total(runs: &[(u64, u64)]) -> (u64, u64) {
+        runs.iter().fold((0, 0), |(blocks, bytes), &(size, count)| {
+            (blocks + count, bytes + size * count)
+        })
+    }
+
+    #[test]
+    fn plans_keep_every_count_of_the_site() {
+        // 10 blocks allocated, 3 live now (30, 10, 20 bytes), 5 live at the peak (100 bytes).
+        let s = site((10, 1_000), &[30, 10, 20], (5, 100));
+        let plan = Plan::of(&s, true);
+        let (kept, peak_only, new, freed) = (
+            total(&plan.kept),
+            total(&plan.peak_only),
+            total(&plan.new),
+            total(&plan.freed),
+        );
+        // No block need be live at both moments: 5 + 3 <= 10.
+        assert_eq!(kept, (0, 0));
+        assert_eq!(peak_only, (5, 100));
+        assert_eq!(new, (3, 60));
+        assert_eq!(freed.0 + peak_only.0 + new.0, 10);
+        assert_eq!(freed.1 + peak_only.1 + new.1, 1_000);
+        assert_eq!(plan.new, [(10, 1), (20, 1), (30, 1)]);
+
+        // Every block allocated is live now and was at the peak: they are the same blocks.
+        let s = site((3, 60), &[30, 10, 20], (3, 60));
+        let plan = Plan::of(&s, true);
+        assert_eq!(plan.kept, [(10, 1), (20, 1), (30, 1)]);
+        assert!(plan.peak_only.is_empty() && plan.new.is_empty() && plan.freed.is_empty());
+
+        // Without the peak table nothing is live at the peak.
+        let plan = Plan::of(&s, false);
+        assert!(plan.kept.is_empty() && plan.peak_only.is_empty());
+        assert_eq!(total(&plan.new), (3, 60));
+    }
+
+    #[test]
+    fn sizes_spread_evenly() {
+        assert_eq!(spread(10, 3), [(4, 1), (3, 2)]);
+        assert_eq!(spread(9, 3), [(3, 3)]);
+        assert_eq!(spread(5, 0), []);
+        assert_eq!(runs(&[8, 8, 16]), [(8, 2), (16, 1)]);
+    }
 }
