@@ -1,13 +1,17 @@
 //! The code loaded in this process: executable and shared libraries, with where they sit in memory.
 //!
-//! Read with `dl_iterate_phdr`, off the allocation path: the DWARF unwinder reads it once when it
-//! starts, the symbolizer when it renders a report.
+//! Read with `dl_iterate_phdr`, off the allocation path (the DWARF unwinder reads it when the
+//! modules change, the symbolizer when it renders a report), always holding the dynamic loader's
+//! lock. That lock is what makes a module's memory safe to read: `dlclose` unmaps a module and
+//! takes it off the loader's list in one hold of the same lock, so a module listed in a call of
+//! [`with_loaded`] stays mapped until that call returns, and no longer. [`Module`] is a copy of
+//! where a module was; reading its memory later needs another reason to know it is still there.
 
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::path::PathBuf;
 
 /// One loaded ELF object.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Module {
     /// Its file; the main executable is named by `/proc/self/exe`'s target.
     pub path: PathBuf,
@@ -20,6 +24,10 @@ pub struct Module {
     /// Every `PT_LOAD` segment, executable or not, as actual addresses (the DWARF unwinder bounds
     /// `.eh_frame` by the end of the segment holding it).
     pub segments: Vec<Range<usize>>,
+    /// Where the loader keeps the module's program headers: with the path, the bias and the
+    /// segments, what tells one loading of a module from another (a library unloaded and then
+    /// loaded again at the same address from the same file compares equal, and is the same code).
+    pub headers: usize,
 }
 
 impl Module {
@@ -29,79 +37,213 @@ impl Module {
     }
 }
 
-/// Lists the modules loaded now. Allocates: call it outside the allocation path.
-pub fn loaded() -> Vec<Module> {
-    let mut modules: Vec<Module> = Vec::new();
-    // SAFETY: the callback receives a `dl_phdr_info` that `dl_iterate_phdr` keeps valid for the
-    // duration of the call, and `data` is the `&mut Vec<Module>` passed here, used only inside
-    // this call on this thread.
-    unsafe {
-        libc::dl_iterate_phdr(Some(visit), (&mut modules as *mut Vec<Module>).cast());
-    }
-    modules
+/// The dynamic loader's count of objects loaded plus objects unloaded so far (`dlpi_adds +
+/// dlpi_subs`). Both counts only grow, so an equal count means no object came or went in
+/// between: the list of modules is the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Generation(pub u64);
+
+/// One object as the loader lists it, during a [`with_loaded`] callback. Its memory is mapped
+/// until the [`with_loaded`] call that gave it returns.
+pub struct Loaded<'a> {
+    info: &'a libc::dl_phdr_info,
+    /// The size of `info` as the loader gave it (older loaders have no counters).
+    size: usize,
+    /// Whether it is the first object listed, the main executable.
+    first: bool,
 }
 
-/// `dl_iterate_phdr` callback: appends one module to the vector behind `data`.
-///
-/// # Safety
-///
-/// `info` must point to a `dl_phdr_info` valid for the call, and `data` to a `Vec<Module>` that
-/// nothing else uses during the call.
-unsafe extern "C" fn visit(
-    info: *mut libc::dl_phdr_info,
-    _size: libc::size_t,
-    data: *mut libc::c_void,
-) -> libc::c_int {
-    // SAFETY: `dl_iterate_phdr` passes a valid `info` for this call and `data` is the vector given
-    // by `loaded`, borrowed by nobody else meanwhile.
-    let (info, modules) = unsafe { (&*info, &mut *data.cast::<Vec<Module>>()) };
-    let bias = info.dlpi_addr as usize;
-    let headers: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-        &[]
-    } else {
-        // SAFETY: the loader guarantees `dlpi_phnum` program headers at `dlpi_phdr`.
-        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
-    };
-    let mut text = Vec::new();
-    let mut eh_frame_hdr = None;
-    let mut segments = Vec::new();
-    for header in headers {
-        let start = bias.wrapping_add(header.p_vaddr as usize);
-        let range = start..start + header.p_memsz as usize;
-        match header.p_type {
-            libc::PT_LOAD => {
-                if header.p_flags & libc::PF_X != 0 {
-                    text.push(range.clone());
-                }
-                segments.push(range);
-            }
-            libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some(range),
-            _ => {}
+impl Loaded<'_> {
+    /// The loader's generation: the same for every object of one [`with_loaded`] call.
+    pub fn generation(&self) -> Option<Generation> {
+        let needed = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + size_of::<u64>();
+        (self.size >= needed)
+            .then(|| Generation(self.info.dlpi_adds.wrapping_add(self.info.dlpi_subs)))
+    }
+
+    /// Load bias: actual virtual address minus the address the file states.
+    pub fn bias(&self) -> usize {
+        self.info.dlpi_addr as usize
+    }
+
+    /// The program headers.
+    fn headers(&self) -> &[libc::Elf64_Phdr] {
+        if self.info.dlpi_phdr.is_null() {
+            return &[];
+        }
+        // SAFETY: the loader guarantees `dlpi_phnum` program headers at a non-null `dlpi_phdr`,
+        // valid while the object is listed, which outlasts `self`.
+        unsafe {
+            std::slice::from_raw_parts(self.info.dlpi_phdr, usize::from(self.info.dlpi_phnum))
         }
     }
-    let name = if info.dlpi_name.is_null() {
-        Default::default()
-    } else {
-        // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
-        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    let path = if name.is_empty() && modules.is_empty() {
-        std::fs::read_link("/proc/self/exe").unwrap_or_default()
-    } else {
-        PathBuf::from(name)
-    };
-    if !text.is_empty() {
-        modules.push(Module {
+
+    /// The name the loader gives, as bytes: empty for the main executable.
+    fn name(&self) -> &[u8] {
+        if self.info.dlpi_name.is_null() {
+            return &[];
+        }
+        // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader, valid
+        // while the object is listed, which outlasts `self`.
+        unsafe { std::ffi::CStr::from_ptr(self.info.dlpi_name) }.to_bytes()
+    }
+
+    /// The segments of the object, as actual addresses: each with its type and whether it is
+    /// executable.
+    fn segments(&self) -> impl Iterator<Item = (u32, bool, Range<usize>)> + '_ {
+        let bias = self.bias();
+        self.headers().iter().map(move |header| {
+            let start = bias.wrapping_add(header.p_vaddr as usize);
+            let range = start..start.wrapping_add(header.p_memsz as usize);
+            (header.p_type, header.p_flags & libc::PF_X != 0, range)
+        })
+    }
+
+    /// A copy of where the object is, or `None` if it holds no code. Allocates.
+    pub fn module(&self) -> Option<Module> {
+        let mut text = Vec::new();
+        let mut eh_frame_hdr = None;
+        let mut segments = Vec::new();
+        for (kind, executable, range) in self.segments() {
+            match kind {
+                libc::PT_LOAD => {
+                    if executable {
+                        text.push(range.clone());
+                    }
+                    segments.push(range);
+                }
+                libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some(range),
+                _ => {}
+            }
+        }
+        if text.is_empty() {
+            return None;
+        }
+        let name = self.name();
+        let path = if name.is_empty() && self.first {
+            std::fs::read_link("/proc/self/exe").unwrap_or_default()
+        } else {
+            PathBuf::from(String::from_utf8_lossy(name).into_owned())
+        };
+        Some(Module {
             path,
-            bias,
+            bias: self.bias(),
             text,
             eh_frame_hdr,
             segments,
-        });
+            headers: self.info.dlpi_phdr as usize,
+        })
     }
-    0
+
+    /// Whether this object is the loading of a module that `module` copied: same bias, program
+    /// headers, segments and name (the main executable's name is not compared: it never changes).
+    /// Never allocates.
+    pub fn is(&self, module: &Module) -> bool {
+        if self.bias() != module.bias || self.info.dlpi_phdr as usize != module.headers {
+            return false;
+        }
+        let (mut text, mut segments, mut eh_frame_hdr) = (0, 0, None);
+        for (kind, executable, range) in self.segments() {
+            match kind {
+                libc::PT_LOAD => {
+                    if executable {
+                        if module.text.get(text) != Some(&range) {
+                            return false;
+                        }
+                        text += 1;
+                    }
+                    if module.segments.get(segments) != Some(&range) {
+                        return false;
+                    }
+                    segments += 1;
+                }
+                libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some(range),
+                _ => {}
+            }
+        }
+        let named = (self.first && self.name().is_empty())
+            || module.path.as_os_str().as_encoded_bytes() == self.name();
+        named
+            && text == module.text.len()
+            && segments == module.segments.len()
+            && eh_frame_hdr == module.eh_frame_hdr
+    }
+}
+
+/// Calls `f` with each loaded object in the loader's order, holding the loader's lock, until it
+/// returns [`ControlFlow::Break`]. No object can be unloaded while `f` runs: the memory of every
+/// object given in this call stays mapped until the call returns.
+///
+/// `f` runs inside a C callback: it must not panic (a panic aborts the process), and it should be
+/// short, since every `dlopen`, `dlclose` and `dl_iterate_phdr` of the process waits for it. It
+/// may allocate.
+pub fn with_loaded<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(mut f: F) {
+    let mut state = (&mut f, true);
+    // SAFETY: `visit::<F>` receives a `dl_phdr_info` that `dl_iterate_phdr` keeps valid for the
+    // duration of the callback, and `data` is `&mut state`, of the type `visit::<F>` expects,
+    // used only inside this call on this thread.
+    unsafe {
+        libc::dl_iterate_phdr(Some(visit::<F>), (&mut state as *mut (&mut F, bool)).cast());
+    }
+}
+
+/// `dl_iterate_phdr` callback: calls the closure behind `data` with the object.
+///
+/// # Safety
+///
+/// `info` must point to a `dl_phdr_info` of at least `size` bytes valid for the call, and `data`
+/// to the `(&mut F, bool)` of [`with_loaded`] (the closure and whether no object was given to it
+/// yet), which nothing else uses during the call.
+unsafe extern "C" fn visit<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(
+    info: *mut libc::dl_phdr_info,
+    size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    if info.is_null() || data.is_null() {
+        return 1;
+    }
+    // SAFETY: `dl_iterate_phdr` passes a valid `info` for this call, and `data` is the state of
+    // `with_loaded`, borrowed by nobody else meanwhile.
+    let (info, (f, first)) = unsafe { (&*info, &mut *data.cast::<(&mut F, bool)>()) };
+    let loaded = Loaded {
+        info,
+        size,
+        first: *first,
+    };
+    *first = false;
+    match f(&loaded) {
+        ControlFlow::Continue(()) => 0,
+        ControlFlow::Break(()) => 1,
+    }
+}
+
+/// Lists the modules loaded now. Allocates: call it outside the allocation path.
+pub fn loaded() -> Vec<Module> {
+    listed().1
+}
+
+/// The loader's generation and the modules loaded at that generation (both read in one listing).
+/// Allocates: call it outside the allocation path.
+pub fn listed() -> (Option<Generation>, Vec<Module>) {
+    let mut generation = None;
+    let mut modules = Vec::new();
+    with_loaded(|object| {
+        generation = object.generation();
+        modules.extend(object.module());
+        ControlFlow::Continue(())
+    });
+    (generation, modules)
+}
+
+/// The loader's generation now: takes the loader's lock briefly and never allocates. `None` if
+/// the loader does not count.
+pub fn generation() -> Option<Generation> {
+    let mut generation = None;
+    with_loaded(|object| {
+        generation = object.generation();
+        ControlFlow::Break(())
+    });
+    generation
 }
 
 #[cfg(test)]
@@ -118,5 +260,37 @@ mod tests {
             .expect("a module holds this code");
         assert_eq!(module.path, std::env::current_exe().unwrap());
         assert!(module.eh_frame_hdr.is_some());
+    }
+
+    #[test]
+    fn each_module_is_itself_and_no_other() {
+        let modules = loaded();
+        assert!(modules.len() > 1, "{modules:?}");
+        let mut checked = 0;
+        with_loaded(|object| {
+            if let Some(module) = object.module() {
+                assert!(object.is(&module), "{module:?}");
+                let others = modules.iter().filter(|m| object.is(m)).count();
+                assert_eq!(others, 1, "{module:?}");
+                let moved = Module {
+                    bias: module.bias + 4096,
+                    ..module.clone()
+                };
+                assert!(!object.is(&moved));
+                let renamed = Module {
+                    path: PathBuf::from("/elsewhere/libother.so"),
+                    ..module
+                };
+                assert_eq!(
+                    object.is(&renamed),
+                    checked == 0,
+                    "only the executable's name is free"
+                );
+                checked += 1;
+            }
+            ControlFlow::Continue(())
+        });
+        assert_eq!(checked, modules.len());
+        assert!(generation().is_some(), "glibc and musl count loads");
     }
 }

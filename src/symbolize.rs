@@ -1,17 +1,30 @@
 //! Addresses to source frames: function, file, line and column, inlined calls expanded.
 //!
 //! Runs only when a report or export is rendered, on a [`Snapshot`](crate::Snapshot), never while
-//! the live table is locked. Lookups are cached per address for the life of the process, so a
-//! second report costs only its formatting. Each return address is looked up at address − 1 (inside
-//! the call instruction) and with its module's load bias, so PIE executables and shared libraries
-//! resolve too.
+//! the live table is locked. Lookups are cached per address, so a second report costs only its
+//! formatting. Each return address is looked up at address − 1 (inside the call instruction) and
+//! with its module's load bias, so PIE executables and shared libraries resolve too.
+//!
+//! # Libraries unloaded and loaded
+//!
+//! Before each lookup the symbolizer compares the dynamic loader's generation with the one its list
+//! of modules was read at; when modules came or went, it reads the list again and forgets what it
+//! knew of the code of every module gone or come: cached answers for addresses in their code, and
+//! the debug information of the files gone. So a library loaded where an unloaded one was is named
+//! from its own file. An address in no loaded module but in the code of a module seen before and
+//! since unloaded resolves to that module's path (its file may have changed since), never to
+//! another module's names.
+//!
+//! The live table keeps raw addresses only: a block allocated from a library since unloaded, at
+//! an address that another library loaded there later also uses, resolves to the later library's
+//! code, the only one that can still be read.
 
 #![forbid(unsafe_code)]
 
 use crate::address::ReturnAddress;
 use crate::frames::Frame;
 use crate::guard::untracked;
-use crate::modules::{self, Module};
+use crate::modules::{self, Generation, Module};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -40,8 +53,14 @@ impl<S: std::hash::BuildHasher> Resolve for HashMap<ReturnAddress, Vec<Frame>, S
 /// Resolves addresses of this process with its own debug information (DWARF, else the symbol
 /// table), caching every answer.
 pub struct Symbolizer {
-    /// Loaded modules, re-read when an address falls in none of them (after a `dlopen`).
+    /// Loaded modules, re-read when the loader's generation moves (or, if the loader does not
+    /// count, when an address falls in none of them).
     modules: Vec<Module>,
+    /// The loader's generation `modules` was read at.
+    generation: Option<Generation>,
+    /// Modules seen loaded before and unloaded since, the latest first (at most
+    /// [`UNLOADED_KEPT`]): what is known of addresses in their code now.
+    unloaded: Vec<Module>,
     /// Debug information per module path; `None` when the file could not be read.
     loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
     /// Answers by address.
@@ -60,21 +79,73 @@ impl fmt::Debug for Symbolizer {
     }
 }
 
+/// Unloaded modules remembered, so that a program loading and unloading libraries in a loop keeps
+/// a bounded list.
+const UNLOADED_KEPT: usize = 64;
+
 impl Symbolizer {
     /// A symbolizer for this process, showing files relative to `working_dir`.
     pub fn new(working_dir: Option<PathBuf>) -> Symbolizer {
+        let (generation, modules) = modules::listed();
         Symbolizer {
-            modules: modules::loaded(),
+            modules,
+            generation,
+            unloaded: Vec::new(),
             loaders: HashMap::new(),
             cache: HashMap::new(),
             working_dir,
         }
     }
 
+    /// Reads the list of modules again if modules came or went since it was read, forgetting
+    /// what was known of the code of those that went or came.
+    fn follow_the_loader(&mut self) {
+        let Some(now) = modules::generation() else {
+            return;
+        };
+        if self.generation == Some(now) {
+            return;
+        }
+        self.reread_modules();
+    }
+
+    /// Reads the list of modules, and forgets the answers for addresses in the code of modules
+    /// gone or come since the last list, and the debug information of the files gone.
+    fn reread_modules(&mut self) {
+        let (generation, modules) = modules::listed();
+        let gone: Vec<Module> = self
+            .modules
+            .iter()
+            .filter(|m| !modules.contains(m))
+            .cloned()
+            .collect();
+        let changed: Vec<&Module> = modules
+            .iter()
+            .filter(|m| !self.modules.contains(m))
+            .chain(&gone)
+            .collect();
+        if !changed.is_empty() {
+            self.cache
+                .retain(|a, _| !changed.iter().any(|m| m.contains(a.lookup_address())));
+        }
+        for module in &gone {
+            self.loaders.remove(&module.path);
+        }
+        self.unloaded
+            .retain(|old| !gone.iter().any(|m| m.path == old.path));
+        self.unloaded.splice(0..0, gone);
+        self.unloaded.truncate(UNLOADED_KEPT);
+        self.modules = modules;
+        self.generation = generation;
+    }
+
     fn module_of(&mut self, pc: usize) -> Option<usize> {
         let find = |modules: &[Module]| modules.iter().position(|m| m.contains(pc));
         find(&self.modules).or_else(|| {
-            self.modules = modules::loaded();
+            // Without the loader's counters, a new module shows only by its code.
+            if self.generation.is_none() {
+                self.reread_modules();
+            }
             find(&self.modules)
         })
     }
@@ -93,7 +164,14 @@ impl Symbolizer {
     fn lookup(&mut self, address: ReturnAddress) -> Arc<[Frame]> {
         let pc = address.lookup_address();
         let Some(index) = self.module_of(pc) else {
-            return unknown();
+            // The code of a module since unloaded: its path is what is known.
+            return match self.unloaded.iter().find(|m| m.contains(pc)) {
+                Some(module) => Arc::from([Frame {
+                    file: Some(module.path.to_string_lossy().into_owned()),
+                    ..Frame::default()
+                }]),
+                None => unknown(),
+            };
         };
         let module_path = self.modules[index].path.clone();
         let probe = (pc - self.modules[index].bias) as u64;
@@ -155,6 +233,7 @@ impl Symbolizer {
 
 impl Resolve for Symbolizer {
     fn resolve(&mut self, address: ReturnAddress) -> Arc<[Frame]> {
+        self.follow_the_loader();
         if let Some(frames) = self.cache.get(&address) {
             return frames.clone();
         }

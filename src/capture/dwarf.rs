@@ -2,11 +2,12 @@
 //! works in default builds, where functions may use the frame-pointer register for anything.
 //!
 //! gimli reads the rules and framehop unwinds the frames they cannot describe. Three parts, none
-//! of which allocates or locks once the process and the thread have each walked once:
+//! of which allocates or locks once the process and the thread have each walked once, as long as
+//! the walk stays in the modules the program started with:
 //!
 //! - [The registry](registry): every loaded module's unwind tables, read in place from its mapped
 //!   image ([`tables`]), built by the first walk of the process and never freed, so a walk never
-//!   waits for it nor sees it go away.
+//!   waits for it nor sees it go away (though the modules it lists may go).
 //! - [The per-thread rule cache](rules): for each address a walk met, the row of call-frame
 //!   information that covers it, boiled down to the few offsets that describe nearly every frame of
 //!   compiled code, or to "ask framehop" for the others.
@@ -16,12 +17,17 @@
 //!
 //! # Modules loaded or unloaded later
 //!
-//! The modules present at the first walk stay loaded (the dynamic loader never unloads the objects
-//! a program starts with). When code falls in no registered module, or in one registered later
-//! (which `dlclose` may unload), the walk compares the loader's load and unload counters with the
-//! registry's, at most once a walk, and rebuilds the registry when they differ: the one allocation
-//! a walk may make, inside the reentrancy guard. Code that stays unknown (JIT-compiled code, or a
-//! rebuild another thread is making) ends the walk at its return address, which is still recorded.
+//! `dlclose` unmaps a library's tables while other threads walk, so a walk reads a module's tables
+//! only where that module is known to be mapped. The modules the program started with (recorded
+//! before `main`) are never unloaded, and are read freely. From the first frame in any other
+//! module, the rest of the walk runs holding the dynamic loader's lock, once the registry is
+//! known to match the loaded modules: at the loader's generation it last checked them, or after
+//! checking them again, which marks the modules since unloaded gone. Code in no registered module
+//! (or in one marked gone) makes the walk refresh the registry, rebuilding it if modules came or
+//! went since it was built: the one allocation a walk may make, inside the reentrancy guard. Code
+//! that stays unknown (JIT-compiled code, or a rebuild another thread is making) ends the walk at
+//! its return address, which is still recorded; so does a walk that cannot check the registry
+//! without waiting, while modules keep changing.
 //!
 //! # Limits
 //!
@@ -53,7 +59,8 @@ mod walk;
 /// holds the frames `budget` wants.
 ///
 /// The first address is the return address into this function's caller. Never allocates once the
-/// process's registry and this thread's cache exist (the first walk of each makes them).
+/// process's registry and this thread's cache exist (the first walk of each makes them) and the
+/// modules stay the same.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {

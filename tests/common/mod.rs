@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 mod golden;
+pub mod c_library;
 
 #[allow(unused_imports)]
 pub use golden::golden;

@@ -71,9 +71,9 @@ const EMPTY: Entry = Entry {
 /// The rules of the addresses a thread's walks met, set-associative by address hash: 32 KiB.
 pub(super) struct Rules {
     sets: Box<[[Entry; WAYS]]>,
-    /// The registry the rules were read from (its address); they are all forgotten when it is
-    /// replaced.
-    registry: usize,
+    /// The registry the rules were read from (its address) and its count of modules marked gone;
+    /// the rules are all forgotten when either changes.
+    registry: (usize, u32),
 }
 
 impl Rules {
@@ -81,7 +81,7 @@ impl Rules {
     pub(super) fn new() -> Rules {
         Rules {
             sets: vec![[EMPTY; WAYS]; SETS].into_boxed_slice(),
-            registry: 0,
+            registry: (0, 0),
         }
     }
 
@@ -105,10 +105,12 @@ impl Rules {
         }
     }
 
-    /// Starts over if the rules were read from another registry than `registry`.
+    /// Starts over if the rules were read from another registry than `registry`, or before it
+    /// marked another module gone (`epoch` is its count of modules marked gone): a rule of code
+    /// that was unloaded must not be used for what is loaded there next.
     #[inline]
-    pub(super) fn use_registry<T>(&mut self, registry: &T) {
-        let registry = registry as *const T as usize;
+    pub(super) fn use_registry<T>(&mut self, registry: &T, epoch: u32) {
+        let registry = (registry as *const T as usize, epoch);
         if self.registry != registry {
             self.sets.fill([EMPTY; WAYS]);
             self.registry = registry;
@@ -266,10 +268,10 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_four_alike_and_forgets_on_a_new_registry() {
+    fn the_cache_keeps_four_alike_and_forgets_on_a_new_registry_or_epoch() {
         let mut rules = Rules::new();
         let (first, second) = (0u8, 0u8);
-        rules.use_registry(&first);
+        rules.use_registry(&first, 0);
         // Five addresses of one set: the oldest goes.
         let alike: Vec<usize> = (1..)
             .filter(|a| Rules::set_of(*a) == Rules::set_of(1))
@@ -287,9 +289,12 @@ mod tests {
         for (i, address) in alike.iter().enumerate().skip(1) {
             assert_eq!(rules.find(*address), Some(rule(i as i32)));
         }
-        rules.use_registry(&first);
+        rules.use_registry(&first, 0);
         assert!(rules.find(alike[1]).is_some());
-        rules.use_registry(&second);
+        rules.use_registry(&first, 1);
+        assert_eq!(rules.find(alike[1]), None);
+        rules.insert(alike[1], rule(1));
+        rules.use_registry(&second, 1);
         assert_eq!(rules.find(alike[1]), None);
     }
 }

@@ -2,9 +2,9 @@
 //! found by the module's program headers, and `.eh_frame` (the rules), found from the pointer in
 //! the index's header; both as slices of the mapped image, in framehop's and gimli's terms.
 //!
-//! The slices are `'static` because the modules present at the first walk stay loaded; a module
-//! loaded later is only read after the walk confirms it is still loaded (see
-//! [`confirm`](super::registry::confirm)).
+//! The slices are `'static` in type only: a module the program started with stays loaded, and one
+//! loaded later is read only while the registry knows it to be loaded, holding the loader's lock
+//! (see [`Registry::locked`](super::registry::Registry::locked)).
 
 use super::rules::Cfi;
 use crate::modules::Module;
@@ -15,7 +15,8 @@ use std::ops::Range;
 pub(super) type Section = &'static [u8];
 
 /// gimli's view of the tables given to framehop, for a module loaded `bias` bytes away from
-/// its stated addresses.
+/// its stated addresses. Parses the header of `.eh_frame_hdr`: call it where the tables were
+/// found, while the loader lists the module.
 pub(super) fn cfi_of(tables: &ExplicitModuleSectionInfo<Section>, bias: usize) -> Option<Cfi> {
     let loaded =
         |stated: &Option<Range<u64>>| stated.as_ref().map(|r| r.start.wrapping_add(bias as u64));
@@ -28,8 +29,15 @@ pub(super) fn cfi_of(tables: &ExplicitModuleSectionInfo<Section>, bias: usize) -
 }
 
 /// `.eh_frame_hdr` and `.eh_frame` of a loaded module, as framehop wants them; `None` if the
-/// module has no `.eh_frame_hdr` or it cannot be made sense of.
-pub(super) fn unwind_tables(module: &Module) -> Option<ExplicitModuleSectionInfo<Section>> {
+/// module has no `.eh_frame_hdr` or it cannot be made sense of. Reads the header of
+/// `.eh_frame_hdr`.
+///
+/// # Safety
+///
+/// `module` must be mapped as listed during the call (the loader is listing it: the call is made
+/// inside [`modules::with_loaded`](crate::modules::with_loaded)'s callback for it). The slices
+/// returned may be read later only while the module is known to be still loaded.
+pub(super) unsafe fn unwind_tables(module: &Module) -> Option<ExplicitModuleSectionInfo<Section>> {
     let hdr = module.eh_frame_hdr.clone()?;
     if !module
         .segments
@@ -38,10 +46,10 @@ pub(super) fn unwind_tables(module: &Module) -> Option<ExplicitModuleSectionInfo
     {
         return None;
     }
-    // SAFETY: `hdr` lies inside a `PT_LOAD` segment of a loaded module (checked above), which
-    // the loader mapped readable (it holds `.eh_frame_hdr`) and which stays mapped while the
-    // module is loaded. Modules that could be unloaded are read only after the walk confirms
-    // they are still loaded (see `registry::confirm`).
+    // SAFETY: `hdr` lies inside a `PT_LOAD` segment of the module (checked above), which the
+    // loader mapped readable (it holds `.eh_frame_hdr`) and which stays mapped during this call
+    // (guaranteed by the caller), when its header is read; later reads are the caller's to make
+    // safe.
     let hdr_bytes = unsafe { mapped(hdr.start, hdr.end - hdr.start) };
     let frame_start = eh_frame_address(hdr_bytes, hdr.start, module.bias)?;
     // `.eh_frame` has no length of its own here: it runs at most to the end of its segment
@@ -67,9 +75,9 @@ pub(super) fn unwind_tables(module: &Module) -> Option<ExplicitModuleSectionInfo
 ///
 /// # Safety
 ///
-/// `[start, start + len)` must lie in a segment of a loaded module, readable, and stay mapped
-/// for as long as the slice is used (for modules that may be unloaded, the walk confirms they
-/// are still there before it reads their tables).
+/// `[start, start + len)` must lie in a segment of a loaded module, readable, and be read only
+/// while the module stays mapped (for modules that may be unloaded, under the loader's lock with
+/// the registry known to be valid).
 unsafe fn mapped(start: usize, len: usize) -> &'static [u8] {
     // SAFETY: the caller guarantees that the range is mapped and readable; it is never
     // written (loaded segments holding unwind tables are read-only).

@@ -9,10 +9,12 @@
 //! the index and a short call-frame program). Frames the rules cannot describe go to framehop,
 //! which keeps its own cache.
 //!
-//! A thread's state is made by its first walk; after that a walk neither allocates nor locks,
-//! except when code loaded or unloaded since the registry was built makes it confirm the registry.
+//! A thread's state is made by its first walk; after that a walk neither allocates nor locks while
+//! it is in the modules the program started with. From the first frame in a module loaded later,
+//! the rest of the walk runs holding the dynamic loader's lock (so that no module can be unloaded
+//! while its tables are read); code in no known module makes it refresh the registry.
 
-use super::registry::{Kind, Registry, confirm, current};
+use super::registry::{Kind, Registry, current, refresh};
 use super::rules::{Rule, Rules, Step};
 use crate::address::ReturnAddress;
 use crate::capture::{Budget, fp};
@@ -69,7 +71,10 @@ pub(super) fn unwind<const RULES: bool>(
     if sp >= high || sp.saturating_sub(low) < HEADROOM {
         return 0;
     }
-    let registry = current();
+    // `None` while another thread builds the first registry, at the process's first allocations.
+    let Some(registry) = current() else {
+        return 0;
+    };
     THREAD
         .try_with(|slot| {
             // A walk interrupted by another walk on this thread (a signal handler that
@@ -83,55 +88,121 @@ pub(super) fn unwind<const RULES: bool>(
                 framehop: FramehopCache::new_in(),
                 misses: 0,
             });
-            let registers = Registers { pc, sp, bp };
-            walk_frames::<RULES>(registry, state, registers, high, out, budget)
+            let mut cursor = Cursor {
+                pc,
+                lookup: pc,
+                sp,
+                bp,
+                low: sp,
+                high,
+                n: 0,
+                limit: out.len(),
+                budget,
+                hint: 0,
+            };
+            walk_frames::<RULES>(registry, state, &mut cursor, out);
+            cursor.n
         })
         .unwrap_or(0)
 }
 
-/// The registers a walk starts from.
-#[derive(Clone, Copy)]
-struct Registers {
+/// Where a walk stands between two frames.
+struct Cursor {
+    /// The walk's own instruction, where the first frame is.
     pc: usize,
+    /// The address whose rule applies next: the walk's own instruction, then each call
+    /// instruction (a return address minus one), which is what the caller's tables describe.
+    lookup: usize,
+    /// The stack pointer and frame-pointer register of the frame at `lookup`.
     sp: usize,
     bp: usize,
+    /// Stack reads are confined to `[low, high)`: the frames of `walk`'s callers.
+    low: usize,
+    high: usize,
+    /// Return addresses written so far.
+    n: usize,
+    /// Frames to capture: all of `out` until the budget says how many.
+    limit: usize,
+    budget: Budget,
+    /// The code range of the previous frame: consecutive frames are mostly in one module.
+    hint: usize,
 }
 
-/// The frame loop. Stack reads are confined to `[sp, high)`: the frames of `walk`'s callers.
-/// `RULES == false` unwinds every frame with framehop (for tests that compare the two).
+/// Why [`frames`] stopped.
+enum Stop {
+    /// The walk is over.
+    Done,
+    /// The next frame is in a module that may be unloaded: go on holding the loader's lock.
+    Lock,
+    /// The next frame is in no registered module, or in one no longer loaded.
+    Unknown,
+}
+
+/// The walk: frames in the modules the program started with are unwound as they come; at the
+/// first frame in another module, the rest of the walk runs holding the loader's lock
+/// ([`Registry::locked`]), so that no module can be unloaded while its tables are read. Code in no
+/// registered module makes it try a refreshed registry, once a walk.
 fn walk_frames<const RULES: bool>(
     mut registry: &'static Registry,
     state: &mut ThreadState,
-    start: Registers,
-    high: usize,
+    cursor: &mut Cursor,
     out: &mut [ReturnAddress],
-    mut budget: Budget,
-) -> usize {
-    let low = start.sp;
-    let Registers { pc, mut sp, mut bp } = start;
-    state.rules.use_registry(registry);
-    // The address whose rule applies: the walk's own instruction, then each call instruction
-    // (a return address minus one), which is what the caller's tables describe.
-    let mut lookup = pc;
-    // The code range of the previous frame: consecutive frames are mostly in one module.
-    let mut hint = 0;
-    // Whether this walk has confirmed that `registry` matches the loaded modules.
-    let mut confirmed = false;
-    let mut n = 0;
-    // Frames to capture: all of `out` until the budget says how many.
-    let mut limit = out.len();
-    while n < limit {
-        let rule = match state.rules.find(lookup) {
-            Some(rule) if RULES && (rule.permanent || confirmed) => rule,
-            _ => {
-                let Some(rule) =
-                    resolve::<RULES>(&mut registry, state, lookup, &mut hint, &mut confirmed)
-                else {
-                    break;
-                };
-                rule
-            }
+) {
+    let mut refreshed = false;
+    loop {
+        state.rules.use_registry(registry, registry.epoch());
+        let stop = match frames::<RULES>(registry, state, cursor, out, false) {
+            Stop::Lock => registry
+                .locked(|| {
+                    // Validating may have marked modules gone since the line above.
+                    state.rules.use_registry(registry, registry.epoch());
+                    frames::<RULES>(registry, state, cursor, out, true)
+                })
+                .unwrap_or(Stop::Done),
+            stop => stop,
         };
+        match stop {
+            Stop::Done | Stop::Lock => return,
+            Stop::Unknown => {
+                if refreshed {
+                    return;
+                }
+                refreshed = true;
+                let Some(newer) = refresh(registry, &mut state.misses) else {
+                    return;
+                };
+                registry = newer;
+                if registry.range_of(cursor.lookup, &mut cursor.hint).is_some() {
+                    // The code was in a module loaded since: check again at the next miss.
+                    state.misses = 0;
+                }
+            }
+        }
+    }
+}
+
+/// The frame loop, from `cursor` on. Unlocked (`locked == false`), it stops at the first frame
+/// outside the modules the program started with; locked (inside [`Registry::locked`]), it also
+/// reads and trusts the rules of the other registered modules. `RULES == false` unwinds every
+/// frame with framehop (for tests that compare the two).
+fn frames<const RULES: bool>(
+    registry: &'static Registry,
+    state: &mut ThreadState,
+    cursor: &mut Cursor,
+    out: &mut [ReturnAddress],
+    locked: bool,
+) -> Stop {
+    let (low, high) = (cursor.low, cursor.high);
+    while cursor.n < cursor.limit {
+        let lookup = cursor.lookup;
+        let rule = match state.rules.find(lookup) {
+            Some(rule) if RULES && (rule.permanent || locked) => rule,
+            _ => match resolve::<RULES>(registry, state, lookup, &mut cursor.hint, locked) {
+                Ok(rule) => rule,
+                Err(stop) => return stop,
+            },
+        };
+        let (sp, bp) = (cursor.sp, cursor.bp);
         let return_address = match rule.step {
             Step::FromSp | Step::FromBp => {
                 let base = if rule.step == Step::FromSp { sp } else { bp };
@@ -140,7 +211,7 @@ fn walk_frames<const RULES: bool>(
                 // the caller's frame is above this one (a walk never loops); and below the
                 // top of the stack.
                 if cfa < sp + 8 || cfa > high || !cfa.is_multiple_of(8) {
-                    break;
+                    return Stop::Done;
                 }
                 // SAFETY: `low <= sp <= cfa - 8` and `cfa <= high`, `cfa` 8-byte aligned:
                 // `[cfa - 8, cfa)` lies in the frames of the walk's callers, in this thread's
@@ -152,91 +223,90 @@ fn walk_frames<const RULES: bool>(
                         low,
                         high,
                     ) else {
-                        break;
+                        return Stop::Done;
                     };
-                    bp = saved as usize;
+                    cursor.bp = saved as usize;
                 }
-                sp = cfa;
+                cursor.sp = cfa;
                 return_address
             }
-            Step::End => break,
+            Step::End => return Stop::Done,
             Step::Framehop => {
-                let (frame, ip) = if n == 0 {
+                let (frame, ip) = if cursor.n == 0 {
+                    let pc = cursor.pc;
                     (FrameAddress::from_instruction_pointer(pc as u64), pc)
                 } else {
                     let ip = lookup.wrapping_add(1);
                     let Some(frame) = FrameAddress::from_return_address(ip as u64) else {
-                        break;
+                        return Stop::Done;
                     };
                     (frame, ip)
                 };
                 let mut regs = UnwindRegsX86_64::new(ip as u64, sp as u64, bp as u64);
                 let mut read_stack = |address: u64| read_stack_word(address, low, high);
+                // framehop reads the tables of the module holding `lookup`, which `resolve`
+                // (or a rule cached under the same conditions) found readable now.
                 let Ok(Some(return_address)) = registry.framehop.unwind_frame(
                     frame,
                     &mut regs,
                     &mut state.framehop,
                     &mut read_stack,
                 ) else {
-                    break;
+                    return Stop::Done;
                 };
-                sp = regs.sp() as usize;
-                bp = regs.bp() as usize;
+                cursor.sp = regs.sp() as usize;
+                cursor.bp = regs.bp() as usize;
                 return_address as usize
             }
         };
         if return_address == 0 {
-            break;
+            return Stop::Done;
         }
-        out[n] = ReturnAddress(return_address);
-        n += 1;
-        if let Some(end) = budget.end_after(n, return_address) {
-            limit = limit.min(end);
+        out[cursor.n] = ReturnAddress(return_address);
+        cursor.n += 1;
+        if let Some(end) = cursor.budget.end_after(cursor.n, return_address) {
+            cursor.limit = cursor.limit.min(end);
         }
-        lookup = return_address - 1;
+        cursor.lookup = return_address - 1;
     }
-    n
+    Stop::Done
 }
 
 /// The rule of `lookup` when the cache cannot vouch for it (first sight of the address, or code
-/// that may have been unloaded since its rule was read): checks the address against the loaded
-/// modules, confirming `registry` first when needed, then reads the rule and remembers it.
-/// `None` ends the walk: code without tables, or in no module.
+/// that may be unloaded while the walk is not locked): checks the address against the registry,
+/// then reads the rule and remembers it. Only code the program started with is read unlocked;
+/// other code makes an unlocked walk stop for the lock ([`Stop::Lock`]), and code of a module no
+/// longer loaded is unknown.
 #[cold]
 #[inline(never)]
 fn resolve<const RULES: bool>(
-    registry: &mut &'static Registry,
+    registry: &'static Registry,
     state: &mut ThreadState,
     lookup: usize,
     hint: &mut usize,
-    confirmed: &mut bool,
-) -> Option<Rule> {
-    let range = match registry.range_of(lookup, hint) {
-        Some(range) if range.kind == Kind::Permanent => range,
-        Some(range) if range.kind == Kind::Opaque => return None,
-        found => {
-            if !*confirmed {
-                *registry = confirm(registry, found.is_none(), &mut state.misses)?;
-                state.rules.use_registry(*registry);
-                *confirmed = true;
-            }
-            registry
-                .range_of(lookup, hint)
-                .filter(|range| range.kind != Kind::Opaque)?
-        }
-    };
+    locked: bool,
+) -> Result<Rule, Stop> {
+    let range = registry.range_of(lookup, hint).ok_or(Stop::Unknown)?;
+    match range.kind {
+        Kind::Opaque => return Err(Stop::Done),
+        Kind::Unloadable if !locked => return Err(Stop::Lock),
+        Kind::Unloadable if registry.is_gone(range) => return Err(Stop::Unknown),
+        Kind::Permanent | Kind::Unloadable => {}
+    }
     if !RULES {
-        return Some(Rule::FRAMEHOP);
+        return Ok(Rule::FRAMEHOP);
     }
     let rule = Rule {
         permanent: range.kind == Kind::Permanent,
         ..match registry.cfi.get(range.cfi) {
+            // Reads the module's tables: mapped, since it is permanent, or the walk holds the
+            // loader's lock and the registry is valid.
             Some(cfi) => cfi.rule(lookup, &mut state.context),
             None => Rule::FRAMEHOP,
         }
     };
     state.rules.insert(lookup, rule);
-    Some(rule)
+    Ok(rule)
 }
 
 /// Reads the aligned word at `address` if it lies in `[low, high)`, a range of this thread's
