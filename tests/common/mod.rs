@@ -122,7 +122,8 @@ pub fn headless_dom(
 /// (`scripts/test.sh` sets `MEMPROF_REQUIRE_TOOLS=1`, and `scripts/install-deps.sh` installs every
 /// reader), a skip with a message when a test is run on its own.
 pub fn missing_tool(check: &str, install: &str) {
-    let message = format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
+    let message =
+        format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
     if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
         panic!("{message}");
     }
