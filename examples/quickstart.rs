@@ -1,6 +1,9 @@
 //! Profiles a small word-index workload and prints the Markdown report of what is still live.
 //!
 //! `cargo run --release --example quickstart`
+//!
+//! The report's files and lines come from the debug information that `debug = "limited"` in this
+//! crate's `[profile.release]` asks for.
 
 use std::collections::HashMap;
 

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::ops::Range;
 
 /// One source frame. A return address yields one per inlined call, innermost first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,13 +25,14 @@ pub struct Frame {
 
 impl fmt::Display for Frame {
     /// MemProf's frame string: `src/main.rs:12:5 in 'app::build_index'`; `:col` is left out when
-    /// 0, `:line:col` when the line is 0, and an unknown frame reads `???`.
+    /// 0, `:line:col` when the line is 0, and an unknown frame reads `???`. The files of the
+    /// standard library and of crates from a registry are shortened ([`short_path`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.file, &self.function) {
             (None, None) => f.write_str("???"),
             (None, Some(function)) => write!(f, "'{function}'"),
             (Some(file), function) => {
-                f.write_str(file)?;
+                f.write_str(short_path(file))?;
                 if self.line != 0 {
                     write!(f, ":{}", self.line)?;
                     if self.column != 0 {
@@ -44,6 +46,38 @@ impl fmt::Display for Frame {
             }
         }
     }
+}
+
+/// A source file as a report prints it: the standard library's sources, which its debug
+/// information places under `/rustc/<commit>/library/`, from their crate's directory on
+/// (`core/src/iter/traits/iterator.rs`, as in the `library` directory of Rust's repository and
+/// of the `rust-src` component); the crates std vendors (`/rust/deps/hashbrown-0.15.2/...`) and
+/// those from a Cargo registry (`~/.cargo/registry/src/index.crates.io-<hash>/serde-1.0.0/...`)
+/// from their `name-version` directory on. Every other path is left as it is.
+pub fn short_path(file: &str) -> &str {
+    if let Some(rest) = file.strip_prefix("/rustc/")
+        && let Some((_commit, path)) = rest.split_once('/')
+    {
+        return path.strip_prefix("library/").unwrap_or(path);
+    }
+    if let Some(path) = file.strip_prefix("/rust/deps/") {
+        return path;
+    }
+    const REGISTRY: &str = "/registry/src/";
+    if let Some(at) = file.find(REGISTRY)
+        && let Some((index, path)) = file[at + REGISTRY.len()..].split_once('/')
+        && is_registry_index(index)
+    {
+        return path;
+    }
+    file
+}
+
+/// Whether a directory name is one Cargo gives a registry's sources: `<host>-<16 hex digits>`.
+fn is_registry_index(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(host, hash)| {
+        !host.is_empty() && hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    })
 }
 
 /// memprof's own source directory, as its debug information names it.
@@ -94,9 +128,16 @@ fn mentions_std(function: &str) -> bool {
 /// walk go deeper: memprof's own functions and the allocator's are trimmed, and a report tells
 /// the standard library by source file, which a symbol table does not give, so no function whose
 /// name mentions a standard-library path (`<&mut String as core::fmt::Write>::write_fmt`,
-/// `<u64 as core::fmt::Display>::fmt`) counts as shown.
+/// `<u64 as core::fmt::Display>::fmt`) counts as shown. Nor does the runtime below the
+/// program's entry, which a report hides: the C library's start of the process and its threads,
+/// the `main` that calls std's runtime, and libtest's functions, which call each test.
 pub fn is_shown_by_name(function: &str) -> bool {
-    !(is_profiler_function(function) || is_allocator_frame(function) || mentions_std(function))
+    !(is_profiler_function(function)
+        || is_allocator_frame(function)
+        || mentions_std(function)
+        || is_process_start(function)
+        || function == "main"
+        || function.trim_start_matches('<').starts_with("test::"))
 }
 
 /// Whether a frame belongs to the allocator shim or std's allocation internals: after memprof's
@@ -138,10 +179,30 @@ pub fn is_std_frame(frame: &Frame) -> bool {
 }
 
 /// The context of a stack, innermost first: memprof's own frames and the allocator's are trimmed
-/// from the top; of the standard-library frames that follow, only the outermost stays (the
-/// collection operation the program called: `Vec::push`, `Box::new`, `HashMap::insert`); then
-/// `skip` more frames are dropped and at most `depth` kept.
+/// from the top, the runtime that calls the program from the bottom ([`program_frames`]); of the
+/// standard-library frames at the top, only the outermost stays (the collection operation the
+/// program called: `Vec::push`, `Box::new`, `HashMap::insert`); then `skip` more frames are
+/// dropped and at most `depth` kept.
 pub fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a Frame> {
+    frames[program_frames(frames)]
+        .iter()
+        .copied()
+        .skip(skip)
+        .take(depth)
+        .collect()
+}
+
+/// The frames of a stack (innermost first) that a context is made of, before its skip and depth:
+/// a contiguous run, so that the exports can map it back to return addresses.
+///
+/// - At the top, memprof's own frames, then the allocator's, are left out, and of the standard
+///   library's frames that follow only the last, unless std is all there is.
+/// - At the bottom, the runtime below the program: std's `__rust_begin_short_backtrace`, which
+///   calls `main` and the closure of every thread std starts, with everything below it
+///   (`std::rt::lang_start`, the C library's start of the process or thread) and the `call_once`
+///   shims between it and the program's code; on a stack without it (a thread the program's C
+///   code started), the C library's own start of the process or thread.
+pub fn program_frames(frames: &[&Frame]) -> Range<usize> {
     fn name(f: &Frame) -> &str {
         f.function.as_deref().unwrap_or("")
     }
@@ -149,20 +210,85 @@ pub fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a F
         .iter()
         .rposition(|f| is_profiler_frame(f))
         .map_or(0, |last| last + 1);
-    let rest = &frames[after_profiler..];
-    let first = rest
+    let start = frames[after_profiler..]
         .iter()
         .position(|f| !is_allocator_frame(name(f)))
-        .unwrap_or(rest.len());
-    let rest = &rest[first..];
-    // Collapse the leading run of std frames to its last one, unless std is all there is.
-    let std_run = rest.iter().take_while(|f| is_std_frame(f)).count();
-    let rest = if std_run > 1 && std_run < rest.len() {
-        &rest[std_run - 1..]
-    } else {
-        rest
+        .map_or(frames.len(), |first| after_profiler + first);
+    let rest = &frames[start..];
+    let end = match rest.iter().position(|f| is_program_entry(name(f))) {
+        Some(entry) => {
+            let shims = rest[..entry]
+                .iter()
+                .rev()
+                .take_while(|f| is_call_shim(f))
+                .count();
+            match entry - shims {
+                0 => entry,
+                end => end,
+            }
+        }
+        None => {
+            let started = rest
+                .iter()
+                .rev()
+                .take_while(|f| is_process_start(name(f)))
+                .count();
+            rest.len() - started
+        }
     };
-    rest.iter().copied().skip(skip).take(depth).collect()
+    let end = match end {
+        0 => rest.len(),
+        end => end,
+    };
+    // Collapse the leading run of std frames to its last one, unless std is all there is.
+    let std_run = rest[..end].iter().take_while(|f| is_std_frame(f)).count();
+    let first = if std_run > 1 && std_run < end {
+        std_run - 1
+    } else {
+        0
+    };
+    start + first..start + end
+}
+
+/// Whether a function is where Rust's runtime hands a thread to the program: std's
+/// `__rust_begin_short_backtrace` (`std::sys::backtrace::`, `std::sys_common::backtrace::` in
+/// older releases), which calls `main` and the closure of every thread std spawns, and libtest's
+/// (`test::`), which calls each test.
+fn is_program_entry(function: &str) -> bool {
+    let path = function.trim_start_matches('<');
+    (path.starts_with("std::") || path.starts_with("test::"))
+        && path
+            .split("::")
+            .any(|segment| segment == "__rust_begin_short_backtrace")
+}
+
+/// Whether a frame is one of the standard library's `FnOnce::call_once` shims, through which the
+/// runtime calls `main`, a thread's closure or a test (`<fn() as FnOnce<()>>::call_once` too, named
+/// after no std path but in std's source).
+fn is_call_shim(frame: &Frame) -> bool {
+    is_std_frame(frame)
+        && frame
+            .function
+            .as_deref()
+            .is_some_and(|f| f.contains("::call_once"))
+}
+
+/// Whether a function is the C library's start of the process (`_start`,
+/// `__libc_start_main`) or of a thread (`start_thread`, `clone3`).
+fn is_process_start(function: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "_start",
+        "__libc_start_main",
+        "__libc_start_main_impl",
+        "__libc_start_call_main",
+        "start_thread",
+        "clone",
+        "clone3",
+        "__clone",
+        "__clone3",
+        "__clone_internal",
+    ];
+    NAMES.contains(&function)
 }
 
 #[cfg(test)]
@@ -186,6 +312,279 @@ mod tests {
             line: 1,
             column: 0,
         }
+    }
+
+    /// A frame of std's source, whatever its function's name.
+    fn std_frame(function: &str) -> Frame {
+        Frame {
+            file: Some("/rustc/0/library/core/src/ops/function.rs".into()),
+            ..frame(function)
+        }
+    }
+
+    /// A frame of a module without debug information.
+    fn module_frame(function: &str, module: &str) -> Frame {
+        Frame {
+            function: Some(function.into()),
+            file: Some(module.into()),
+            line: 0,
+            column: 0,
+        }
+    }
+
+    /// The functions of `frames`.
+    fn names(frames: Vec<&Frame>) -> Vec<String> {
+        frames.iter().map(|f| f.function.clone().unwrap()).collect()
+    }
+
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    /// What a release build's main thread has below `app::main`.
+    fn below_main() -> Vec<Frame> {
+        vec![
+            frame("core::ops::function::FnOnce::call_once"),
+            frame("std::sys::backtrace::__rust_begin_short_backtrace"),
+            frame("std::rt::lang_start::{{closure}}"),
+            std_frame(
+                "core::ops::function::impls::<impl core::ops::function::FnOnce<A> for &F>::call_once",
+            ),
+            frame("std::panicking::catch_unwind::do_call"),
+            frame("std::rt::lang_start_internal"),
+            frame("std::rt::lang_start"),
+            module_frame("main", "target/release/app"),
+            module_frame("__libc_start_call_main", LIBC),
+            module_frame("__libc_start_main_impl", LIBC),
+            module_frame("_start", "target/release/app"),
+        ]
+    }
+
+    /// What a thread std spawned has below the closure it runs.
+    fn below_thread() -> Vec<Frame> {
+        vec![
+            frame("std::sys::backtrace::__rust_begin_short_backtrace"),
+            frame("std::thread::Builder::spawn_unchecked_::{{closure}}::{{closure}}"),
+            std_frame(
+                "<core::panic::unwind_safe::AssertUnwindSafe<F> as core::ops::function::FnOnce<()>>::call_once",
+            ),
+            frame("std::thread::Builder::spawn_unchecked_::{{closure}}"),
+            frame("core::ops::function::FnOnce::call_once{{vtable.shim}}"),
+            std_frame("<alloc::boxed::Box<F,A> as core::ops::function::FnOnce<Args>>::call_once"),
+            frame("std::sys::pal::unix::thread::Thread::new::thread_start"),
+            module_frame("start_thread", LIBC),
+            module_frame("clone3", LIBC),
+        ]
+    }
+
+    /// What a test has below its function, in its thread of libtest.
+    fn below_test() -> Vec<Frame> {
+        let mut frames = vec![
+            frame("app::tests::builds::{{closure}}"),
+            frame("core::ops::function::FnOnce::call_once"),
+            std_frame(
+                "<fn() -> core::result::Result<(), alloc::string::String> as core::ops::function::FnOnce<()>>::call_once",
+            ),
+            std_frame(
+                "test::__rust_begin_short_backtrace::<core::result::Result<(), alloc::string::String>, fn() -> core::result::Result<(), alloc::string::String>>",
+            ),
+            std_frame("test::run_test_in_process::{closure#0}"),
+            std_frame("test::run_test::{closure#0}"),
+        ];
+        frames.extend(below_thread());
+        frames
+    }
+
+    /// An allocation of `Vec::with_capacity` in `program`'s innermost function, called by the
+    /// rest of `program`, above `runtime`.
+    fn allocation(program: &[&str], runtime: Vec<Frame>) -> Vec<Frame> {
+        let mut frames = vec![
+            frame("memprof::hooks::record_alloc"),
+            frame("__rustc::__rust_alloc"),
+            frame("alloc::raw_vec::RawVecInner<A>::try_allocate_in"),
+            frame("alloc::vec::Vec<T>::with_capacity"),
+        ];
+        frames.extend(program.iter().map(|f| frame(f)));
+        frames.extend(runtime);
+        frames
+    }
+
+    #[test]
+    fn context_trims_the_runtime_below_the_program() {
+        let cases: [(&[&str], Vec<Frame>, &[&str]); 5] = [
+            (
+                &["app::build", "app::main"],
+                below_main(),
+                &["app::build", "app::main"],
+            ),
+            (
+                &["app::spawn::{{closure}}"],
+                below_thread(),
+                &["app::spawn::{{closure}}"],
+            ),
+            // A thread that runs a function, called through `FnOnce::call_once`.
+            (
+                &["app::worker"],
+                [
+                    vec![frame("core::ops::function::FnOnce::call_once")],
+                    below_thread(),
+                ]
+                .concat(),
+                &["app::worker"],
+            ),
+            // A test, which libtest calls through `<fn() as FnOnce<()>>::call_once`.
+            (
+                &["app::tests::builds"],
+                below_test(),
+                &["app::tests::builds", "app::tests::builds::{{closure}}"],
+            ),
+            // A thread the program's C code started.
+            (
+                &["worker_main"],
+                vec![
+                    module_frame("start_thread", LIBC),
+                    module_frame("clone3", LIBC),
+                ],
+                &["worker_main"],
+            ),
+        ];
+        for (program, runtime, shown) in cases {
+            let frames = allocation(program, runtime);
+            let frames: Vec<&Frame> = frames.iter().collect();
+            let mut expected = vec!["alloc::vec::Vec<T>::with_capacity"];
+            expected.extend(shown);
+            assert_eq!(names(context(&frames, 0, 64)), expected, "{program:?}");
+        }
+    }
+
+    #[test]
+    fn context_keeps_a_runtime_that_is_all_there_is() {
+        // std's start-up allocates before `main`: only the C library's start is trimmed, and std's
+        // frames collapse to their outermost.
+        let frames = [
+            frame("memprof::hooks::record_alloc"),
+            frame("__rustc::__rust_alloc"),
+            frame("std::rt::init"),
+            frame("std::rt::lang_start_internal"),
+            frame("std::rt::lang_start"),
+            module_frame("main", "target/release/app"),
+            module_frame("__libc_start_call_main", LIBC),
+            module_frame("_start", "target/release/app"),
+        ];
+        let frames: Vec<&Frame> = frames.iter().collect();
+        assert_eq!(
+            names(context(&frames, 0, 64)),
+            ["std::rt::lang_start", "main"]
+        );
+        // A thread std spawned to run a std function: the function stays, not its shim.
+        let frames = allocation(
+            &[],
+            [
+                vec![frame("core::ops::function::FnOnce::call_once")],
+                below_thread(),
+            ]
+            .concat(),
+        );
+        let frames: Vec<&Frame> = frames.iter().collect();
+        assert_eq!(
+            names(context(&frames, 0, 64)),
+            ["alloc::vec::Vec<T>::with_capacity"]
+        );
+        // Nothing but the shim above the entry: the shim stays.
+        let frames = [
+            vec![
+                frame("__rustc::__rust_alloc"),
+                frame("core::ops::function::FnOnce::call_once"),
+            ],
+            below_thread(),
+        ]
+        .concat();
+        let frames: Vec<&Frame> = frames.iter().collect();
+        assert_eq!(
+            names(context(&frames, 0, 64)),
+            ["core::ops::function::FnOnce::call_once"]
+        );
+        // Nothing but the C library.
+        let frames = [
+            module_frame("start_thread", LIBC),
+            module_frame("clone3", LIBC),
+        ];
+        let frames: Vec<&Frame> = frames.iter().collect();
+        assert_eq!(names(context(&frames, 0, 64)), ["start_thread", "clone3"]);
+    }
+
+    /// The stack walk starts counting at the first frame whose name says a report shows it, so
+    /// no frame a report hides may have such a name.
+    #[test]
+    fn every_frame_shown_by_name_is_shown_by_the_context() {
+        let stacks = [
+            allocation(&["app::build", "app::main"], below_main()),
+            allocation(&["app::spawn::{{closure}}"], below_thread()),
+            allocation(&["app::tests::builds"], below_test()),
+        ];
+        for stack in &stacks {
+            let frames: Vec<&Frame> = stack.iter().collect();
+            let shown = context(&frames, 0, 64);
+            for frame in stack {
+                let name = frame.function.as_deref().unwrap();
+                if is_shown_by_name(name) {
+                    assert!(
+                        shown.contains(&frame),
+                        "{name} counts as shown but is hidden"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn program_frames_are_one_run() {
+        let frames = allocation(&["app::build", "app::main"], below_main());
+        let frames: Vec<&Frame> = frames.iter().collect();
+        assert_eq!(program_frames(&frames), 3..6);
+        assert_eq!(context(&frames, 1, 1), [frames[4]]);
+    }
+
+    #[test]
+    fn paths_of_std_and_registries_are_short() {
+        let cases = [
+            (
+                "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/iter/traits/iterator.rs",
+                "core/src/iter/traits/iterator.rs",
+            ),
+            ("/rustc/0/library/std/src/rt.rs", "std/src/rt.rs"),
+            (
+                "/rust/deps/hashbrown-0.15.5/src/raw/mod.rs",
+                "hashbrown-0.15.5/src/raw/mod.rs",
+            ),
+            (
+                "/home/me/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/serde_json-1.0.140/src/de.rs",
+                "serde_json-1.0.140/src/de.rs",
+            ),
+            ("src/main.rs", "src/main.rs"),
+            (
+                "/home/me/registry/src/app/main.rs",
+                "/home/me/registry/src/app/main.rs",
+            ),
+            (
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            ),
+            ("/rustc/", "/rustc/"),
+        ];
+        for (file, short) in cases {
+            assert_eq!(short_path(file), short, "{file}");
+        }
+        let frame = Frame {
+            function: Some("core::iter::traits::iterator::Iterator::collect".into()),
+            file: Some(cases[0].0.into()),
+            line: 2064,
+            column: 9,
+        };
+        assert_eq!(
+            frame.to_string(),
+            "core/src/iter/traits/iterator.rs:2064:9 in 'core::iter::traits::iterator::Iterator::collect'"
+        );
+        // The frame itself keeps the path: std's frames are told by it.
+        assert!(is_std_frame(&frame));
     }
 
     #[test]
@@ -231,6 +630,12 @@ mod tests {
             ),
             // The program's own type in a std trait: shown by a report, but the name cannot tell.
             ("<app::Index as core::fmt::Display>::fmt", false),
+            // Below the program's entry: the C library's start and the `main` that calls std's.
+            ("main", false),
+            ("_start", false),
+            ("__libc_start_main", false),
+            ("start_thread", false),
+            ("clone3", false),
         ];
         for (name, shown) in cases {
             assert_eq!(is_shown_by_name(name), shown, "{name}");

@@ -91,7 +91,7 @@ fn start(builder: Settings) -> Option<&'static Config> {
         let peak_wanted = config
             .output
             .as_deref()
-            .is_some_and(|o| o.contains(".dhat.json"));
+            .is_some_and(|o| o.contains(".dhat.json") || o.contains(".heaptrack.gz"));
         TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
         capture::trim::load();
         triggers::install(config);
@@ -108,6 +108,11 @@ fn start(builder: Settings) -> Option<&'static Config> {
 
 /// Records a block the wrapped allocator just returned; `builder` holds the allocator's own
 /// settings, used where the environment does not say otherwise.
+///
+/// Inlined, with the allocator's entry, into the program's function that allocated, so the call
+/// into the recording path is that function's last call whenever the allocation is the last thing
+/// it does: [`stay_in_frame`] keeps it a call, so that the function's frame is still on the stack
+/// when the walk starts.
 #[inline(always)]
 pub fn record_alloc(address: usize, size: usize, builder: Settings) {
     // Under sampling most allocations are not sampled: the countdown tells, before anything else.
@@ -116,6 +121,18 @@ pub fn record_alloc(address: usize, size: usize, builder: Settings) {
         return;
     }
     record_alloc_checked(address, size, builder);
+    stay_in_frame();
+}
+
+/// Keeps the call just before it from becoming a tail call: a jump that would leave the current
+/// function before the call runs, taking its frame (and so the function that allocated) off the
+/// stack that the call walks. An empty instruction the optimizer must keep, after the call: it
+/// costs nothing but the return into this function.
+#[inline(always)]
+fn stay_in_frame() {
+    // SAFETY: an empty instruction sequence: it reads and writes no register, memory or flag and
+    // leaves the stack as it was. Without `pure`, the compiler keeps it, after the call before it.
+    unsafe { std::arch::asm!("", options(nomem, nostack, preserves_flags)) }
 }
 
 /// [`record_alloc`] past the fast check: the allocation may be recorded.

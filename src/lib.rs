@@ -7,6 +7,16 @@
 //!
 //! # Quick start
 //!
+//! In a release build, a report's files and lines need debug information, which Cargo's release
+//! profile leaves out by default; in `Cargo.toml`:
+//!
+//! ```toml
+//! [profile.release]
+//! debug = "limited"
+//! ```
+//!
+//! Then, in `main.rs`:
+//!
 //! ```rust,standalone_crate
 //! #[global_allocator]
 //! static GLOBAL: memprof::MemProf = memprof::MemProf::new(); // wraps std::alloc::System
@@ -32,13 +42,16 @@
 //! ```text
 //! | Allocations | Total size | Context |
 //! |------------:|-----------:|---------|
-//! |         100 |    800,000 | ` .../alloc/src/vec/mod.rs:3651:5 in 'alloc::vec::from_elem' `<br>` src/main.rs:7:25 in 'app::build_index::{closure#0}' `<br>` ... ` |
+//! |         100 |    800,000 | ` alloc/src/vec/mod.rs:3651:5 in 'alloc::vec::from_elem' `<br>` src/main.rs:6:22 in 'app::build_index::{{closure}}' `<br>` ... ` |
 //! ```
 //!
 //! A frame reads `src/main.rs:12:5 in 'app::build_index'`: the file relative to the working
 //! directory, line and column, and the demangled function. memprof's own frames, the allocator shim
 //! and std's allocation internals are trimmed first, so the first frame is the collection operation
-//! you called (`Vec::with_capacity`, `Box::new`) or your own function.
+//! you called (`Vec::with_capacity`, `Box::new`) or your own function; the runtime below `main`
+//! (`std::rt::lang_start` and what calls it) and below a thread's closure is trimmed too, so a
+//! context ends at `main` or at the thread's closure. The standard library's files read from their
+//! crate on: `alloc/src/vec/mod.rs` is `library/alloc/src/vec/mod.rs` in Rust's sources.
 //!
 //! # Reports and exports
 //!
@@ -67,7 +80,9 @@
 //! Built with `-C force-frame-pointers=yes`, memprof walks frame pointers. In a default build it
 //! unwinds with the DWARF call-frame information instead, which is slower but still shows your own
 //! functions. Names, lines and types need debug information (`debug = "limited"` in the release
-//! profile).
+//! profile). Either walk finds the function that allocated, even when the allocation is the last
+//! thing it does; a function that ends in a call to another one that is not inlined (returning
+//! `iter.collect()`) leaves by a jump in an optimized build, and the report names its caller.
 //!
 //! # C and custom allocators
 //!

@@ -2,7 +2,8 @@
 //! stops as soon as it holds the frames a report shows.
 //!
 //! A report trims memprof's own frames and the allocator's from the top of each stack, collapses
-//! the standard-library frames that follow into one, and then shows `MEMPROF_STACK_DEPTH` frames
+//! the standard-library frames that follow into one, trims the runtime below the program's entry
+//! (`main`, a thread's closure) from the bottom, and then shows `MEMPROF_STACK_DEPTH` frames
 //! ([`frames::context`]). Not knowing which frames those are, a walk would have to go a fixed
 //! margin deeper ([`TRIMMED_FRAMES`](crate::config::TRIMMED_FRAMES)) on every allocation, though
 //! most stacks need only a few of them, and every frame walked costs time and table memory.
@@ -15,7 +16,10 @@
 //! table. It ends there, or at the margin.
 //!
 //! Every frame counted stands for at least one frame of the report (its own function, with any
-//! inlined into it), so a report shows as many frames as with the full margin. Where the table
+//! inlined into it), or lies below the program's entry, where a report shows nothing more, so a
+//! report shows as many frames as with the full margin. No name of the runtime below the entry
+//! counts as shown (std's, the C library's start of the process and its threads, and the `main`
+//! that calls std's), so a walk never starts its count there. Where the table
 //! cannot tell (code outside the module, no symbol, a stripped binary) a frame is taken as one a
 //! report may hide, and the walk goes as deep as it did without the table. One case shows fewer:
 //! a block allocated by the program's code that memprof itself calls below the program's first

@@ -98,11 +98,10 @@ impl CallSites {
                     expanded.push(frame);
                 }
             }
-            // `context` keeps a contiguous run that ends at the outermost frame when neither skip
-            // nor depth applies; skip and depth then cut that run.
-            let trimmed = frames::context(&expanded, 0, usize::MAX).len();
-            let start = (expanded.len() - trimmed).saturating_add(options.skip);
-            let end = start.saturating_add(options.depth).min(expanded.len());
+            // The frames a report's context is made of (a contiguous run), cut by skip and depth.
+            let program = frames::program_frames(&expanded);
+            let start = program.start.saturating_add(options.skip);
+            let end = start.saturating_add(options.depth).min(program.end);
             let mut key = Vec::new();
             let mut position = start;
             while position < end {
