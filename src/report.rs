@@ -92,6 +92,9 @@ pub struct Report {
     /// When not 0, the counts are estimates from allocations sampled one per this many bytes on
     /// average.
     pub sample_interval: u64,
+    /// How many recorded live blocks the groups rest on (the snapshot's blocks): under sampling,
+    /// how much the estimates can be trusted.
+    pub samples: u64,
 }
 
 impl Report {
@@ -130,6 +133,7 @@ impl Report {
             options.min_bytes,
         );
         report.sample_interval = snapshot.sample_interval;
+        report.samples = snapshot.blocks.len() as u64;
         report
     }
 
@@ -145,6 +149,7 @@ impl Report {
         Report {
             groups,
             sample_interval: 0,
+            samples: 0,
         }
     }
 

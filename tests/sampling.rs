@@ -65,6 +65,8 @@ fn sampled_reports_estimate_without_bias() {
         markdown.contains("Estimates: one allocation in every 8,192 bytes"),
         "{markdown}"
     );
+    // ... and how many sampled blocks they rest on.
+    assert!(markdown.contains("sampled live blocks"), "{markdown}");
 
     // Frees of sampled and unsampled blocks alike: the live estimate goes back to where it was.
     drop(small);

@@ -45,7 +45,7 @@ pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> 
             g.context.as_slice(),
         )
     });
-    write_table(rows, report.sample_interval, out)
+    write_table(rows, report.sample_interval, Some(report.samples), out)
 }
 
 /// Writes `diff` in the same table, with signed numbers: growth first, shrinkage last.
@@ -54,12 +54,13 @@ pub fn write_diff<W: Write + ?Sized>(diff: &DiffReport, out: &mut W) -> io::Resu
         .changes
         .iter()
         .map(|c| (signed(c.blocks), signed(c.bytes), c.context.as_slice()));
-    write_table(rows, diff.sample_interval, out)
+    write_table(rows, diff.sample_interval, None, out)
 }
 
 fn write_table<'a, W: Write + ?Sized>(
     rows: impl Iterator<Item = (String, String, &'a [String])>,
     sample_interval: u64,
+    samples: Option<u64>,
     out: &mut W,
 ) -> io::Result<()> {
     let rows: Vec<_> = rows.collect();
@@ -80,6 +81,17 @@ fn write_table<'a, W: Write + ?Sized>(
             "\nEstimates: one allocation in every {} bytes on average was recorded (`MEMPROF_SAMPLE_INTERVAL`).\n",
             thousands(sample_interval)
         ));
+        if let Some(samples) = samples {
+            buffer.push_str(&format!(
+                "They rest on {} sampled live blocks{}.\n",
+                thousands(samples),
+                if samples < 100 {
+                    ": too few to trust; sample more often, or record every allocation"
+                } else {
+                    ""
+                }
+            ));
+        }
     }
     out.write_all(buffer.as_bytes())
 }
@@ -87,6 +99,29 @@ fn write_table<'a, W: Write + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sampled_reports_say_what_they_rest_on() {
+        let report = |samples| Report {
+            groups: Vec::new(),
+            sample_interval: 524_288,
+            samples,
+        };
+        let text = |samples| {
+            let mut out = Vec::new();
+            write(&report(samples), &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert!(text(3).contains("They rest on 3 sampled live blocks: too few to trust"));
+        assert!(text(2_000).ends_with("They rest on 2,000 sampled live blocks.\n"));
+        let exact = Report {
+            sample_interval: 0,
+            ..report(3)
+        };
+        let mut out = Vec::new();
+        write(&exact, &mut out).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("rest on"));
+    }
 
     #[test]
     fn thousands_separators() {
