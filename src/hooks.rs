@@ -194,19 +194,18 @@ fn prefetch(at: *const u64) {
 ///
 /// Frees are applied even inside the reentrancy guard: a block of the program freed while memprof
 /// works (a report writing into the program's own buffer, code run `untracked`) must leave the
-/// table, or the table would name freed memory. Only the table's own memory, freed while this
-/// thread holds the table or changes it, is never looked up.
+/// table, or the table would name freed memory. So are frees from a signal handler that
+/// interrupted this thread inside the table: the table makes them part of the interrupted change.
+/// Only the table's own memory, freed while this thread holds the table still, is never looked
+/// up.
 #[inline]
 pub fn record_free(address: usize) {
     let frees = FREES.load(Ordering::Acquire);
     if frees == FREES_IGNORED {
         return;
     }
-    // Under sampling most frees leave at the filter, before the thread-local check.
+    // Under sampling most frees leave at the filter.
     if may_be_recorded(frees, address) {
-        if table::holding_table() {
-            return;
-        }
         TABLE.remove(address);
     }
     if scope::any_open() && !table::holding_table() {
@@ -233,10 +232,9 @@ pub fn record_realloc(
     builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
-    let old = (may_be_recorded(FREES.load(Ordering::Acquire), old_address)
-        && !table::holding_table())
-    .then(|| TABLE.take(old_address))
-    .flatten();
+    let old = may_be_recorded(FREES.load(Ordering::Acquire), old_address)
+        .then(|| TABLE.take(old_address))
+        .flatten();
     let new_block = realloc();
     if !new_block.is_null() {
         if scope::any_open() {

@@ -115,7 +115,7 @@ impl Table {
     /// The live bytes a block stands for in the peak: its size, or its weight under the sampling
     /// `interval`.
     #[inline]
-    fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
+    pub(super) fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
         match interval {
             0 => size,
             interval => sampled_bytes(size, interval),
