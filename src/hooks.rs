@@ -3,14 +3,15 @@
 //! Both report to the same three functions, [`record_alloc`], [`record_free`] and
 //! [`record_realloc`]. The first event that arrives starts the profiler: it reads the configuration
 //! (inside the reentrancy guard, so that reading allocates unrecorded), sets the sampling interval,
-//! installs the toggle signal and registers the at-exit report. Events that arrive while another
-//! thread is starting it are not recorded.
+//! installs the toggle signal, registers the at-exit report and the [`fork`] handlers. Events that
+//! arrive while another thread is starting it are not recorded.
 //!
 //! Recording can be paused and resumed at run time ([`pause`], [`resume`], or the toggle signal):
 //! while paused, new blocks are not recorded, and frees are still applied, so a block allocated
 //! while paused and freed later, or recorded before and freed while paused, causes no error.
 
 pub mod c_abi;
+mod fork;
 pub mod global_alloc;
 mod triggers;
 
@@ -95,6 +96,7 @@ fn start(builder: Settings) -> Option<&'static Config> {
         TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
         capture::trim::load();
         triggers::install(config);
+        fork::install();
         let frees = match TABLE.sample_interval() {
             0 => FREES_ALL,
             _ => FREES_FILTERED,

@@ -14,11 +14,13 @@
 //! the filter that lets most frees skip the table ([`sampled`]).
 //!
 //! A free that comes while its thread is inside the table already (a signal handler that
-//! interrupted a change) is made as part of that change ([`nested`]).
+//! interrupted a change) is made as part of that change ([`nested`]); around `fork`, the forking
+//! thread holds the whole table so that the child gets it in one piece ([`fork`]).
 
 #![forbid(unsafe_code)]
 
 mod door;
+mod fork;
 mod nested;
 mod peak;
 mod sampled;
@@ -43,6 +45,7 @@ use word::Word;
 use writers::{Entered, Writer, bump};
 
 pub use door::{Locked, holding_table};
+pub use fork::ForkHold;
 pub use shadow::Shadow;
 pub use stacks::{StackId, Stacks};
 pub use stats::{HeapStats, Peak, PeakTable};

@@ -68,6 +68,16 @@ impl Deferred {
         false
     }
 
+    /// After `fork`, in the child, with the side table held: a slot that a thread which did not
+    /// come along was writing is free again (that free never finished).
+    pub(super) fn reset_after_fork(&self) {
+        for [at, _] in &self.slots {
+            if at.load(Ordering::Relaxed) == WRITING {
+                at.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Takes every complete free out, in no particular order.
     fn drain(&self, mut f: impl FnMut(usize, u64)) {
         for [at, value] in &self.slots {

@@ -214,6 +214,14 @@ impl Writer {
     pub(super) fn is_inside(&self) -> bool {
         self.busy.load(Ordering::Relaxed) % 2 == 1
     }
+
+    /// After `fork`, in the child, for a writer whose thread did not come along: nobody owns it
+    /// and it is outside the table. What it counted stays.
+    pub(super) fn reset_after_fork(&self) {
+        let busy = self.busy.load(Ordering::Relaxed);
+        self.busy.store(busy + busy % 2, Ordering::Relaxed);
+        self.claimed.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Starts a change made while this thread's writer is inside the table already (a signal handler

@@ -101,6 +101,12 @@ fn build_first() -> &'static Registry {
     publish(Registry::build())
 }
 
+/// The build lock, for the forking thread to hold across `fork` (dropping the result lets it go):
+/// a child must not get it held by a thread that did not come along.
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    lock(BUILD.lock())
+}
+
 /// Takes the build lock whatever a panicking builder left: the registry is replaced whole, so
 /// a poisoned lock guards nothing half-done.
 fn lock(result: std::sync::LockResult<MutexGuard<'static, ()>>) -> MutexGuard<'static, ()> {
