@@ -12,6 +12,10 @@
 //!
 //! Which of the two is used is settled once, by the first caller of either side, and never
 //! changes: both sides always agree.
+//!
+//! The rare side also keeps its own thread's signal handlers from running while it holds the
+//! frequent side out ([`hold_signals`]): a handler that frees memory would otherwise change the
+//! table under the reader that holds it, on the reader's own thread.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering, compiler_fence, fence};
 
@@ -67,6 +71,54 @@ pub fn heavy() {
     fence(Ordering::SeqCst);
     if mode() == ASYMMETRIC {
         membarrier::expedited();
+    }
+}
+
+/// Asynchronous signals blocked on this thread while it lives; the previous mask comes back when
+/// it is dropped. See [`hold_signals`].
+pub struct SignalsHeld {
+    /// The mask to restore.
+    previous: libc::sigset_t,
+    /// The mask is the thread's that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Blocks every asynchronous signal on this thread until the result is dropped: a signal that
+/// arrives meanwhile stays pending and is handled then. The signals a fault raises (`SIGSEGV`,
+/// `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`, `SIGSYS`) stay open, since blocking them would turn a
+/// fault into the end of the process; the C library keeps its own internal signals open too.
+pub fn hold_signals() -> SignalsHeld {
+    // SAFETY: both sets are plain values that `sigfillset`/`sigdelset` initialize before
+    // `pthread_sigmask` reads `blocked` and writes `previous`; the call only changes this thread's
+    // mask.
+    unsafe {
+        let mut blocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut blocked);
+        for signal in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut blocked, signal);
+        }
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, &mut previous);
+        SignalsHeld {
+            previous,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask `pthread_sigmask` filled in when this value was made.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
     }
 }
 

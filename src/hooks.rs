@@ -3,14 +3,15 @@
 //! Both report to the same three functions, [`record_alloc`], [`record_free`] and
 //! [`record_realloc`]. The first event that arrives starts the profiler: it reads the configuration
 //! (inside the reentrancy guard, so that reading allocates unrecorded), sets the sampling interval,
-//! installs the toggle signal and registers the at-exit report. Events that arrive while another
-//! thread is starting it are not recorded.
+//! installs the toggle signal, registers the at-exit report and the [`fork`] handlers. Events that
+//! arrive while another thread is starting it are not recorded.
 //!
 //! Recording can be paused and resumed at run time ([`pause`], [`resume`], or the toggle signal):
 //! while paused, new blocks are not recorded, and frees are still applied, so a block allocated
 //! while paused and freed later, or recorded before and freed while paused, causes no error.
 
 pub mod c_abi;
+mod fork;
 pub mod global_alloc;
 mod triggers;
 
@@ -95,6 +96,7 @@ fn start(builder: Settings) -> Option<&'static Config> {
         TABLE.set_track_peak(config.peak.unwrap_or(builder.track_peak) || peak_wanted);
         capture::trim::load();
         triggers::install(config);
+        fork::install();
         let frees = match TABLE.sample_interval() {
             0 => FREES_ALL,
             _ => FREES_FILTERED,
@@ -211,19 +213,18 @@ fn prefetch(at: *const u64) {
 ///
 /// Frees are applied even inside the reentrancy guard: a block of the program freed while memprof
 /// works (a report writing into the program's own buffer, code run `untracked`) must leave the
-/// table, or the table would name freed memory. Only the table's own memory, freed while this
-/// thread holds the table or changes it, is never looked up.
+/// table, or the table would name freed memory. So are frees from a signal handler that
+/// interrupted this thread inside the table: the table makes them part of the interrupted change.
+/// Only the table's own memory, freed while this thread holds the table still, is never looked
+/// up.
 #[inline]
 pub fn record_free(address: usize) {
     let frees = FREES.load(Ordering::Acquire);
     if frees == FREES_IGNORED {
         return;
     }
-    // Under sampling most frees leave at the filter, before the thread-local check.
+    // Under sampling most frees leave at the filter.
     if may_be_recorded(frees, address) {
-        if table::holding_table() {
-            return;
-        }
         TABLE.remove(address);
     }
     if scope::any_open() && !table::holding_table() {
@@ -250,10 +251,9 @@ pub fn record_realloc(
     builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
-    let old = (may_be_recorded(FREES.load(Ordering::Acquire), old_address)
-        && !table::holding_table())
-    .then(|| TABLE.take(old_address))
-    .flatten();
+    let old = may_be_recorded(FREES.load(Ordering::Acquire), old_address)
+        .then(|| TABLE.take(old_address))
+        .flatten();
     let new_block = realloc();
     if !new_block.is_null() {
         if scope::any_open() {

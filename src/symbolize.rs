@@ -246,6 +246,12 @@ impl Resolve for Symbolizer {
 /// The process's symbolizer, made on first use and kept with its cache.
 static SYMBOLIZER: Mutex<Option<Symbolizer>> = Mutex::new(None);
 
+/// The symbolizer's lock, for the forking thread to hold across `fork` (dropping the result lets
+/// it go): a child must not get it held by a thread that did not come along.
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    SYMBOLIZER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Runs `f` with the process's symbolizer, inside the reentrancy guard.
 pub fn with_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
     untracked(|| {

@@ -12,10 +12,16 @@
 //!
 //! Beside the blocks, the table keeps the heap's [`peak`], and under sampling its estimates and
 //! the filter that lets most frees skip the table ([`sampled`]).
+//!
+//! A free that comes while its thread is inside the table already (a signal handler that
+//! interrupted a change) is made as part of that change ([`nested`]); around `fork`, the forking
+//! thread holds the whole table so that the child gets it in one piece ([`fork`]).
 
 #![forbid(unsafe_code)]
 
 mod door;
+mod fork;
+mod nested;
 mod peak;
 mod sampled;
 pub mod shadow;
@@ -27,14 +33,19 @@ pub mod writers;
 
 use crate::address::ReturnAddress;
 use crate::sampling;
+use door::Inside;
+use nested::Deferred;
 use sampled::FILTER;
 use side::{SIDES, Side};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed,
+};
 use std::sync::{Mutex, OnceLock};
 use word::Word;
 use writers::{Entered, Writer, bump};
 
 pub use door::{Locked, holding_table};
+pub use fork::ForkHold;
 pub use shadow::Shadow;
 pub use stacks::{StackId, Stacks};
 pub use stats::{HeapStats, Peak, PeakTable};
@@ -90,6 +101,15 @@ pub struct Table {
     orphan_lock: Mutex<()>,
     /// Set while a reader holds the table still.
     frozen: AtomicBool,
+    /// Nested changes (see [`nested`]) waiting for a reader to let the table go.
+    nested_waiting: AtomicU32,
+    /// Live blocks taken out by nested changes, as a wrapping count down (their writers' own
+    /// counters may be in the middle of a change).
+    nested_blocks: AtomicU64,
+    /// Live bytes likewise.
+    nested_bytes: AtomicU64,
+    /// Frees deferred to each side table; see [`nested`].
+    deferred: [Deferred; SIDES],
     /// One reader at a time holds the table still.
     freezer: Mutex<()>,
     /// This table's id for [`writers::CLAIMED`]; 0 until a thread first claims a writer.
@@ -128,6 +148,10 @@ impl Table {
             orphan: Writer::new(),
             orphan_lock: Mutex::new(()),
             frozen: AtomicBool::new(false),
+            nested_waiting: AtomicU32::new(0),
+            nested_blocks: AtomicU64::new(0),
+            nested_bytes: AtomicU64::new(0),
+            deferred: [const { Deferred::new() }; SIDES],
             freezer: Mutex::new(()),
             id: AtomicU64::new(0),
             stacks: Stacks::new(),
@@ -145,7 +169,11 @@ impl Table {
 
     /// The writers' counters added up (not under sampling's weights), without a peak.
     fn counts(&self) -> HeapStats {
-        let mut stats = HeapStats::default();
+        let mut stats = HeapStats {
+            live_blocks: self.nested_blocks.load(Relaxed),
+            live_bytes: self.nested_bytes.load(Relaxed),
+            ..HeapStats::default()
+        };
         for w in self.all_writers() {
             stats.live_blocks = stats.live_blocks.wrapping_add(w.live_blocks.load(Relaxed));
             stats.live_bytes = stats.live_bytes.wrapping_add(w.live_bytes.load(Relaxed));
@@ -321,24 +349,36 @@ impl Table {
     }
 
     /// Takes out a block that may be freed, and returns it for [`Table::restore`] in case the free
-    /// does not happen (the realloc path); `None` when the table never saw it.
+    /// does not happen (the realloc path); `None` when the table never saw it, or when this thread
+    /// is inside the table already: then the block goes as part of the change this thread is in
+    /// ([`nested`]), for good (the new block of a `realloc` made there is not recorded either).
     #[inline]
     pub fn take(&self, address: usize) -> Option<Block> {
-        self.remove_block(address)
+        match self.enter() {
+            Some(inside) => self.remove_block(&inside, address),
+            None => {
+                self.remove_nested(address);
+                None
+            }
+        }
     }
 
     /// Removes a block about to be freed, when the table has it (the free path, which does not
     /// need the block).
     #[inline(never)]
     pub fn remove(&self, address: usize) {
-        self.remove_block(address);
+        match self.enter() {
+            Some(inside) => {
+                self.remove_block(&inside, address);
+            }
+            None => self.remove_nested(address),
+        }
     }
 
-    /// What [`Table::take`] and [`Table::remove`] do: the block at `address` leaves the table,
-    /// its live bytes the peak accounting, and its count the sampled-block filter.
+    /// What [`Table::take`] and [`Table::remove`] do once inside: the block at `address` leaves
+    /// the table, its live bytes the peak accounting, and its count the sampled-block filter.
     #[inline(always)]
-    fn remove_block(&self, address: usize) -> Option<Block> {
-        let inside = self.enter()?;
+    fn remove_block(&self, inside: &Inside<'_>, address: usize) -> Option<Block> {
         let mode = self.mode();
         let block = self.take_stored(&inside.entered, address)?;
         self.retire(&inside.entered, address, &block, mode);

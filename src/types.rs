@@ -93,7 +93,9 @@ pub use tags::{HeapValue, tag, tag_block, tag_block_as, tag_names, tagged};
 
 #[cfg(test)]
 pub(crate) use infer::infer_stacks;
+pub(crate) use infer::lock_for_fork as lock_inference_for_fork;
 pub(crate) use infer::process_stack_types;
+pub(crate) use tags::lock_for_fork as lock_tags_for_fork;
 pub(crate) use tags::tag_counts;
 pub(crate) use tallies::{per_stack_counts, tallies};
 pub(crate) use typing::{TraceRow, TypeRow, Typing, sorted_rows};

@@ -47,7 +47,6 @@ macro_rules! hundred_sites {
     clippy::vec_init_then_push,
     reason = "each push is a call site, so a stack, of its own"
 )]
-#[ignore = "needs the table's copy of the peak (src/table/peak.rs, capture_peak) made inside the reentrancy guard"]
 fn scope_with_peak() {
     // A new peak, and a free that copies the per-stack counts at it.
     let stats = memprof::HeapStats::get();

@@ -47,6 +47,8 @@ use super::{Budget, ReturnAddress};
 #[cfg(target_arch = "x86_64")]
 mod registry;
 #[cfg(target_arch = "x86_64")]
+pub(crate) use registry::lock_for_fork;
+#[cfg(target_arch = "x86_64")]
 mod rules;
 #[cfg(target_arch = "x86_64")]
 mod tables;

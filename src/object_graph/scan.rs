@@ -6,17 +6,23 @@
 //! - the live table is held still for the whole scan ([`Table::lock_all`]). A free (and the free
 //!   half of a `realloc`) removes its block from the table *before* handing it back to the
 //!   wrapped allocator, so while the table is held no tracked block can be freed: frees of other
-//!   threads wait at the table's door, and this thread's own frees and allocations (it runs
-//!   inside the reentrancy guard) go to the wrapped allocator without touching the table;
+//!   threads wait at the table's door (a signal handler's free too, or, when it interrupted its
+//!   thread inside the table, the hold waits for it), this thread's own signals wait until the
+//!   table is let go, and its own frees and allocations (it runs inside the reentrancy guard) go
+//!   to the wrapped allocator without touching the table;
 //! - only words that lie entirely inside `[address, address + size)` of a block that is live in
 //!   the held table are read, with aligned volatile reads (a block is memory the allocator handed
 //!   out and has not taken back, whatever the program keeps in it);
+//! - and only where the process had readable memory once the table was held ([`Readable`], from
+//!   `/proc/self/maps`): a block the table holds although its memory is not the program's (an
+//!   address reported through the C ABI that was never allocated, or a block freed without telling
+//!   memprof) is never read where nothing is mapped. What lies outside every listed mapping is
+//!   copied with `process_vm_readv`, which fails cleanly there, rather than read;
 //! - nothing is written, and progress goes to stderr with `write(2)`, never through a lock another
 //!   thread could hold while it waits for the table.
 //!
-//! A block the table calls live must really be: a block freed behind memprof's back (freed while
-//! its thread was inside [`untracked`](crate::untracked), or reported through the C ABI and freed
-//! without `memprof_record_free`) would be read after its free.
+//! What remains: such a block whose memory is still mapped (freed to the allocator, which kept
+//! the pages) is read, harmlessly, and its words may be taken for references.
 //!
 //! Memory: the blocks (32 bytes each), their start addresses (8 bytes each) and the references
 //! found (8 bytes each). Time: one pass over the scanned words, each either rejected by a range
@@ -157,6 +163,124 @@ unsafe fn words(address: usize, size: usize, mut found: impl FnMut(usize, usize)
     }
 }
 
+/// The memory the process could read when a scan started, from `/proc/self/maps`.
+pub struct Readable {
+    /// Sorted, disjoint `[start, end)` ranges of readable mappings, adjacent ones merged; `None`
+    /// when the list could not be read, and then every block is read directly.
+    ranges: Option<Vec<(usize, usize)>>,
+}
+
+impl Readable {
+    /// The readable mappings of the process now.
+    pub fn now() -> Readable {
+        let ranges = std::fs::read_to_string("/proc/self/maps")
+            .ok()
+            .map(|maps| Self::parse(&maps));
+        Readable { ranges }
+    }
+
+    /// The readable ranges of a `/proc/self/maps` text. The kernel's `vvar` pages are left out:
+    /// some of them fault when read.
+    fn parse(maps: &str) -> Vec<(usize, usize)> {
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for line in maps.lines() {
+            let mut fields = line.split_ascii_whitespace();
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            // Offset, device and inode, then the name.
+            let name = fields.nth(3).unwrap_or("");
+            if !perms.starts_with('r') || name.starts_with("[vvar") {
+                continue;
+            }
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) else {
+                continue;
+            };
+            match ranges.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ => ranges.push((start, end)),
+            }
+        }
+        ranges.sort_unstable();
+        ranges
+    }
+
+    /// Calls `found(offset, word)` for every pointer-aligned word that lies wholly inside the
+    /// `size` bytes at `address` and could be read: directly where a listed mapping holds it,
+    /// copied through the kernel elsewhere (nothing where that fails).
+    ///
+    /// # Safety
+    /// The parts of the `size` bytes at `address` that lie in a mapping listed when this value
+    /// was made must still be mapped and readable for the whole call: memory the allocator handed
+    /// out and cannot take back meanwhile.
+    unsafe fn words(&self, address: usize, size: usize, mut found: impl FnMut(usize, usize)) {
+        let Some(ranges) = &self.ranges else {
+            // SAFETY: the caller's promise; without the list, the block is trusted whole.
+            unsafe { words(address, size, found) };
+            return;
+        };
+        let end = address.saturating_add(size);
+        let mut at = address;
+        let mut i = ranges.partition_point(|&(_, e)| e <= at);
+        while at < end {
+            let (piece_end, mapped) = match ranges.get(i) {
+                Some(&(start, stop)) if start <= at => (stop.min(end), true),
+                Some(&(start, _)) => (start.min(end), false),
+                None => (end, false),
+            };
+            let mut shifted = |offset: usize, word: usize| found(at - address + offset, word);
+            if mapped {
+                // SAFETY: `[at, piece_end)` lies in a listed readable mapping and in the block;
+                // the caller guarantees it readable.
+                unsafe { words(at, piece_end - at, &mut shifted) };
+                i += 1;
+            } else {
+                copied_words(at, piece_end - at, &mut shifted);
+            }
+            at = piece_end;
+        }
+    }
+}
+
+/// [`words`] through the kernel's `process_vm_readv`, which copies what is mapped and fails,
+/// without a fault, where nothing is: for memory that no listed mapping holds. Stops at the
+/// first part that cannot be copied.
+fn copied_words(address: usize, size: usize, mut found: impl FnMut(usize, usize)) {
+    let end = address.saturating_add(size);
+    let mut at = address.next_multiple_of(WORD);
+    let mut buffer = [0usize; 512];
+    while at + WORD <= end {
+        let words = ((end - at) / WORD).min(buffer.len());
+        let local = libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: words * WORD,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: words * WORD,
+        };
+        // SAFETY: `local` describes `buffer`, which the call may write; `remote` is only read by
+        // the kernel, which checks it and fails with EFAULT where nothing is mapped.
+        let copied = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let Ok(copied) = usize::try_from(copied) else {
+            return;
+        };
+        for (i, &word) in buffer[..copied / WORD].iter().enumerate() {
+            found(at + i * WORD - address, word);
+        }
+        if copied < words * WORD {
+            return;
+        }
+        at += copied;
+    }
+}
+
 /// Writes a line to stderr with `write(2)`: no lock of `std::io::stderr`, which a thread waiting
 /// for the live table could hold.
 pub fn progress_line(line: &str) {
@@ -246,6 +370,7 @@ pub fn scan_table(
 ) -> Scanned {
     let mut progress = Progress::new("scanning the heap", progress_after);
     let held = table.lock_all();
+    let readable = Readable::now();
     let blocks = crate::snapshot::blocks_of(&held);
     let lookup = Lookup::new(&blocks, kind);
     let total_bytes: u64 = blocks.iter().map(|b| b.size).sum();
@@ -262,9 +387,9 @@ pub fn scan_table(
         }
         // SAFETY: the block is live in `table`, which is held still until after this loop,
         // so it cannot be freed meanwhile (see the module docs); `size` is the size it was
-        // allocated with.
+        // allocated with; `readable` was listed after the table was held.
         unsafe {
-            words(block.address, block.size as usize, |at, word| {
+            readable.words(block.address, block.size as usize, |at, word| {
                 if let Some(target) = lookup.find(word)
                     && target != index
                 {
@@ -305,6 +430,7 @@ pub fn reachable_from<T: ?Sized>(
     let len = std::mem::size_of_val(value);
     let value = (value as *const T).cast::<u8>() as usize;
     let held = table.lock_all();
+    let readable = Readable::now();
     let blocks = crate::snapshot::blocks_of(&held);
     let lookup = Lookup::new(&blocks, kind);
     let mut seen = vec![false; blocks.len()];
@@ -336,9 +462,10 @@ pub fn reachable_from<T: ?Sized>(
         if lookup.kinds[index].pointer_free {
             continue;
         }
-        // SAFETY: as in `scan_table`: the block is live in `table`, which is held still.
+        // SAFETY: as in `scan_table`: the block is live in `table`, which is held still, and
+        // `readable` was listed after.
         unsafe {
-            words(block.address, block.size as usize, |_, word| {
+            readable.words(block.address, block.size as usize, |_, word| {
                 if let Some(target) = lookup.find(word) {
                     visit(target, &mut bytes, &mut pending);
                 }
@@ -347,4 +474,77 @@ pub fn reachable_from<T: ?Sized>(
     }
     drop(held);
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readable_ranges_are_parsed_and_merged() {
+        let maps = "\
+55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /bin/x
+55d0c0001000-55d0c0003000 r-xp 00001000 08:01 123 /bin/x
+55d0c0003000-55d0c0004000 ---p 00000000 00:00 0
+55d0c0004000-55d0c0005000 rw-p 00000000 00:00 0 [heap]
+7ffd1000a000-7ffd1000c000 r--p 00000000 00:00 0 [vvar]
+7ffd1000c000-7ffd1000e000 r-xp 00000000 00:00 0 [vdso]
+";
+        assert_eq!(
+            Readable::parse(maps),
+            vec![
+                (0x55d0c0000000, 0x55d0c0003000),
+                (0x55d0c0004000, 0x55d0c0005000),
+                (0x7ffd1000c000, 0x7ffd1000e000),
+            ]
+        );
+    }
+
+    /// A "block" over three pages whose middle one is not mapped: the words of the outer pages
+    /// are found, the middle one is skipped, and nothing faults.
+    #[test]
+    fn unmapped_memory_is_never_read() {
+        const PAGE: usize = 4096;
+        // SAFETY: a fresh anonymous mapping of three pages, filled through its own pointer, its
+        // middle page unmapped before the read and the rest unmapped after.
+        let base = unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                3 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let words = base.cast::<usize>();
+            for i in 0..3 * PAGE / WORD {
+                *words.add(i) = i + 1;
+            }
+            assert_eq!(libc::munmap(base.cast::<u8>().add(PAGE).cast(), PAGE), 0);
+            base as usize
+        };
+        let readable = Readable::now();
+        let mut seen = Vec::new();
+        // SAFETY: the first and last pages stay mapped until the end of the test.
+        unsafe {
+            readable.words(base + 4, 3 * PAGE - 4, |offset, word| {
+                seen.push((offset, word))
+            })
+        };
+        let expected: Vec<(usize, usize)> = (1..PAGE / WORD)
+            .chain(2 * PAGE / WORD..3 * PAGE / WORD)
+            .map(|i| (i * WORD - 4, i + 1))
+            .collect();
+        assert_eq!(seen, expected);
+        // Outside every listed mapping, the copy path reads what is there and stops at the hole.
+        let mut copied = Vec::new();
+        copied_words(base, 3 * PAGE, |offset, word| copied.push((offset, word)));
+        assert_eq!(copied.len(), PAGE / WORD);
+        // SAFETY: unmaps the two pages left.
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, PAGE);
+            libc::munmap((base + 2 * PAGE) as *mut libc::c_void, PAGE);
+        }
+    }
 }

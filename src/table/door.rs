@@ -7,14 +7,17 @@
 //! [`Table::lock_all`], which shuts the writers out and takes every side table, and gets a
 //! [`Locked`] whose blocks and totals agree with each other.
 //!
-//! While a thread holds the table or one of its side tables, the blocks it frees are the table's
-//! own memory (a side table's map growing, say); [`holding_table`] tells the free path so, which
-//! must then leave the table alone rather than wait for itself.
+//! While a thread holds the table or one of its side tables, it cannot enter the table again
+//! ([`holding_table`]): what it frees then is the table's own memory (a side table's map growing,
+//! say), or, on a thread inside the table, a signal handler's free, which the table applies as
+//! part of the interrupted change (see `nested`). A thread that holds the table still has its
+//! signals blocked meanwhile, so what it frees is always the table's own memory.
 
 use super::side::{SIDES, Side, side_of};
 use super::word::Word;
 use super::writers::{self, CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer};
 use super::{Block, HeapStats, TABLE, Table};
+use crate::fence::{SignalsHeld, hold_signals};
 use crate::guard::Guard;
 use crate::sampling;
 use std::cell::Cell;
@@ -22,10 +25,16 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{MutexGuard, PoisonError};
 
 thread_local! {
-    /// How many tables this thread holds still, or side tables it holds: while it holds any, the
-    /// blocks it frees are the table's own memory, and looking them up would wait for itself.
+    /// What this thread holds: [`WHOLE`] for each table it holds still, 1 for each side table it
+    /// holds (or is about to take, or has just let go). While it holds any, it must not enter the
+    /// table, which would wait for itself.
     static HELD: Cell<u32> = const { Cell::new(0) };
+    /// Whether this thread holds the orphans' writer (or is about to take it, or has just let go).
+    static ORPHAN_HELD: Cell<bool> = const { Cell::new(false) };
 }
+
+/// What a hold of a whole table adds to [`HELD`]; side tables add 1.
+const WHOLE: u32 = 1 << 16;
 
 /// Whether the current thread holds a table still, or one of its side tables.
 #[inline]
@@ -33,19 +42,55 @@ pub fn holding_table() -> bool {
     HELD.try_with(Cell::get).unwrap_or(0) != 0
 }
 
+/// Whether the current thread holds a whole table still.
+pub(super) fn holding_whole() -> bool {
+    HELD.try_with(Cell::get).unwrap_or(0) >= WHOLE
+}
+
+/// Whether the current thread may hold a side table.
+pub(super) fn holding_side() -> bool {
+    !HELD.try_with(Cell::get).unwrap_or(0).is_multiple_of(WHOLE)
+}
+
 /// Counts a hold for [`holding_table`] while it lives.
-pub(super) struct Hold;
+pub(super) struct Hold(u32);
 
 impl Hold {
-    pub(super) fn new() -> Hold {
-        let _ = HELD.try_with(|held| held.set(held.get() + 1));
-        Hold
+    /// A hold of one side table.
+    pub(super) fn side() -> Hold {
+        Hold::add(1)
+    }
+
+    /// A hold of a whole table.
+    pub(super) fn whole() -> Hold {
+        Hold::add(WHOLE)
+    }
+
+    fn add(amount: u32) -> Hold {
+        let _ = HELD.try_with(|held| held.set(held.get() + amount));
+        Hold(amount)
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let _ = HELD.try_with(|held| held.set(held.get() - 1));
+        let _ = HELD.try_with(|held| held.set(held.get() - self.0));
+    }
+}
+
+/// The orphans' writer, held by this thread; see [`ORPHAN_HELD`].
+pub(super) struct OrphanGuard<'a> {
+    /// The lock, released before the flag is cleared.
+    _lock: MutexGuard<'a, ()>,
+    _flag: OrphanFlag,
+}
+
+/// Sets [`ORPHAN_HELD`] while it lives.
+struct OrphanFlag;
+
+impl Drop for OrphanFlag {
+    fn drop(&mut self) {
+        let _ = ORPHAN_HELD.try_with(|held| held.set(false));
     }
 }
 
@@ -57,20 +102,22 @@ pub(super) struct Inside<'a> {
     /// The writer that entered.
     pub(super) entered: Entered<'a>,
     /// Held while the writer is the orphans'; released after leaving.
-    _orphan: Option<MutexGuard<'a, ()>>,
+    _orphan: Option<OrphanGuard<'a>>,
 }
 
 /// A table held still: while it lives no block is added or removed, and its blocks and totals
-/// agree with each other.
+/// agree with each other. Its thread's signals wait meanwhile (see [`crate::fence`]).
 pub struct Locked<'a> {
     /// The table held.
-    table: &'a Table,
+    pub(super) table: &'a Table,
     /// Every side table, locked.
     sides: [MutexGuard<'a, Side>; SIDES],
     /// Keeps other readers out until this one is done.
     _freezer: MutexGuard<'a, ()>,
     /// Counts the hold for [`holding_table`].
     _hold: Hold,
+    /// Blocks this thread's signals until the rest is released.
+    _signals: SignalsHeld,
 }
 
 impl Drop for Locked<'_> {
@@ -155,7 +202,7 @@ impl Table {
         };
         let (writer, orphan) = match writer {
             Some(writer) => (writer, None),
-            None => (&self.orphan, Some(self.lock_orphan())),
+            None => (&self.orphan, Some(self.lock_orphan()?)),
         };
         let entered = writer.enter(&self.frozen)?;
         Some(Inside {
@@ -164,12 +211,51 @@ impl Table {
         })
     }
 
-    /// Serializes the users of the orphans' writer.
+    /// Serializes the users of the orphans' writer; `None` when this thread holds it already (a
+    /// signal handler that interrupted its change).
     #[cold]
-    fn lock_orphan(&self) -> MutexGuard<'_, ()> {
-        self.orphan_lock
+    pub(super) fn lock_orphan(&self) -> Option<OrphanGuard<'_>> {
+        if ORPHAN_HELD
+            .try_with(|held| held.replace(true))
+            .unwrap_or(true)
+        {
+            return None;
+        }
+        let flag = OrphanFlag;
+        let lock = self
+            .orphan_lock
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        Some(OrphanGuard {
+            _lock: lock,
+            _flag: flag,
+        })
+    }
+
+    /// The writer this thread is inside the table with, if it is inside: its own, or the
+    /// orphans' while it holds that one.
+    pub(super) fn inside_writer(&self) -> Option<&Writer> {
+        let writer = if ORPHAN_HELD.try_with(Cell::get).unwrap_or(false) {
+            &self.orphan
+        } else {
+            self.claimed_writer()?
+        };
+        writer.is_inside().then_some(writer)
+    }
+
+    /// The writer this thread claimed, if it holds one (never claims one).
+    pub(super) fn claimed_writer(&self) -> Option<&Writer> {
+        if std::ptr::eq(self, &TABLE)
+            && let Ok(Some(writer)) = MINE.try_with(Cell::get)
+        {
+            return Some(writer);
+        }
+        match CLAIMED.try_with(Cell::get) {
+            Ok((table, index)) if table == self.id.load(Relaxed) && table != 0 => {
+                self.writers.get(index)
+            }
+            _ => None,
+        }
     }
 
     /// This thread's writer, claimed on first use; `None` once the thread gave it back.
@@ -215,16 +301,21 @@ impl Table {
     /// Holds the table still: waits until no thread is changing it, and makes threads that come to
     /// change it wait until the result is dropped. This thread must not hold it already.
     pub fn lock_all(&self) -> Locked<'_> {
-        let _hold = Hold::new();
+        let signals = hold_signals();
+        let hold = Hold::whole();
         let freezer = self.freezer.lock().unwrap_or_else(PoisonError::into_inner);
-        writers::freeze(&self.frozen, self.all_writers());
-        let sides =
+        writers::freeze(&self.frozen, &self.nested_waiting, || self.all_writers());
+        let mut sides: [MutexGuard<'_, Side>; SIDES] =
             std::array::from_fn(|i| self.sides[i].lock().unwrap_or_else(PoisonError::into_inner));
+        for (i, side) in sides.iter_mut().enumerate() {
+            self.apply_deferred(i, side);
+        }
         Locked {
             table: self,
             sides,
             _freezer: freezer,
-            _hold,
+            _hold: hold,
+            _signals: signals,
         }
     }
 }

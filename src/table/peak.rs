@@ -80,6 +80,9 @@ impl Table {
     /// since the last copy (see [`PeakTable`]).
     #[cold]
     fn capture_peak(&self) {
+        // The copy below allocates: on the free path this thread may be outside the guard, and
+        // the copy must not be recorded (nor counted by a `Scope`).
+        let _guard = crate::guard::Guard::enter();
         // Never wait on the allocation path: another thread capturing now does it for us.
         let Ok(mut peak) = self.peak_table.try_lock() else {
             return;
@@ -115,7 +118,7 @@ impl Table {
     /// The live bytes a block stands for in the peak: its size, or its weight under the sampling
     /// `interval`.
     #[inline]
-    fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
+    pub(super) fn peak_bytes_of(&self, size: u64, interval: u64) -> u64 {
         match interval {
             0 => size,
             interval => sampled_bytes(size, interval),

@@ -11,7 +11,7 @@ use super::word::{LARGE, Word};
 use super::{Block, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::{MutexGuard, PoisonError, TryLockError};
 
 /// Side tables; a power of two.
 pub(super) const SIDES: usize = 16;
@@ -109,15 +109,31 @@ pub(super) struct SideGuard<'a> {
 }
 
 impl Table {
-    /// The side table of `address`, held.
+    /// The side table of `address`, held, with the frees deferred to it applied.
     pub(super) fn side(&self, address: usize) -> SideGuard<'_> {
-        let _hold = Hold::new();
-        SideGuard {
-            side: self.sides[side_of(address)]
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-            _hold,
+        let _hold = Hold::side();
+        let i = side_of(address);
+        let mut side = self.sides[i].lock().unwrap_or_else(PoisonError::into_inner);
+        self.apply_deferred(i, &mut side);
+        SideGuard { side, _hold }
+    }
+
+    /// [`Table::side`] for a change nested in this thread's own (see `nested`): when this thread
+    /// may hold a side table, it only tries (the one it needs may be its own, mid-change, and
+    /// waiting for another could close a cycle); `None` when that fails.
+    pub(super) fn side_nested(&self, address: usize) -> Option<SideGuard<'_>> {
+        if !super::door::holding_side() {
+            return Some(self.side(address));
         }
+        let _hold = Hold::side();
+        let i = side_of(address);
+        let mut side = match self.sides[i].try_lock() {
+            Ok(side) => side,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        self.apply_deferred(i, &mut side);
+        Some(SideGuard { side, _hold })
     }
 
     /// Stores `word` at `address` in [`Side::odd`]; returns the word that was there.

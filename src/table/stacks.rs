@@ -8,10 +8,10 @@
 use crate::address::ReturnAddress;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// Index shards of the stack table; a power of two.
-const INDEX_SHARDS: usize = 16;
+pub(super) const INDEX_SHARDS: usize = 16;
 
 /// Entries of the per-thread cache of recently interned stacks; a power of two.
 const RECENT: usize = 512;
@@ -48,6 +48,9 @@ thread_local! {
         })
     };
 }
+
+/// A shard of the stack index, held.
+pub(super) type HeldShard<'a> = MutexGuard<'a, hashbrown::HashTable<u32>>;
 
 /// A stack's index in the stack table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -199,6 +202,24 @@ impl Stacks {
         }) as u32;
         index.insert_unique(hash, id, |id| self.get(*id).hash);
         StackId(id)
+    }
+
+    /// Every shard of the index, held (for `fork`: no other thread is interning meanwhile). With
+    /// `only_try`, `None` when a shard is held already, which may be by this thread.
+    pub(super) fn hold_index(&self, only_try: bool) -> Option<[HeldShard<'_>; INDEX_SHARDS]> {
+        let shards: [Option<HeldShard<'_>>; INDEX_SHARDS] =
+            std::array::from_fn(|i| match only_try {
+                false => Some(self.index[i].lock().unwrap_or_else(PoisonError::into_inner)),
+                true => match self.index[i].try_lock() {
+                    Ok(guard) => Some(guard),
+                    Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                    Err(TryLockError::WouldBlock) => None,
+                },
+            });
+        if shards.iter().any(Option::is_none) {
+            return None;
+        }
+        Some(shards.map(|shard| shard.expect("every shard is held")))
     }
 
     fn get(&self, id: u32) -> &StackRecord {

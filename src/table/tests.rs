@@ -287,3 +287,66 @@ fn a_held_table_is_consistent_while_threads_change_it() {
         }
     });
 }
+
+/// The live blocks of a table, `(address, size, tag)`, held still.
+fn live(table: &Table) -> Vec<(usize, u64, u32)> {
+    let mut blocks = Vec::new();
+    table
+        .lock_all()
+        .for_each_block(|a, b| blocks.push((a, b.size, b.tag)));
+    blocks.sort_unstable();
+    blocks
+}
+
+/// Frees made while their thread is inside the table (a signal handler that interrupted a
+/// change) take their blocks out at once: from the shadow, with a tag in a side table, and from
+/// the side tables alone (an address the shadow does not cover).
+#[test]
+fn frees_nested_in_a_change_are_applied() {
+    let table = Table::new();
+    let (plain, tagged, odd, kept) = (0x10_0000, 0x10_0100, 0x10_0208, 0x10_0300);
+    table.insert(plain, 100, &frames(1));
+    table.insert(tagged, 200, &frames(2));
+    assert_eq!(table.set_tag(tagged, 7).map(|t| t.1), Some(0));
+    table.insert(odd, 300, &frames(3));
+    table.insert(kept, 400, &frames(4));
+    let inside = table.enter().expect("outside the table");
+    table.remove(plain);
+    assert_eq!(table.take(tagged), None);
+    table.remove(odd);
+    table.remove(0x10_0400);
+    drop(inside);
+    assert_eq!(live(&table), vec![(kept, 400, 0)]);
+    let stats = table.stats();
+    assert_eq!((stats.live_blocks, stats.live_bytes), (1, 400));
+    // The tag went with its block.
+    table.insert(tagged, 500, &frames(2));
+    assert_eq!(live(&table), vec![(tagged, 500, 0), (kept, 400, 0)]);
+}
+
+/// A nested free whose side table its own thread holds (the interrupted change is inside it) is
+/// deferred to that side table, and applied before anyone uses it again.
+#[test]
+fn a_nested_free_into_a_held_side_table_is_deferred() {
+    let table = Table::new();
+    let tagged = 0x20_0000;
+    let held = (1..)
+        .map(|i| tagged + i * 0x10)
+        .find(|&a| side::side_of(a) == side::side_of(tagged))
+        .unwrap();
+    table.insert(tagged, 500, &frames(1));
+    table.set_tag(tagged, 3);
+    table.insert(held, 600, &frames(2));
+    let inside = table.enter().expect("outside the table");
+    let side = table.side(held);
+    // The shadow lets the block go at once; its tag waits for the side table.
+    table.remove(tagged);
+    drop(side);
+    drop(inside);
+    assert_eq!(live(&table), vec![(held, 600, 0)]);
+    let stats = table.stats();
+    assert_eq!((stats.live_blocks, stats.live_bytes), (1, 600));
+    // The tag went with the block: a new block there has none.
+    table.insert(tagged, 700, &frames(1));
+    assert_eq!(live(&table), vec![(tagged, 700, 0), (held, 600, 0)]);
+}

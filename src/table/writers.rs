@@ -14,6 +14,15 @@
 //! reader's fence is the heavy one of `crate::fence`, a `membarrier` system call on Linux, so
 //! that a writer's is a compiler fence: no locked instruction per table change (one where the
 //! system lacks the call, against a lock's two).
+//!
+//! A signal handler that frees memory may interrupt its thread inside the table. It cannot enter
+//! again, and it cannot wait for a reader that is waiting for its own thread; so it makes its
+//! change as part of the interrupted one ([`nested`]): while the writer's `busy` is odd no reader
+//! reads, provided the handler first waits out a reader that froze the table before `busy` went
+//! odd (the moment between `enter`'s store and its check of `frozen`). It says so in the table's
+//! count of waiting nested changes, and a freezing reader that finds it set while it waits for
+//! writers lets the table go until those changes are done, then freezes it again ([`freeze`]):
+//! the writer it waits for may be waiting for the handler's thread.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -201,9 +210,43 @@ impl Writer {
         }
     }
 
-    /// Waits until the owner is outside the table.
-    fn wait_outside(&self) {
-        wait_while(|| self.busy.load(Ordering::SeqCst) % 2 == 1);
+    /// Whether the owner is inside the table (or just entering it).
+    pub(super) fn is_inside(&self) -> bool {
+        self.busy.load(Ordering::Relaxed) % 2 == 1
+    }
+
+    /// After `fork`, in the child, for a writer whose thread did not come along: nobody owns it
+    /// and it is outside the table. What it counted stays.
+    pub(super) fn reset_after_fork(&self) {
+        let busy = self.busy.load(Ordering::Relaxed);
+        self.busy.store(busy + busy % 2, Ordering::Relaxed);
+        self.claimed.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Starts a change made while this thread's writer is inside the table already (a signal handler
+/// that interrupted the writer's change): waits until no reader holds the table (`frozen`), and
+/// keeps readers from reading until the result is dropped, without making any of them wait for
+/// this thread. `waiting` is the table's count of such changes.
+#[cold]
+pub(super) fn nested<'a>(frozen: &AtomicBool, waiting: &'a AtomicU32) -> Nested<'a> {
+    waiting.fetch_add(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    // A reader that froze the table before the writer's `busy` went odd may be reading it: wait
+    // for it to finish. A reader that froze it after waits for the writer, and lets the table go
+    // on seeing `waiting` (see `freeze`).
+    wait_while(|| frozen.load(Ordering::SeqCst));
+    Nested { waiting }
+}
+
+/// A nested change in progress ([`nested`]); ends when dropped.
+pub(super) struct Nested<'a> {
+    waiting: &'a AtomicU32,
+}
+
+impl Drop for Nested<'_> {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -221,28 +264,51 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// Spins, then yields, then sleeps, while `busy()` holds.
+/// Spins, then yields, then sleeps, while `busy()` holds. Only calls that are safe in a signal
+/// handler (`sched_yield`, `nanosleep`).
 fn wait_while(busy: impl Fn() -> bool) {
     let mut rounds = 0u32;
     while busy() {
-        if rounds < 64 {
-            std::hint::spin_loop();
-        } else if rounds < 128 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        rounds = rounds.saturating_add(1);
+        pause(&mut rounds);
     }
 }
 
-/// Freezes a table: sets `frozen` and waits until every writer is outside. The caller keeps
-/// `frozen` set while it reads and clears it after.
-pub(super) fn freeze<'a>(frozen: &AtomicBool, writers: impl Iterator<Item = &'a Writer>) {
-    frozen.store(true, Ordering::SeqCst);
-    crate::fence::heavy();
-    for writer in writers {
-        writer.wait_outside();
+/// One round of waiting: a spin, a yield or a short sleep, by how many `rounds` came before.
+fn pause(rounds: &mut u32) {
+    if *rounds < 64 {
+        std::hint::spin_loop();
+    } else if *rounds < 128 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    *rounds = rounds.saturating_add(1);
+}
+
+/// Freezes a table: sets `frozen` and waits until every writer of `writers()` is outside. The
+/// caller keeps `frozen` set while it reads and clears it after. While nested changes wait
+/// (`waiting`, see [`nested`]), the table is let go until they are done, and the freeze starts
+/// over.
+pub(super) fn freeze<'a, I: Iterator<Item = &'a Writer>>(
+    frozen: &AtomicBool,
+    waiting: &AtomicU32,
+    writers: impl Fn() -> I,
+) {
+    'freeze: loop {
+        frozen.store(true, Ordering::SeqCst);
+        crate::fence::heavy();
+        for writer in writers() {
+            let mut rounds = 0u32;
+            while writer.busy.load(Ordering::SeqCst) % 2 == 1 {
+                if waiting.load(Ordering::SeqCst) != 0 {
+                    frozen.store(false, Ordering::SeqCst);
+                    wait_while(|| waiting.load(Ordering::Acquire) != 0);
+                    continue 'freeze;
+                }
+                pause(&mut rounds);
+            }
+        }
+        return;
     }
 }
 

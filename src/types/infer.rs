@@ -441,6 +441,18 @@ static DWARF_NAMES: Mutex<Option<DwarfNames>> = Mutex::new(None);
 /// The code of this process that several instances share.
 static SHARED_CODE: Mutex<Option<SharedCode>> = Mutex::new(None);
 
+/// The locks of the DWARF names, the shared code and the stack types, in the order they are
+/// taken, for the forking thread to hold across `fork` (dropping the result lets them go).
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    let dwarf = DWARF_NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    let shared = SHARED_CODE.lock().unwrap_or_else(PoisonError::into_inner);
+    (
+        dwarf,
+        shared,
+        STACK_TYPES.lock().unwrap_or_else(PoisonError::into_inner),
+    )
+}
+
 /// [`infer_stacks`] for a snapshot of this process, with its symbolizer, its DWARF instance names
 /// and a cache per stack id.
 pub(crate) fn process_stack_types(

@@ -25,6 +25,12 @@ struct Registry {
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
+/// The registry's lock, for the forking thread to hold across `fork` (dropping the result lets it
+/// go).
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 fn with_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     let mut slot = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
     f(slot.get_or_insert_with(Registry::default))

@@ -159,6 +159,14 @@ fn build_first() -> Option<&'static Registry> {
     Some(publish(Registry::build()))
 }
 
+/// The build lock, for the forking thread to hold across `fork` (dropping the result lets it go):
+/// a child must not get it held by a thread that did not come along.
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Takes the build lock if it is free, whatever a panicking holder left: registries are
 /// replaced whole and validation only ever marks modules gone, so a poisoned lock guards nothing
 /// half-done.
