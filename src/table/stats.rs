@@ -26,6 +26,11 @@ pub struct HeapStats {
 
 impl HeapStats {
     /// The totals of the process's live table now.
+    ///
+    /// Without sampling it adds up every recording thread's counters: cheap, but not free, so
+    /// call it between steps of a program rather than in its inner loop. Under sampling it weighs
+    /// every live sampled block while holding the table still, which pauses the threads that
+    /// allocate for as long: read it now and then (once a second, once a request), not in a loop.
     pub fn get() -> HeapStats {
         crate::table::TABLE.stats()
     }
