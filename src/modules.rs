@@ -222,6 +222,19 @@ pub fn loaded() -> Vec<Module> {
     listed().1
 }
 
+/// The index in `modules` of the module that holds `address`, listing the loaded modules again
+/// into `modules` when none does (a library loaded since). Allocates, as [`loaded`] does.
+pub fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Option<usize> {
+    let find = |modules: &[Module]| modules.iter().position(|m| m.contains(address));
+    match find(modules) {
+        Some(index) => Some(index),
+        None => {
+            *modules = loaded();
+            find(modules)
+        }
+    }
+}
+
 /// The loader's generation and the modules loaded at that generation (both read in one listing).
 /// Allocates: call it outside the allocation path.
 pub fn listed() -> (Option<Generation>, Vec<Module>) {

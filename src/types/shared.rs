@@ -122,14 +122,7 @@ impl SharedCode {
 impl Sharing for SharedCode {
     fn instances(&mut self, address: ReturnAddress) -> Option<Arc<[String]>> {
         let pc = address.lookup_address();
-        let find = |modules: &[Module]| modules.iter().position(|m| m.contains(pc));
-        let index = match find(&self.modules) {
-            Some(index) => index,
-            None => {
-                self.modules = modules::loaded();
-                find(&self.modules)?
-            }
-        };
+        let index = modules::find_or_reload(&mut self.modules, pc)?;
         let module = &self.modules[index];
         let probe = (pc - module.bias) as u64;
         let path = module.path.clone();
