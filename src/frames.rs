@@ -26,7 +26,8 @@ pub struct Frame {
 impl fmt::Display for Frame {
     /// MemProf's frame string: `src/main.rs:12:5 in 'app::build_index'`; `:col` is left out when
     /// 0, `:line:col` when the line is 0, and an unknown frame reads `???`. The files of the
-    /// standard library and of crates from a registry are shortened: `core/src/...`, `serde-1.0.219/src/...`.
+    /// standard library and of crates from a registry are shortened: `core/src/...`,
+    /// `serde-1.0.219/src/...`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.file, &self.function) {
             (None, None) => f.write_str("???"),
