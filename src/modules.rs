@@ -8,7 +8,7 @@
 //! where a module was; reading its memory later needs another reason to know it is still there.
 
 use std::ops::{ControlFlow, Range};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One loaded ELF object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -220,6 +220,46 @@ unsafe extern "C" fn visit<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(
 /// Lists the modules loaded now. Allocates: call it outside the allocation path.
 pub fn loaded() -> Vec<Module> {
     listed().1
+}
+
+/// Calls `f(address, size, name)` for every function symbol of the ELF file at `path` that has a
+/// size, addresses as the file gives them (before the module's load bias). The symbols come from
+/// the symbol table or, when `or_dynamic` and there is none, from the dynamic symbols. Only the
+/// headers, the table and its strings are read, each in one piece. `None` when the file cannot
+/// be read or has no such table. Allocates and reads a file: off the allocation path.
+pub fn for_each_function(
+    path: &Path,
+    or_dynamic: bool,
+    mut f: impl FnMut(u64, u64, &[u8]),
+) -> Option<()> {
+    use object::read::elf::{FileHeader, SectionHeader, Sym};
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, &cache).ok()?;
+    let kinds = [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM];
+    let kinds = if or_dynamic { &kinds[..] } else { &kinds[..1] };
+    let symbols = kinds
+        .iter()
+        .filter_map(|&kind| sections.symbols(endian, &cache, kind).ok())
+        .find(|table| !table.is_empty())?;
+    let strings = sections
+        .section(symbols.string_section())
+        .ok()?
+        .data(endian, &cache)
+        .ok()?;
+    let strings = object::StringTable::new(strings, 0, strings.len() as u64);
+    for symbol in symbols.iter() {
+        let size = symbol.st_size(endian);
+        if symbol.st_type() != object::elf::STT_FUNC || size == 0 {
+            continue;
+        }
+        if let Ok(name) = symbol.name(endian, strings) {
+            f(symbol.st_value(endian), size, name);
+        }
+    }
+    Some(())
 }
 
 /// The index in `modules` of the module that holds `address`, listing the loaded modules again

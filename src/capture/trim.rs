@@ -112,47 +112,23 @@ pub fn load() {
 /// The code of the module holding this function that reports show, from the symbol table of its
 /// file.
 fn read() -> Option<Shown> {
-    use object::read::elf::{FileHeader, SectionHeader, Sym};
     let own = read as fn() -> Option<Shown> as usize;
     let module = modules::loaded().into_iter().find(|m| m.contains(own))?;
     let code =
         module.text.iter().map(|r| r.start).min()?..module.text.iter().map(|r| r.end).max()?;
-    let file = std::fs::File::open(&module.path).ok()?;
-    // Only the headers, the symbol table and its strings are read, each in one piece.
-    let cache = object::ReadCache::new(file);
-    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
-    let endian = header.endian().ok()?;
-    let sections = header.sections(endian, &cache).ok()?;
-    let symbols = sections
-        .symbols(endian, &cache, object::elf::SHT_SYMTAB)
-        .ok()?;
-    let strings = sections
-        .section(symbols.string_section())
-        .ok()?
-        .data(endian, &cache)
-        .ok()?;
-    let strings = object::StringTable::new(strings, 0, strings.len() as u64);
     let mut functions: Vec<(Range<usize>, bool)> = Vec::new();
     let mut demangled = Prefix::default();
-    for symbol in symbols.iter() {
-        let size = symbol.st_size(endian) as usize;
-        if symbol.st_type() != object::elf::STT_FUNC || size == 0 {
-            continue;
-        }
-        let Some(name) = symbol
-            .name(endian, strings)
-            .ok()
-            .and_then(|n| std::str::from_utf8(n).ok())
-        else {
-            continue;
+    modules::for_each_function(&module.path, false, |value, size, name| {
+        let Ok(name) = std::str::from_utf8(name) else {
+            return;
         };
-        let start = (symbol.st_value(endian) as usize).wrapping_add(module.bias);
+        let start = (value as usize).wrapping_add(module.bias);
         let shown = match rustc_demangle::try_demangle(name) {
             Ok(name) => demangled.is_shown(name),
             Err(_) => frames::is_shown_by_name(name),
         };
-        functions.push((start..start.saturating_add(size), shown));
-    }
+        functions.push((start..start.saturating_add(size as usize), shown));
+    })?;
     if functions.is_empty() {
         return None;
     }

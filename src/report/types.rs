@@ -1,7 +1,6 @@
 //! MemProf's per-type logs: object counts, object sizes, tallies over the run, and the contexts
 //! of one type.
 
-use crate::frames::{self, Frame};
 use crate::report::ReportOptions;
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
@@ -55,17 +54,7 @@ pub fn trace(
         if name != target {
             continue;
         }
-        let frames: Vec<Arc<[Frame]>> = snapshot
-            .stack(stack)
-            .frames
-            .iter()
-            .map(|&a| resolver.resolve(a))
-            .collect();
-        let expanded: Vec<&Frame> = frames.iter().flat_map(|f| f.iter()).collect();
-        let context = frames::context(&expanded, options.skip, options.depth)
-            .iter()
-            .map(|f| f.to_string())
-            .collect();
+        let context = super::context_of(&snapshot.stack(stack).frames, resolver, options);
         *groups.entry(context).or_default() += n;
     }
     let mut rows: Vec<TraceRow> = groups

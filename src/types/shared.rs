@@ -14,7 +14,7 @@ use crate::address::ReturnAddress;
 use crate::modules::{self, Module};
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Tells which code is shared by several functions.
@@ -53,32 +53,11 @@ impl Groups {
 
     /// Reads the function symbols of an ELF file and keeps those that start at the same address
     /// as another function of a different name.
-    fn read(path: &PathBuf) -> Option<Groups> {
-        use object::read::elf::{FileHeader, SectionHeader, Sym};
-        let file = std::fs::File::open(path).ok()?;
-        // Only the headers, the symbol table and its strings are read, each in one piece.
-        let cache = object::ReadCache::new(file);
-        let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
-        let endian = header.endian().ok()?;
-        let sections = header.sections(endian, &cache).ok()?;
-        let symbols = [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM]
-            .into_iter()
-            .filter_map(|kind| sections.symbols(endian, &cache, kind).ok())
-            .find(|table| !table.is_empty())?;
-        let strings = sections
-            .section(symbols.string_section())
-            .ok()?
-            .data(endian, &cache)
-            .ok()?;
-        let strings = object::StringTable::new(strings, 0, strings.len() as u64);
-        let mut functions: Vec<(u64, u64, &[u8])> = symbols
-            .iter()
-            .filter(|s| s.st_type() == object::elf::STT_FUNC && s.st_size(endian) > 0)
-            .filter_map(|s| {
-                let name = s.name(endian, strings).ok()?;
-                Some((s.st_value(endian), s.st_size(endian), name))
-            })
-            .collect();
+    fn read(path: &Path) -> Option<Groups> {
+        let mut functions: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+        modules::for_each_function(path, true, |value, size, name| {
+            functions.push((value, size, name.to_vec()));
+        })?;
         functions.sort_unstable();
         functions.dedup_by(|a, b| a.0 == b.0 && a.2 == b.2);
         let mut groups = Vec::new();
@@ -91,7 +70,7 @@ impl Groups {
             let mut names: Vec<String> = group
                 .iter()
                 .map(|f| {
-                    let name = String::from_utf8_lossy(f.2);
+                    let name = String::from_utf8_lossy(&f.2);
                     format!("{:#}", rustc_demangle::demangle(&name))
                 })
                 .collect();
