@@ -1,10 +1,12 @@
 //! Every `MEMPROF_*` variable fed garbage at once, text and bytes that are not UTF-8: the program
 //! runs to its end, with a report, and each variable that cannot be read is named in a warning.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -56,20 +58,16 @@ fn garbage_in_every_variable() {
         for name in READ {
             command.env(name, value);
         }
-        let mut child = command
+        let child = command
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let started = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(60) {
-                child.kill().unwrap();
-                panic!("round {round}: the child hung and was killed");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let output = child.wait_with_output().unwrap();
+        let output = common::wait_within(
+            child,
+            Duration::from_secs(60),
+            &format!("round {round}'s child"),
+        );
         let _ = std::fs::remove_dir_all(&dir);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(

@@ -3,9 +3,10 @@
 //! them into a panic, and so an abort before `main`. An empty `MEMPROF_ENABLED` warns and keeps
 //! recording on. The test runs this same binary as the child.
 
-use std::io::Read;
+mod common;
+
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -25,7 +26,7 @@ const BAD: [(&str, &str); 5] = [
 /// Runs the child with `envs` and `stderr`, killed if it runs past a deadline; returns its exit
 /// status and stdout.
 fn child(mode: &str, envs: &[(&str, &str)], stderr: Stdio) -> (std::process::ExitStatus, String) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "config_warnings", "--nocapture"])
         .env(CHILD, mode)
         .envs(envs.iter().copied())
@@ -33,25 +34,8 @@ fn child(mode: &str, envs: &[(&str, &str)], stderr: Stdio) -> (std::process::Exi
         .stderr(stderr)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the child {mode} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    (status, stdout)
+    let output = common::wait_within(child, Duration::from_secs(60), &format!("the child {mode}"));
+    (output.status, String::from_utf8(output.stdout).unwrap())
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! same binary as the child, a few times, the signal raised at varying delays after the
 //! program's end began.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,7 +37,7 @@ fn allocated_at_exit() -> Box<[u8]> {
 /// stderr. A child that runs past a deadline is killed and fails the test.
 fn run_child(dir: &Path, delay_ms: u64) -> String {
     let spec = format!("{0}/heap.tsv,{0}/heap.folded", dir.display());
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "dump_races_exit", "--nocapture"])
         .env(CHILD, delay_ms.to_string())
         .env("MEMPROF_OUTPUT", spec)
@@ -47,25 +49,13 @@ fn run_child(dir: &Path, delay_ms: u64) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
-        text
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the child (delay {delay_ms} ms) hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let stderr = reader.join().unwrap();
-    assert!(status.success(), "{status}\n{stderr}");
+    let output = common::wait_within(
+        child,
+        Duration::from_secs(60),
+        &format!("the child (delay {delay_ms} ms)"),
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{}\n{stderr}", output.status);
     stderr
 }
 

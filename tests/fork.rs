@@ -7,6 +7,8 @@
 //! loop and one that takes reports in a loop, then forks [`FORKS`] times, one child at a time;
 //! each child gets [`CHILD_DEADLINE`] to exit, and is killed and counted as hung past it.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -272,21 +274,12 @@ fn run_parent(mode: &str) -> String {
     if mode == "exit" {
         command.env("MEMPROF_PRINT_AT_EXIT", "1");
     }
-    let mut parent = command.spawn().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = parent.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > PARENT_DEADLINE {
-            let _ = parent.kill();
-            let _ = parent.wait();
-            panic!("the {mode} parent hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut parent.stdout.take().unwrap(), &mut stdout).unwrap();
+    let output = common::wait_within(
+        command.spawn().unwrap(),
+        PARENT_DEADLINE,
+        &format!("the {mode} parent"),
+    );
+    let (status, stdout) = (output.status, String::from_utf8(output.stdout).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
     let summary = stdout.lines().find(|l| l.contains("forks:")).unwrap_or("");
     eprintln!("{mode}: {}", summary.trim_start_matches("test fork ... "));

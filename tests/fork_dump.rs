@@ -1,6 +1,8 @@
 //! `MEMPROF_DUMP_SIGNAL` sent to a forked child writes the child's heap, to a file named with the
 //! child's pid, and not the parent's. The test runs this same binary as the parent, which forks.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -115,7 +117,7 @@ fn fork_dump() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fork_dump");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut parent = Command::new(std::env::current_exe().unwrap())
+    let parent = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "fork_dump", "--nocapture"])
         .env(PARENT, &dir)
         .env(
@@ -130,15 +132,7 @@ fn fork_dump() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while parent.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = parent.kill();
-            panic!("the parent hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = parent.wait_with_output().unwrap();
+    let output = common::wait_within(parent, Duration::from_secs(90), "the parent");
     assert!(
         output.status.success(),
         "{}\n{}",

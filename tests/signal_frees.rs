@@ -12,6 +12,8 @@
 //! Runs this binary again as the worker, under a deadline, so that a hang or a crash fails the
 //! test with a message.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -249,26 +251,14 @@ fn signal_frees() {
         work();
         return;
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "signal_frees", "--nocapture", "--test-threads=1"])
         .env("MEMPROF_TEST_CHILD", "1")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the worker hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let output = common::wait_within(child, DEADLINE, "the worker");
+    let (status, stdout) = (output.status, String::from_utf8(output.stdout).unwrap());
     eprintln!("{}", stdout.trim());
     assert!(status.success(), "the worker failed ({status}):\n{stdout}");
 }

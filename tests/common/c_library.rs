@@ -82,43 +82,12 @@ pub fn run_child(
     env: &[(&str, &str)],
     deadline: std::time::Duration,
 ) -> std::process::Output {
-    use std::io::Read;
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Read both pipes while the child runs, so that a chatty child never blocks on a full pipe.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            pipe.read_to_end(&mut bytes).ok();
-            bytes
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!(
-                "the child hung for {deadline:?} and was killed\n{}\n{}",
-                String::from_utf8_lossy(&stdout.join().unwrap()),
-                String::from_utf8_lossy(&stderr.join().unwrap())
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    std::process::Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
+    super::wait_within(child, deadline, "the child")
 }

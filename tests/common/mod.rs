@@ -129,3 +129,56 @@ pub fn missing_tool(check: &str, install: &str) {
     }
     eprintln!("SKIPPED {message}");
 }
+
+/// Waits for `child` and collects what it writes to its piped stdout and stderr (read while it
+/// runs, so that a chatty child never blocks on a full pipe). A child still running after
+/// `deadline` is killed and fails the test, as `what` hung: a hang fails instead of stalling.
+pub fn wait_within(
+    mut child: std::process::Child,
+    deadline: std::time::Duration,
+    what: &str,
+) -> std::process::Output {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_end(&mut bytes).ok();
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!(
+                "{what} hung for {deadline:?} and was killed\n{}\n{}",
+                String::from_utf8_lossy(&stdout.join().unwrap()),
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
