@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian 12 machine: the real readers of memprof's outputs
 # and the test runner. Safe to run again.
+#
+# Each need is a command (or, for pprof's Go sources, a package) and the Debian package that brings
+# it. A need already met in any way is left alone: Node.js from another repository already carries
+# npm, and asking apt for Debian's npm beside it fails with held packages.
 set -euo pipefail
 
-packages=(heaptrack valgrind golang-go golang-github-google-pprof-dev chromium npm)
 missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+need_command() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need_package() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" || missing+=("$1"); }
+
+need_command heaptrack_print heaptrack
+need_command valgrind valgrind
+need_command go golang-go
+need_package golang-github-google-pprof-dev
+need_command chromium chromium
+need_command npm npm
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   SUDO=""
