@@ -114,6 +114,8 @@ pub mod types;
 mod object_graph;
 mod report;
 pub mod export;
+#[cfg(feature = "trace")]
+pub mod trace;
 
 pub use address::ReturnAddress;
 pub use config::Config;
