@@ -114,7 +114,6 @@ pub mod types;
 mod object_graph;
 mod report;
 pub mod export;
-#[cfg(feature = "trace")]
 pub mod trace;
 
 pub use address::ReturnAddress;
@@ -133,4 +132,5 @@ pub use scope::{Scope, ScopeStats};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Resolve, Symbolizer, with_symbolizer};
 pub use table::{HeapStats, StackId};
+pub use trace::{close_trace, is_tracing, mark};
 pub use types::{tag, tagged};
