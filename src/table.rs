@@ -364,15 +364,12 @@ impl Table {
     }
 
     /// Removes a block about to be freed, when the table has it (the free path, which does not
-    /// need the block); returns whether it may have had it (a nested free cannot tell).
+    /// need the block); returns whether it had it.
     #[inline(never)]
     pub fn remove(&self, address: usize) -> bool {
         match self.enter() {
             Some(inside) => self.remove_block(&inside, address).is_some(),
-            None => {
-                self.remove_nested(address);
-                true
-            }
+            None => self.remove_nested(address),
         }
     }
 

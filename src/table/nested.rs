@@ -95,28 +95,33 @@ impl Table {
     /// The free path when this thread cannot enter the table: takes the block at `address` out as
     /// part of the change this thread is in the middle of (see the module docs). Does nothing when
     /// the table does not hold the block, or when the thread holds the table still (its signals
-    /// are blocked then, so the block is the table's own memory).
+    /// are blocked then, so the block is the table's own memory). Returns whether it took a block.
     #[cold]
     #[inline(never)]
-    pub(super) fn remove_nested(&self, address: usize) {
+    pub(super) fn remove_nested(&self, address: usize) -> bool {
         if super::door::holding_whole() || self.inside_writer().is_none() {
-            return;
+            return false;
         }
         let _nested = writers::nested(&self.frozen, &self.nested_waiting);
         let mode = self.mode();
         let word = self.shadow.take(address);
         if word != 0 && !Word(word).has_side() {
             self.count_gone(address, &Word(word).block(), mode);
-            return;
+            return true;
         }
         if word == 0 && self.odd_blocks.load(Ordering::Relaxed) == 0 {
-            return;
+            return false;
         }
         match self.side_nested(address) {
-            Some(mut side) => self.clear_side_entries(&mut side.side, address, word, mode),
+            Some(mut side) => {
+                let held = word != 0 || side.side.odd.contains_key(&address);
+                self.clear_side_entries(&mut side.side, address, word, mode);
+                held
+            }
             // Lost only when the side table's slots are all taken (see the module docs).
             None => {
                 let _ = self.deferred[super::side::side_of(address)].push(address, word);
+                word != 0
             }
         }
     }
