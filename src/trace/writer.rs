@@ -320,7 +320,9 @@ impl Sink {
                 buffer.recycle();
             }
         }
-        Ok(())
+        // Whole chunks reach the destination each round: a process killed loses only the
+        // events not handed over yet.
+        self.out.as_mut().expect("open").flush()
     }
 
     /// Writes the chunk in `self.chunk` (`definitions`: in `self.defs`) and empties it.
