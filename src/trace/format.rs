@@ -36,20 +36,33 @@ pub const MAX_CHUNK_BYTES: u32 = 16 << 20;
 /// Largest body of the file header.
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 
-/// Kinds from this one on carry their body's length after the kind byte, so a reader skips those
-/// it does not know. Kinds below it are laid out by the major version.
+/// Kinds from this one on carry their body's length after the head, so a reader skips those it
+/// does not know. Kinds below it are laid out by the major version.
 pub const FIRST_SIZED_KIND: u8 = 0x40;
+
+/// Recent addresses a chunk's events refer to by position (see `docs/trace-format.md`).
+const ADDRESSES: usize = 32;
+
+/// Recent stack ids likewise.
+const STACKS: usize = 8;
+
+/// Slots of the last size allocated, by stack id modulo this.
+const SIZES: usize = 256;
+
+/// Event classes, in the low two bits of an event's head in an `EVENTS` record.
+pub mod class {
+    /// An allocation.
+    pub const ALLOC: u64 = 0;
+    /// A free.
+    pub const FREE: u64 = 1;
+    /// A reallocation: a free and an allocation in one.
+    pub const REALLOC: u64 = 2;
+    /// A marker (`memprof::mark`).
+    pub const MARK: u64 = 3;
+}
 
 /// Record kinds.
 pub mod kind {
-    /// An allocation.
-    pub const ALLOC: u8 = 0x01;
-    /// A free.
-    pub const FREE: u8 = 0x02;
-    /// A reallocation: a free and an allocation in one.
-    pub const REALLOC: u8 = 0x03;
-    /// A marker (`memprof::mark`).
-    pub const MARK: u8 = 0x04;
     /// A stack's return addresses.
     pub const STACK: u8 = 0x40;
     /// The loaded modules.
@@ -62,6 +75,8 @@ pub mod kind {
     pub const SYMBOL: u8 = 0x44;
     /// The end of the trace: it was closed, not cut short.
     pub const END: u8 = 0x45;
+    /// Events, stored field by field.
+    pub const EVENTS: u8 = 0x46;
 }
 
 /// Flags of a chunk header.
@@ -414,6 +429,11 @@ pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
+/// Bytes of `value` as a varint.
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
 /// Zigzag: small magnitudes of either sign to small unsigned numbers.
 #[inline]
 fn zigzag(value: i64) -> u64 {
@@ -423,21 +443,6 @@ fn zigzag(value: i64) -> u64 {
 #[inline]
 fn unzigzag(value: u64) -> i64 {
     ((value >> 1) as i64) ^ -((value & 1) as i64)
-}
-
-/// Appends an address delta: most deltas between heap addresses are multiples of 16, stored as
-/// `zigzag(delta >> 4) << 1`; the others as `zigzag(delta >> 4) << 1 | 1` and then one byte, the
-/// low 4 bits. Exact for every 64-bit delta.
-#[inline]
-fn put_address_delta(out: &mut Vec<u8>, delta: i64) {
-    let high = zigzag(delta >> 4) << 1;
-    let low = (delta & 15) as u8;
-    if low == 0 {
-        put_varint(out, high);
-    } else {
-        put_varint(out, high | 1);
-        out.push(low);
-    }
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -456,10 +461,52 @@ fn put_opt_str(out: &mut Vec<u8>, text: Option<&str>) {
     }
 }
 
+/// What the encoder and the decoder of a chunk both remember of its events so far, to store an
+/// event's address, stack and size by reference to them: the last [`ADDRESSES`] distinct
+/// addresses and [`STACKS`] stack ids, most recent first, and the last size allocated from each
+/// slot of stack ids. Allocators hand out the blocks just freed, and programs free the blocks just
+/// allocated, so most addresses are among the recent ones.
+#[derive(Clone, Debug)]
+struct Model {
+    addresses: [u64; ADDRESSES],
+    stacks: [u32; STACKS],
+    sizes: Box<[u64; SIZES]>,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            addresses: [0; ADDRESSES],
+            stacks: [0; STACKS],
+            sizes: Box::new([0; SIZES]),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.addresses = [0; ADDRESSES];
+        self.stacks = [0; STACKS];
+        self.sizes.fill(0);
+    }
+
+    /// Moves `value`, at `from` (the last place when it was not there), to the front.
+    #[inline]
+    fn front<T: Copy>(list: &mut [T], from: usize, value: T) {
+        list.copy_within(0..from, 1);
+        list[0] = value;
+    }
+
+    /// The size slot of `stack`.
+    #[inline]
+    fn size_slot(stack: u32) -> usize {
+        stack as usize % SIZES
+    }
+}
+
 /// Builds one chunk: records are appended to a payload, then [`ChunkEncoder::finish`] compresses
-/// it and prefixes the header. Times and addresses are stored as deltas from the previous event
-/// of the chunk, so each chunk decodes on its own.
-#[derive(Debug)]
+/// it and prefixes the header. Times are deltas from the previous event of the chunk, and
+/// addresses, stacks and sizes refer to the chunk's earlier events ([`Model`]), so each chunk
+/// decodes on its own.
+#[derive(Clone, Debug)]
 pub struct ChunkEncoder {
     /// The payload so far.
     payload: Vec<u8>,
@@ -470,8 +517,18 @@ pub struct ChunkEncoder {
     events: u32,
     first_time: Option<u64>,
     last_time: u64,
-    last_address: u64,
+    model: Model,
+    /// The events not yet put in an `EVENTS` record: their count and their four columns (heads,
+    /// addresses, stacks, sizes).
+    pending: u64,
+    columns: [Vec<u8>; 4],
 }
+
+/// The columns of an `EVENTS` record.
+const HEADS: usize = 0;
+const ADDRESS: usize = 1;
+const STACK: usize = 2;
+const SIZE: usize = 3;
 
 impl ChunkEncoder {
     /// An empty chunk for the events of `thread` (0 for none).
@@ -484,7 +541,9 @@ impl ChunkEncoder {
             events: 0,
             first_time: None,
             last_time: 0,
-            last_address: 0,
+            model: Model::new(),
+            pending: 0,
+            columns: Default::default(),
         }
     }
 
@@ -496,17 +555,21 @@ impl ChunkEncoder {
         self.events = 0;
         self.first_time = None;
         self.last_time = 0;
-        self.last_address = 0;
+        self.model.reset();
+        self.pending = 0;
+        for column in &mut self.columns {
+            column.clear();
+        }
     }
 
     /// Bytes of payload so far.
     pub fn len(&self) -> usize {
-        self.payload.len()
+        self.payload.len() + self.columns.iter().map(Vec::len).sum::<usize>()
     }
 
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
-        self.payload.is_empty()
+        self.payload.is_empty() && self.pending == 0
     }
 
     /// Events added.
@@ -527,30 +590,67 @@ impl ChunkEncoder {
         time - previous
     }
 
+    /// An event's head: its class and time delta (below 2^62 ns, 146 years).
+    #[inline]
+    fn head(&mut self, class: u64, time: u64) {
+        let dt = self.time_delta(time).min((1 << 62) - 1);
+        self.pending += 1;
+        put_varint(&mut self.columns[HEADS], dt << 2 | class);
+    }
+
     #[inline]
     fn put_address(&mut self, address: u64) {
-        let delta = address.wrapping_sub(self.last_address) as i64;
-        self.last_address = address;
-        put_address_delta(&mut self.payload, delta);
+        let list = &mut self.model.addresses;
+        let out = &mut self.columns[ADDRESS];
+        match list.iter().position(|&a| a == address) {
+            Some(at) => {
+                put_varint(out, at as u64);
+                Model::front(list, at, address);
+            }
+            None => {
+                let delta = address.wrapping_sub(list[0]) as i64;
+                let high = zigzag(delta >> 4) << 1;
+                let low = (delta & 15) as u8;
+                put_varint(out, ADDRESSES as u64 + (high | u64::from(low != 0)));
+                if low != 0 {
+                    out.push(low);
+                }
+                Model::front(list, ADDRESSES - 1, address);
+            }
+        }
+    }
+
+    #[inline]
+    fn put_stack_and_size(&mut self, stack: u32, size: u64) {
+        let list = &mut self.model.stacks;
+        let out = &mut self.columns[STACK];
+        match list.iter().position(|&s| s == stack) {
+            Some(at) => {
+                put_varint(out, at as u64);
+                Model::front(list, at, stack);
+            }
+            None => {
+                put_varint(out, STACKS as u64 + u64::from(stack));
+                Model::front(list, STACKS - 1, stack);
+            }
+        }
+        let slot = &mut self.model.sizes[Model::size_slot(stack)];
+        put_varint(&mut self.columns[SIZE], size ^ *slot);
+        *slot = size;
     }
 
     /// An allocation.
     #[inline]
     pub fn alloc(&mut self, time: u64, address: u64, size: u64, stack: u32) {
-        let dt = self.time_delta(time);
-        self.payload.push(kind::ALLOC);
-        put_varint(&mut self.payload, dt);
+        self.head(class::ALLOC, time);
         self.put_address(address);
-        put_varint(&mut self.payload, size);
-        put_varint(&mut self.payload, u64::from(stack));
+        self.put_stack_and_size(stack, size);
     }
 
     /// A free.
     #[inline]
     pub fn free(&mut self, time: u64, address: u64) {
-        let dt = self.time_delta(time);
-        self.payload.push(kind::FREE);
-        put_varint(&mut self.payload, dt);
+        self.head(class::FREE, time);
         self.put_address(address);
     }
 
@@ -565,29 +665,47 @@ impl ChunkEncoder {
         size: u64,
         stack: u32,
     ) {
-        let dt = self.time_delta(time);
+        self.head(class::REALLOC, time);
         let time = self.last_time;
         let new_time = new_time.max(time);
         self.last_time = new_time;
-        self.payload.push(kind::REALLOC);
-        put_varint(&mut self.payload, dt);
-        put_varint(&mut self.payload, new_time - time);
+        put_varint(&mut self.columns[HEADS], new_time - time);
         self.put_address(old_address);
         self.put_address(address);
-        put_varint(&mut self.payload, size);
-        put_varint(&mut self.payload, u64::from(stack));
+        self.put_stack_and_size(stack, size);
     }
 
     /// A marker.
     pub fn mark(&mut self, time: u64, label: u32) {
-        let dt = self.time_delta(time);
-        self.payload.push(kind::MARK);
-        put_varint(&mut self.payload, dt);
-        put_varint(&mut self.payload, u64::from(label));
+        self.head(class::MARK, time);
+        put_varint(&mut self.columns[HEADS], u64::from(label));
+    }
+
+    /// Puts the events added since the last `EVENTS` record into one.
+    fn flush_events(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        self.payload.push(kind::EVENTS);
+        let len = varint_len(self.pending)
+            + self
+                .columns
+                .iter()
+                .map(|c| varint_len(c.len() as u64) + c.len())
+                .sum::<usize>();
+        put_varint(&mut self.payload, len as u64);
+        put_varint(&mut self.payload, self.pending);
+        for column in &mut self.columns {
+            put_varint(&mut self.payload, column.len() as u64);
+            self.payload.extend_from_slice(column);
+            column.clear();
+        }
+        self.pending = 0;
     }
 
     /// Appends the sized record in `self.body` under `kind`.
     fn sized(&mut self, kind: u8, flag: u8) {
+        self.flush_events();
         self.flags |= flag;
         self.payload.push(kind);
         put_varint(&mut self.payload, self.body.len() as u64);
@@ -666,7 +784,8 @@ impl ChunkEncoder {
 
     /// The header and payload of the chunk, the payload compressed when `zstd_level` is `Some`
     /// (and the `trace` feature's zstd is there to do it), appended to `out`.
-    pub fn finish(&self, zstd_level: Option<i32>, out: &mut Vec<u8>) -> io::Result<()> {
+    pub fn finish(&mut self, zstd_level: Option<i32>, out: &mut Vec<u8>) -> io::Result<()> {
+        self.flush_events();
         if self.payload.len() > MAX_CHUNK_BYTES as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -996,7 +1115,8 @@ impl Chunk {
             chunk: self.offset,
             cursor: Cursor::new(&self.payload),
             time: self.header.first_time,
-            address: 0,
+            model: Model::new(),
+            block: None,
             failed: false,
         }
     }
@@ -1008,72 +1128,145 @@ pub struct Records<'a> {
     chunk: u64,
     cursor: Cursor<'a>,
     time: u64,
-    address: u64,
+    model: Model,
+    /// The `EVENTS` record being read: events left, and its columns.
+    block: Option<(u64, [Cursor<'a>; 4])>,
     failed: bool,
 }
 
-impl Records<'_> {
-    fn time(&mut self) -> Result<u64, Error> {
-        let dt = self.cursor.varint()?;
+impl<'a> Records<'a> {
+    fn after(&mut self, dt: u64, column: &Cursor<'_>) -> Result<u64, Error> {
         self.time = self
             .time
             .checked_add(dt)
-            .ok_or_else(|| self.cursor.error("time past 2^64 ns"))?;
+            .ok_or_else(|| column.error("time past 2^64 ns"))?;
         Ok(self.time)
     }
 
-    fn address(&mut self) -> Result<u64, Error> {
-        let stored = self.cursor.varint()?;
+    fn address(model: &mut Model, column: &mut Cursor<'_>) -> Result<u64, Error> {
+        let code = column.varint()?;
+        let list = &mut model.addresses;
+        if code < ADDRESSES as u64 {
+            let at = code as usize;
+            let address = list[at];
+            Model::front(list, at, address);
+            return Ok(address);
+        }
+        let stored = code - ADDRESSES as u64;
         let mut delta = unzigzag(stored >> 1).wrapping_shl(4);
         if stored & 1 == 1 {
-            let low = self.cursor.byte()?;
+            let low = column.byte()?;
             if low == 0 || low > 15 {
-                return Err(self.cursor.error("address delta with bad low bits"));
+                return Err(column.error("address delta with bad low bits"));
             }
             delta |= i64::from(low);
         }
-        self.address = self.address.wrapping_add(delta as u64);
-        Ok(self.address)
+        let address = list[0].wrapping_add(delta as u64);
+        Model::front(list, ADDRESSES - 1, address);
+        Ok(address)
     }
 
-    fn stack_id(&mut self) -> Result<u32, Error> {
-        let id = self.cursor.varint()?;
-        u32::try_from(id).map_err(|_| self.cursor.error("stack id above 2^32"))
+    fn stack_and_size(
+        model: &mut Model,
+        stacks: &mut Cursor<'_>,
+        sizes: &mut Cursor<'_>,
+    ) -> Result<(u32, u64), Error> {
+        let code = stacks.varint()?;
+        let (at, stack) = if code < STACKS as u64 {
+            (code as usize, model.stacks[code as usize])
+        } else {
+            let id = u32::try_from(code - STACKS as u64)
+                .map_err(|_| stacks.error("stack id above 2^32"))?;
+            (STACKS - 1, id)
+        };
+        Model::front(&mut model.stacks, at, stack);
+        let slot = &mut model.sizes[Model::size_slot(stack)];
+        let size = sizes.varint()? ^ *slot;
+        *slot = size;
+        Ok((stack, size))
     }
 
-    fn record(&mut self) -> Result<Record, Error> {
-        let kind = self.cursor.byte()?;
-        match kind {
-            kind::ALLOC => Ok(Record::Alloc {
-                time: self.time()?,
-                address: self.address()?,
-                size: self.cursor.varint()?,
-                stack: self.stack_id()?,
-            }),
-            kind::FREE => Ok(Record::Free {
-                time: self.time()?,
-                address: self.address()?,
-            }),
-            kind::REALLOC => {
-                let time = self.time()?;
-                let later = self.cursor.varint()?;
-                let new_time = time
-                    .checked_add(later)
-                    .ok_or_else(|| self.cursor.error("time past 2^64 ns"))?;
-                self.time = new_time;
-                Ok(Record::Realloc {
+    /// The next event of the `EVENTS` record being read.
+    fn event(&mut self, mut columns: [Cursor<'a>; 4]) -> Result<(Record, [Cursor<'a>; 4]), Error> {
+        let [heads, addresses, stacks, sizes] = &mut columns;
+        let head = heads.varint()?;
+        let time = self.after(head >> 2, heads)?;
+        let model = &mut self.model;
+        let record = match head & 3 {
+            class::ALLOC => {
+                let address = Self::address(model, addresses)?;
+                let (stack, size) = Self::stack_and_size(model, stacks, sizes)?;
+                Record::Alloc {
+                    time,
+                    address,
+                    size,
+                    stack,
+                }
+            }
+            class::FREE => Record::Free {
+                time,
+                address: Self::address(model, addresses)?,
+            },
+            class::REALLOC => {
+                let later = heads.varint()?;
+                let old_address = Self::address(model, addresses)?;
+                let address = Self::address(model, addresses)?;
+                let (stack, size) = Self::stack_and_size(model, stacks, sizes)?;
+                let new_time = self.after(later, heads)?;
+                Record::Realloc {
                     time,
                     new_time,
-                    old_address: self.address()?,
-                    address: self.address()?,
-                    size: self.cursor.varint()?,
-                    stack: self.stack_id()?,
-                })
+                    old_address,
+                    address,
+                    size,
+                    stack,
+                }
             }
-            kind::MARK => Ok(Record::Mark {
-                time: self.time()?,
-                label: self.stack_id()?,
-            }),
+            _ => {
+                let label = heads.varint()?;
+                Record::Mark {
+                    time,
+                    label: u32::try_from(label).map_err(|_| heads.error("label id above 2^32"))?,
+                }
+            }
+        };
+        Ok((record, columns))
+    }
+
+    fn record(&mut self) -> Result<Option<Record>, Error> {
+        if let Some((left, columns)) = self.block.take() {
+            if left > 0 {
+                let (record, columns) = self.event(columns)?;
+                self.block = Some((left - 1, columns));
+                return Ok(Some(record));
+            }
+            if let Some(column) = columns.iter().find(|c| !c.is_empty()) {
+                return Err(column.error("bytes left in a column after the events"));
+            }
+        }
+        if self.cursor.is_empty() {
+            return Ok(None);
+        }
+        let kind = self.cursor.byte()?;
+        match kind {
+            kind::EVENTS => {
+                let len = self.cursor.varint()?;
+                let body = self.cursor.take(len)?;
+                let base = self.cursor.position() - body.len() as u64;
+                let mut body = Cursor::at(body, base);
+                let count = body.varint()?;
+                let mut column = || -> Result<Cursor<'a>, Error> {
+                    let bytes = body.bytes()?;
+                    Ok(Cursor::at(bytes, body.position() - bytes.len() as u64))
+                };
+                let columns = [column()?, column()?, column()?, column()?];
+                // Each event takes at least one byte of heads.
+                if count > columns[HEADS].bytes.len() as u64 {
+                    return Err(columns[HEADS].error(format!("{count} events in fewer bytes")));
+                }
+                self.block = Some((count, columns));
+                self.record()
+            }
             kind if kind >= FIRST_SIZED_KIND => {
                 let len = self.cursor.varint()?;
                 let body = self.cursor.take(len)?;
@@ -1100,7 +1293,7 @@ impl Records<'_> {
                 };
                 // Fields a later minor version appends to a known kind are skipped with the rest
                 // of the body.
-                Ok(record)
+                Ok(Some(record))
             }
             kind => Err(self.cursor.error(format!(
                 "unknown record kind {kind:#04x} of this major version"
@@ -1164,7 +1357,7 @@ impl Iterator for Records<'_> {
     type Item = Result<Record, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.cursor.is_empty() {
+        if self.failed {
             return None;
         }
         let result = self.record().map_err(|mut e| {
@@ -1173,7 +1366,7 @@ impl Iterator for Records<'_> {
         });
         // After an error the rest of the payload cannot be framed: stop.
         self.failed = result.is_err();
-        Some(result)
+        result.transpose()
     }
 }
 
@@ -1291,7 +1484,7 @@ mod tests {
             .write_to(&mut out)
             .unwrap();
         for chunk in chunks {
-            chunk.finish(level, &mut out).unwrap();
+            chunk.clone().finish(level, &mut out).unwrap();
         }
         out
     }
@@ -1394,11 +1587,7 @@ mod tests {
 
     // The encoders hold their payloads; tests reuse them by value.
     fn defs_clone(e: &ChunkEncoder) -> ChunkEncoder {
-        ChunkEncoder {
-            payload: e.payload.clone(),
-            body: Vec::new(),
-            ..*e
-        }
+        e.clone()
     }
     use defs_clone as events_clone;
     use defs_clone as end_clone;

@@ -328,7 +328,11 @@ impl Sink {
     /// Writes the chunk in `self.chunk` (`definitions`: in `self.defs`) and empties it.
     fn write_chunk(&mut self, definitions: bool) -> io::Result<()> {
         self.bytes.clear();
-        let chunk = if definitions { &self.defs } else { &self.chunk };
+        let chunk = if definitions {
+            &mut self.defs
+        } else {
+            &mut self.chunk
+        };
         chunk.finish(Some(LEVEL), &mut self.bytes)?;
         self.out
             .as_mut()
