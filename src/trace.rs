@@ -25,7 +25,7 @@ mod writer;
 
 #[cfg(feature = "trace")]
 pub use format::{
-    Chunk, ChunkEncoder, ChunkHeader, Codec, Error, ErrorKind, Header, ModuleEntry, Reader, Record,
+    Chunk, ChunkEncoder, ChunkHeader, Codec, Compressor, Error, ErrorKind, Header, ModuleEntry, Reader, Record,
     Records, SymbolFrame,
 };
 

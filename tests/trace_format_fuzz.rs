@@ -3,7 +3,9 @@
 
 #![cfg(feature = "trace")]
 
-use memprof::trace::{ChunkEncoder, ChunkHeader, Codec, Header, ModuleEntry, Reader, SymbolFrame};
+use memprof::trace::{
+    ChunkEncoder, ChunkHeader, Codec, Compressor, Header, ModuleEntry, Reader, SymbolFrame,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -64,7 +66,9 @@ fn sample_trace() -> Vec<u8> {
     }
     events.realloc(20_000, 20_100, 0x7f00_0000_0030, 0x7f00_0000_9000, 4096, 0);
     events.mark(20_200, 0);
-    events.finish(Some(1), &mut out).unwrap();
+    events
+        .finish(Some(&mut Compressor::new(1).unwrap()), &mut out)
+        .unwrap();
     let mut symbols = ChunkEncoder::new(0);
     symbols.symbol(
         0x5555_0000_1234,
@@ -76,7 +80,9 @@ fn sample_trace() -> Vec<u8> {
         }],
     );
     symbols.end(402, 0);
-    symbols.finish(Some(3), &mut out).unwrap();
+    symbols
+        .finish(Some(&mut Compressor::new(3).unwrap()), &mut out)
+        .unwrap();
     out
 }
 

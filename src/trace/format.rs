@@ -782,9 +782,13 @@ impl ChunkEncoder {
         self.sized(kind::END, flags::END);
     }
 
-    /// The header and payload of the chunk, the payload compressed when `zstd_level` is `Some`
-    /// (and the `trace` feature's zstd is there to do it), appended to `out`.
-    pub fn finish(&mut self, zstd_level: Option<i32>, out: &mut Vec<u8>) -> io::Result<()> {
+    /// Appends the chunk, its header and its payload, to `out`: the payload compressed by
+    /// `compressor`, or stored as it is without one.
+    pub fn finish(
+        &mut self,
+        compressor: Option<&mut Compressor>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
         self.flush_events();
         if self.payload.len() > MAX_CHUNK_BYTES as usize {
             return Err(io::Error::new(
@@ -794,11 +798,15 @@ impl ChunkEncoder {
         }
         let start = out.len();
         out.resize(start + CHUNK_HEADER_BYTES, 0);
-        let codec = match zstd_level {
-            Some(level) => {
-                let bound = zstd::zstd_safe::compress_bound(self.payload.len());
-                out.reserve(bound);
-                zstd::stream::copy_encode(&self.payload[..], &mut *out, level)?;
+        let codec = match compressor {
+            Some(compressor) => {
+                let scratch = &mut compressor.scratch;
+                scratch.clear();
+                scratch.reserve(zstd::zstd_safe::compress_bound(self.payload.len()));
+                compressor
+                    .inner
+                    .compress_to_buffer(&self.payload[..], scratch)?;
+                out.extend_from_slice(scratch);
                 Codec::Zstd
             }
             None => {
@@ -827,6 +835,30 @@ impl ChunkEncoder {
         out[start..start + 40].copy_from_slice(&fixed);
         out[start + 40..start + 44].copy_from_slice(&header.crc.to_le_bytes());
         Ok(())
+    }
+}
+
+/// A zstd compressor for chunks, kept from one chunk to the next: making one costs more than
+/// compressing a chunk.
+pub struct Compressor {
+    inner: zstd::bulk::Compressor<'static>,
+    /// Where a chunk is compressed before it is appended.
+    scratch: Vec<u8>,
+}
+
+impl fmt::Debug for Compressor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compressor").finish_non_exhaustive()
+    }
+}
+
+impl Compressor {
+    /// A compressor at zstd's `level` (1 fastest, 3 zstd's default, up to 22).
+    pub fn new(level: i32) -> io::Result<Compressor> {
+        Ok(Compressor {
+            inner: zstd::bulk::Compressor::new(level)?,
+            scratch: Vec::new(),
+        })
     }
 }
 
@@ -1483,8 +1515,9 @@ mod tests {
             .with_settings(0, 5, 0)
             .write_to(&mut out)
             .unwrap();
+        let mut compressor = level.map(|l| Compressor::new(l).unwrap());
         for chunk in chunks {
-            chunk.clone().finish(level, &mut out).unwrap();
+            chunk.clone().finish(compressor.as_mut(), &mut out).unwrap();
         }
         out
     }

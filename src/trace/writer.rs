@@ -15,7 +15,7 @@
 #![forbid(unsafe_code)]
 
 use super::buffer::{self, Buffer};
-use super::format::{ChunkEncoder, Header, ModuleEntry, SymbolFrame};
+use super::format::{ChunkEncoder, Compressor, Header, ModuleEntry, SymbolFrame};
 use crate::address::ReturnAddress;
 use crate::config::warn;
 use crate::guard::Guard;
@@ -92,6 +92,8 @@ struct Sink {
     chunk: ChunkEncoder,
     defs: ChunkEncoder,
     bytes: Vec<u8>,
+    /// Kept from chunk to chunk.
+    compressor: Compressor,
     /// Stack ids defined so far, as a bit set.
     stacks: Vec<u64>,
     /// Stack ids defined, in order (for the symbols at close).
@@ -163,6 +165,13 @@ pub fn start(spec: &str, sample_interval: u64) -> bool {
         chunk: ChunkEncoder::new(0),
         defs: ChunkEncoder::new(0),
         bytes: Vec::new(),
+        compressor: match Compressor::new(LEVEL) {
+            Ok(compressor) => compressor,
+            Err(error) => {
+                warn(format_args!("MEMPROF_TRACE: cannot start zstd ({error}); no trace"));
+                return false;
+            }
+        },
         stacks: Vec::new(),
         stack_list: Vec::new(),
         threads: HashMap::new(),
@@ -333,18 +342,17 @@ impl Sink {
         } else {
             &mut self.chunk
         };
-        chunk.finish(Some(LEVEL), &mut self.bytes)?;
+        chunk.finish(Some(&mut self.compressor), &mut self.bytes)?;
         self.out
             .as_mut()
             .expect("a sink writes once open")
             .write_all(&self.bytes)
     }
 
-    /// Defines what the events of `buffer` need, then writes them as one chunk.
+    /// Writes the events of `buffer` as one chunk, after a chunk of the definitions they need
+    /// (one pass over the buffer builds both).
     fn write_buffer(&mut self, buffer: &Buffer, thread: u32, tid: u64) -> io::Result<()> {
-        let calibration = self
-            .calibration
-            .expect("calibrated before the first buffer");
+        let calibration = self.calibration.expect("calibrated before the first buffer");
         self.defs.reset(0);
         if thread != 0 && self.threads.insert(thread, ()).is_none() {
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
@@ -352,31 +360,66 @@ impl Sink {
                 .unwrap_or_default();
             self.defs.thread(thread, tid, &name);
         }
-        let mut new_stacks = Vec::new();
-        let mut labels = self.labels;
-        buffer.read(|event| match event[0] & 7 {
-            buffer::ALLOC | buffer::REALLOC => {
-                let id = event[3] as u32;
-                let (word, bit) = (id as usize / 64, id % 64);
-                if self.stacks.len() <= word {
-                    self.stacks.resize(word + 1, 0);
-                }
-                if self.stacks[word] & (1 << bit) == 0 {
-                    self.stacks[word] |= 1 << bit;
-                    new_stacks.push(id);
-                }
-            }
-            buffer::MARK => labels = labels.max(event[1] as usize + 1),
-            _ => {}
-        });
-        if !new_stacks.is_empty() || self.modules.is_none() {
+        if self.modules.is_none() {
             self.define_modules();
         }
-        for &id in &new_stacks {
-            let frames = &TABLE.stacks.record(StackId(id)).frames;
-            self.defs.stack(id, frames.iter().map(|f| f.0 as u64));
+        self.chunk.reset(thread);
+        let mut new_stack = false;
+        let mut labels = self.labels;
+        let (chunk, defs, stacks, stack_list) = (
+            &mut self.chunk,
+            &mut self.defs,
+            &mut self.stacks,
+            &mut self.stack_list,
+        );
+        let mut define = |id: u32| {
+            let (word, bit) = (id as usize / 64, id % 64);
+            if stacks.len() <= word {
+                stacks.resize(word + 1, 0);
+            }
+            if stacks[word] & (1 << bit) == 0 {
+                stacks[word] |= 1 << bit;
+                new_stack = true;
+                let frames = &TABLE.stacks.record(StackId(id)).frames;
+                defs.stack(id, frames.iter().map(|f| f.0 as u64));
+                stack_list.push(id);
+            }
+        };
+        buffer.read(|event| {
+            let time = calibration.ns(event[0] >> 3);
+            match event[0] & 7 {
+                buffer::ALLOC => {
+                    define(event[3] as u32);
+                    chunk.alloc(time, event[1], event[2], event[3] as u32);
+                }
+                buffer::FREE => chunk.free(time, event[1]),
+                buffer::REALLOC => {
+                    define(event[3] as u32);
+                    chunk.realloc(
+                        time,
+                        calibration.ns(event[5]),
+                        event[4],
+                        event[1],
+                        event[2],
+                        event[3] as u32,
+                    );
+                }
+                _ => {
+                    labels = labels.max(event[1] as usize + 1);
+                    chunk.mark(time, event[1] as u32);
+                }
+            }
+        });
+        // Stacks new in this buffer may come from a library loaded since the last module list:
+        // the list goes first.
+        if new_stack && self.modules != Some(modules::generation()) {
+            let stacks_defined = std::mem::replace(&mut self.defs, ChunkEncoder::new(0));
+            self.define_modules();
+            if !self.defs.is_empty() {
+                self.write_chunk(true)?;
+            }
+            self.defs = stacks_defined;
         }
-        self.stack_list.extend_from_slice(&new_stacks);
         if labels > self.labels {
             let all = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
             for (id, text) in all.iter().enumerate().take(labels).skip(self.labels) {
@@ -387,24 +430,6 @@ impl Sink {
         if !self.defs.is_empty() {
             self.write_chunk(true)?;
         }
-        self.chunk.reset(thread);
-        let chunk = &mut self.chunk;
-        buffer.read(|event| {
-            let time = calibration.ns(event[0] >> 3);
-            match event[0] & 7 {
-                buffer::ALLOC => chunk.alloc(time, event[1], event[2], event[3] as u32),
-                buffer::FREE => chunk.free(time, event[1]),
-                buffer::REALLOC => chunk.realloc(
-                    time,
-                    calibration.ns(event[5]),
-                    event[4],
-                    event[1],
-                    event[2],
-                    event[3] as u32,
-                ),
-                _ => chunk.mark(time, event[1] as u32),
-            }
-        });
         self.events += u64::from(self.chunk.events());
         if !self.chunk.is_empty() {
             self.write_chunk(false)?;
