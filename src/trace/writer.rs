@@ -37,7 +37,7 @@ const POLL: Duration = Duration::from_millis(5);
 const CALIBRATION: Duration = Duration::from_millis(50);
 
 /// zstd's level for event chunks: fast, and most of what higher levels give on these payloads.
-const LEVEL: i32 = 3;
+const LEVEL: i32 = 1;
 
 /// Bytes of symbols per chunk.
 const SYMBOL_CHUNK: usize = 1 << 20;
