@@ -25,8 +25,8 @@ mod writer;
 
 #[cfg(feature = "trace")]
 pub use format::{
-    Chunk, ChunkEncoder, ChunkHeader, Codec, Compressor, Error, ErrorKind, Header, ModuleEntry, Reader, Record,
-    Records, SymbolFrame,
+    Chunk, ChunkEncoder, ChunkHeader, Codec, Compressor, Error, ErrorKind, Header, ModuleEntry,
+    Reader, Record, Records, SymbolFrame,
 };
 
 #[cfg(feature = "trace")]

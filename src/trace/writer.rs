@@ -168,7 +168,9 @@ pub fn start(spec: &str, sample_interval: u64) -> bool {
         compressor: match Compressor::new(LEVEL) {
             Ok(compressor) => compressor,
             Err(error) => {
-                warn(format_args!("MEMPROF_TRACE: cannot start zstd ({error}); no trace"));
+                warn(format_args!(
+                    "MEMPROF_TRACE: cannot start zstd ({error}); no trace"
+                ));
                 return false;
             }
         },
@@ -352,7 +354,9 @@ impl Sink {
     /// Writes the events of `buffer` as one chunk, after a chunk of the definitions they need
     /// (one pass over the buffer builds both).
     fn write_buffer(&mut self, buffer: &Buffer, thread: u32, tid: u64) -> io::Result<()> {
-        let calibration = self.calibration.expect("calibrated before the first buffer");
+        let calibration = self
+            .calibration
+            .expect("calibrated before the first buffer");
         self.defs.reset(0);
         if thread != 0 && self.threads.insert(thread, ()).is_none() {
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
