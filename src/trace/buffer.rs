@@ -27,10 +27,11 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// Words per buffer (256 KiB).
-pub const WORDS: usize = 1 << 15;
+/// Words per buffer (512 KiB): a buffer becomes one chunk, and larger chunks compress better;
+/// every thread that traces holds one.
+pub const WORDS: usize = 1 << 16;
 
-/// Most buffers in existence: 256 MiB of events waiting for the writer.
+/// Most buffers in existence: 512 MiB of events waiting for the writer, or that many threads.
 const MAX_BUFFERS: usize = 1024;
 
 /// Event kinds, in the low 3 bits of an event's first word.
