@@ -169,6 +169,8 @@ struct Local {
     busy: Cell<bool>,
     /// Its number in the trace; 0 before its first event.
     thread: Cell<u32>,
+    /// Its operating-system id, read at its first event.
+    tid: Cell<u64>,
     /// Buffers it took so far.
     seq: Cell<u64>,
     /// Its end-of-thread flush ran: further events go to the shared buffer.
@@ -184,6 +186,7 @@ thread_local! {
             buffer: Cell::new(None),
             busy: Cell::new(false),
             thread: Cell::new(0),
+            tid: Cell::new(0),
             seq: Cell::new(0),
             ended: Cell::new(false),
             pending: Cell::new((0, 0)),
@@ -264,11 +267,12 @@ fn append_slow(local: &Local, event: &[u64]) {
             local
                 .thread
                 .set(THREADS.fetch_add(1, Ordering::Relaxed) + 1);
+            local.tid.set(native::thread_id());
         }
     }
     let seq = local.seq.get();
     local.seq.set(seq + 1);
-    match take_buffer(local.thread.get(), seq) {
+    match take_buffer(local.thread.get(), local.tid.get(), seq) {
         Some(buffer) => {
             buffer.push(event);
             local.buffer.set(Some(buffer));
@@ -279,8 +283,9 @@ fn append_slow(local: &Local, event: &[u64]) {
     }
 }
 
-/// An empty buffer owned by thread `thread` as its `seq`th, made when none is free.
-fn take_buffer(thread: u32, seq: u64) -> Option<&'static Buffer> {
+/// An empty buffer owned by thread `thread` (operating-system id `tid`) as its `seq`th, made when
+/// none is free.
+fn take_buffer(thread: u32, tid: u64, seq: u64) -> Option<&'static Buffer> {
     let free = BUFFERS.iter().map(|(_, b)| b).find(|b| {
         b.state.load(Ordering::Relaxed) == EMPTY
             && b.state
@@ -294,7 +299,7 @@ fn take_buffer(thread: u32, seq: u64) -> Option<&'static Buffer> {
     };
     buffer.len.store(0, Ordering::Relaxed);
     buffer.thread.store(thread, Ordering::Relaxed);
-    buffer.tid.store(native::thread_id(), Ordering::Relaxed);
+    buffer.tid.store(tid, Ordering::Relaxed);
     buffer.seq.store(seq, Ordering::Relaxed);
     Some(buffer)
 }
@@ -315,7 +320,7 @@ fn append_shared(event: &[u64]) {
     }
     let seq = shared.1;
     shared.1 += 1;
-    match take_buffer(0, seq) {
+    match take_buffer(0, 0, seq) {
         Some(buffer) => {
             buffer.push(event);
             shared.0 = Some(buffer);
