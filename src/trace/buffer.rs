@@ -107,23 +107,24 @@ impl Buffer {
     /// Calls `f` with the words of the events written so far.
     pub fn read(&self, mut f: impl FnMut(&[u64])) {
         let len = self.len.load(Ordering::Acquire).min(WORDS);
-        let mut at = 0;
+        let mut words = self.words[..len].iter();
         let mut event = [0u64; 6];
-        while at < len {
-            let n = match self.words[at].load(Ordering::Relaxed) & 7 {
+        while let Some(first) = words.next() {
+            let first = first.load(Ordering::Relaxed);
+            let n = match first & 7 {
                 ALLOC => 4,
                 FREE | MARK => 2,
                 REALLOC => 6,
                 _ => return,
             };
-            if at + n > len {
-                return;
-            }
-            for (i, word) in event[..n].iter_mut().enumerate() {
-                *word = self.words[at + i].load(Ordering::Relaxed);
+            event[0] = first;
+            for slot in &mut event[1..n] {
+                match words.next() {
+                    Some(word) => *slot = word.load(Ordering::Relaxed),
+                    None => return,
+                }
             }
             f(&event[..n]);
-            at += n;
         }
     }
 

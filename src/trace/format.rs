@@ -491,7 +491,11 @@ impl Model {
     /// Moves `value`, at `from` (the last place when it was not there), to the front.
     #[inline]
     fn front<T: Copy>(list: &mut [T], from: usize, value: T) {
-        list.copy_within(0..from, 1);
+        // A plain loop: the lists are short, and most moves are of a few places, for which a
+        // call to `memmove` costs more than the move.
+        for i in (1..=from.min(list.len() - 1)).rev() {
+            list[i] = list[i - 1];
+        }
         list[0] = value;
     }
 
