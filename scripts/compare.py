@@ -88,8 +88,10 @@ def build(target_dir, frame_pointers):
     if frame_pointers:
         env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " -C force-frame-pointers=yes").strip()
     executables = {}
+    # The frame-pointer build can also trace (cargo feature `trace`), for the trace-mode rows.
+    features = ["--features", "trace"] if frame_pointers else []
     commands = [
-        ["cargo", "build", "--release", "--message-format=json"]
+        ["cargo", "build", "--release", "--message-format=json"] + features
         + [a for e in EXAMPLES for a in ("--example", e)],
         ["cargo", "bench", "--bench", "peers", "--no-run", "--message-format=json"],
     ]
@@ -657,6 +659,9 @@ def main():
              env={"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"},
              baseline="no profiler (frame pointers)",
              note=f"`MEMPROF_SAMPLE_INTERVAL=bytes:{SAMPLE_INTERVAL}`"),
+        Tool("memprof (frame pointers), trace", exes_fp["workload"],
+             env={"MEMPROF_TRACE": os.path.join(tmpdir, "trace-%p.mptrace")},
+             baseline="no profiler (frame pointers)", note="`MEMPROF_TRACE`"),
         Tool("memprof (default build, DWARF)", exes["workload"], baseline="no profiler"),
         Tool("dhat-rs", exes["workload_dhat"], baseline="no profiler"),
         Tool("heaptrack -r", exes["workload_plain"],
@@ -698,6 +703,7 @@ def main():
             overhead_rows = [(label, paired_runs(by_label, label, "churn", churn_size, pairs,
                                                  tmpdir))
                              for label in ("memprof (frame pointers)",
+                                           "memprof (frame pointers), trace",
                                            "memprof (frame pointers), depth 32", "heaptrack -r")
                              if by_label[label].available]
         if "sampling" in only:
