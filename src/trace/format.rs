@@ -41,7 +41,7 @@ pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 pub const FIRST_SIZED_KIND: u8 = 0x40;
 
 /// Recent addresses a chunk's events refer to by position (see `docs/trace-format.md`).
-const ADDRESSES: usize = 16;
+const ADDRESSES: usize = 32;
 
 /// Recent stack ids likewise.
 const STACKS: usize = 8;
