@@ -67,6 +67,7 @@
 //! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
+//! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
 //!
 //! # Configuration
 //!

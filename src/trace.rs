@@ -4,14 +4,14 @@
 //! `MEMPROF_TRACE=path` (or [`MemProf::trace`](crate::MemProf::trace)) turns it on, beside the live
 //! table, in a build with the cargo feature `trace`. The pieces:
 //!
-//! - [`format`]: the file format (specified in `docs/trace-format.md`), encoder and streaming
-//!   decoder ([`Reader`]), shared by the recorder and every reader;
+//! - `format`: the file format (specified in `docs/trace-format.md`), encoder and streaming
+//!   decoder (`Reader`), shared by the recorder and every reader;
 //! - `buffer`: the allocation path's half, per-thread buffers of raw events;
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
 //!   stacks, modules, threads and labels before their first use, and at close adds the symbols.
 //!
-//! The allocation path calls [`alloc`], [`free`] and the two halves of a reallocation
-//! ([`realloc_start`], [`realloc_end`]) beside the live table's own calls, for the blocks the table
+//! The allocation path calls `alloc`, `free` and the two halves of a reallocation
+//! (`realloc_start`, `realloc_end`) beside the live table's own calls, for the blocks the table
 //! records: so pausing and sampling apply to the trace as to the table. A forked child stops
 //! tracing (its parent's trace is not its own to write); a program the child `exec`s traces on its
 //! own if its environment says so (name its file with `%p`).
