@@ -508,8 +508,8 @@ impl Model {
 
 /// Builds one chunk: records are appended to a payload, then [`ChunkEncoder::finish`] compresses
 /// it and prefixes the header. Times are deltas from the previous event of the chunk, and
-/// addresses, stacks and sizes refer to the chunk's earlier events (see `docs/trace-format.md`), so each chunk
-/// decodes on its own.
+/// addresses, stacks and sizes refer to the chunk's earlier events (`docs/trace-format.md`), so
+/// each chunk decodes on its own.
 #[derive(Clone, Debug)]
 pub struct ChunkEncoder {
     /// The payload so far.
