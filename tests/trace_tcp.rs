@@ -1,5 +1,6 @@
 //! The trace sent to `tcp://HOST:PORT` (and to a FIFO) arrives whole: what the receiver saved
-//! replays to the live table at the marker, and ends with the symbols and the end record.
+//! replays to the live table at the marker, and ends with the symbols and the end record. A FIFO
+//! that nobody reads does not keep the program from exiting.
 
 #![cfg(feature = "trace")]
 
@@ -88,5 +89,22 @@ fn trace_over_tcp_and_fifo() {
     let reader = fifo.clone();
     let receive = std::thread::spawn(move || std::fs::read(reader).unwrap());
     traced(&dir, fifo.to_str().unwrap(), receive);
+
+    let lonely = dir.join("nobody.fifo");
+    let name = std::ffi::CString::new(lonely.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "trace_over_tcp_and_fifo", "--nocapture"])
+        .env("MEMPROF_TEST_TRACE_DIR", &dir)
+        .env("MEMPROF_TRACE", &lonely)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = common::wait_within(child, std::time::Duration::from_secs(60), "no reader");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("a FIFO that nobody reads"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -229,7 +229,18 @@ fn writer_thread() {
         let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
         let result = match &mut *state {
             State::Idle | State::Closed => return,
-            State::Pending(_) => open(&mut state).map(|_| ()),
+            State::Pending(sink) => {
+                // Opened without holding the state: a FIFO's `open` waits for a reader, and the
+                // close must not wait for it too.
+                let target = sink.target.clone();
+                drop(state);
+                let destination = connect(&target, true);
+                state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
+                match &*state {
+                    State::Pending(_) => destination.and_then(|d| install(&mut state, d)),
+                    _ => continue,
+                }
+            }
             State::Open(sink) => sink.drain(false),
         };
         if let Err(error) = result {
@@ -252,20 +263,50 @@ fn fail(state: &mut State, error: &io::Error) {
     *state = State::Closed;
 }
 
-/// Opens the destination of a pending trace and writes its header.
-fn open(state: &mut State) -> io::Result<&mut Sink> {
-    if let State::Pending(_) = state {
-        let State::Pending(mut sink) = std::mem::replace(state, State::Closed) else {
-            unreachable!("matched above")
-        };
-        let destination = match sink.target.strip_prefix("tcp://") {
-            Some(address) => Destination::Tcp(TcpStream::connect(address)?),
-            None => Destination::File(std::fs::File::create(&sink.target)?),
-        };
+/// Opens `target`: `tcp://HOST:PORT`, a FIFO, or a file (created, or emptied). A FIFO's `open`
+/// waits for a reader; without `wait_for_reader`, a FIFO nobody reads is an error at once.
+fn connect(target: &str, wait_for_reader: bool) -> io::Result<Destination> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    if let Some(address) = target.strip_prefix("tcp://") {
+        return Ok(Destination::Tcp(TcpStream::connect(address)?));
+    }
+    let fifo = std::fs::metadata(target).is_ok_and(|m| m.file_type().is_fifo());
+    if !fifo {
+        return Ok(Destination::File(std::fs::File::create(target)?));
+    }
+    if !wait_for_reader {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(target)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENXIO) => io::Error::other("a FIFO that nobody reads"),
+                _ => e,
+            })?;
+    }
+    let file = std::fs::OpenOptions::new().write(true).open(target)?;
+    Ok(Destination::File(file))
+}
+
+/// Makes a pending trace open on `destination`, its header written.
+fn install(state: &mut State, destination: Destination) -> io::Result<()> {
+    if let State::Pending(sink) = state {
         let mut out = io::BufWriter::with_capacity(1 << 20, destination);
         sink.header.write_to(&mut out)?;
         sink.out = Some(out);
+        let State::Pending(sink) = std::mem::replace(state, State::Closed) else {
+            unreachable!("matched above")
+        };
         *state = State::Open(sink);
+    }
+    Ok(())
+}
+
+/// The open trace; a pending one is opened first, not waiting for a FIFO's reader.
+fn open(state: &mut State) -> io::Result<&mut Sink> {
+    if let State::Pending(sink) = state {
+        let destination = connect(&sink.target, false)?;
+        install(state, destination)?;
     }
     match state {
         State::Open(sink) => Ok(sink),
