@@ -420,7 +420,7 @@ pub enum Record {
 
 /// Appends `value` as a LEB128 varint: 7 bits a byte, low bits first, the high bit set on every
 /// byte but the last.
-#[inline]
+#[inline(always)]
 pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push(value as u8 | 0x80);
@@ -583,7 +583,7 @@ impl ChunkEncoder {
 
     /// The delta of `time` from the previous event's; a time before it counts as the same time
     /// (an event's time never goes back within a chunk).
-    #[inline]
+    #[inline(always)]
     fn time_delta(&mut self, time: u64) -> u64 {
         let base = *self.first_time.get_or_insert(time);
         let previous = self.last_time.max(base);
@@ -595,14 +595,14 @@ impl ChunkEncoder {
     }
 
     /// An event's head: its class and time delta (below 2^62 ns, 146 years).
-    #[inline]
+    #[inline(always)]
     fn head(&mut self, class: u64, time: u64) {
         let dt = self.time_delta(time).min((1 << 62) - 1);
         self.pending += 1;
         put_varint(&mut self.columns[HEADS], dt << 2 | class);
     }
 
-    #[inline]
+    #[inline(always)]
     fn put_address(&mut self, address: u64) {
         let list = &mut self.model.addresses;
         let out = &mut self.columns[ADDRESS];
@@ -624,7 +624,7 @@ impl ChunkEncoder {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn put_stack_and_size(&mut self, stack: u32, size: u64) {
         let list = &mut self.model.stacks;
         let out = &mut self.columns[STACK];
@@ -644,7 +644,7 @@ impl ChunkEncoder {
     }
 
     /// An allocation.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, time: u64, address: u64, size: u64, stack: u32) {
         self.head(class::ALLOC, time);
         self.put_address(address);
@@ -652,7 +652,7 @@ impl ChunkEncoder {
     }
 
     /// A free.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, time: u64, address: u64) {
         self.head(class::FREE, time);
         self.put_address(address);
