@@ -9,15 +9,18 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
 1. Overhead per allocation: `benches/peers.rs` (divan), an alloc+free pair and a realloc round
    trip through `System`, memprof and dhat-rs in one process, at stack depths 5, 16 and 32, in a
    frame-pointer build and a default build (memprof's DWARF unwinder).
-2. Whole process: `examples/workload*.rs` on a churn workload, pulldown-cmark and serde_json,
+2. Whole process: `examples/workload*.rs` on a churn workload, pulldown-cmark, serde_json, a
+   realloc-heavy recursive workload, a tree of a million boxed nodes and three real crates,
    without a profiler, with memprof (frame pointers, also sampled; default build), dhat-rs,
    `heaptrack -r` and `valgrind --tool=dhat`: time of the measured part, nanoseconds added per
    allocation, wall time and peak resident set, each with its ratio to the run without a
    profiler. Valgrind runs a smaller input against a plain run of that same input.
-3. Threads: churn throughput on 1 and 2 threads; 8 threads on 2 cores must end (no deadlock) with
+3. Threads: churn throughput on 1 and 2 threads, and the same for threads that free each other's
+   blocks; 8 threads on 2 cores must end (no deadlock) with
    every event accounted for (memprof's live totals back where they were, its allocation count
    equal to dhat-rs's on the same work, every marked block seen).
-4. Memory: the profiler's resident bytes per live block, a million live 16-byte boxes.
+4. Memory: the profiler's resident bytes per live block, 512 MiB of live blocks of one size
+   (at most 4 million), for sizes from 16 bytes to 1 MiB.
 5. Reports: a million live blocks over ten thousand stacks: snapshot, the Markdown report and
    each export, with a cold symbolizer and a warm one.
 6. Paired runs, 15 pairs: memprof on churn at depths 5 and 32 and `heaptrack -r` on churn
@@ -219,7 +222,7 @@ def per_allocation(builds, depths, sample_count, sample_size):
             r = parse_divan(out)
             d = str(depth)
             row = {"build": build_label, "unwinder": unwinder, "depth": depth, "load": load()}
-            for op in ("alloc_free", "realloc"):
+            for op in ("alloc_free", "realloc", "realloc_growth"):
                 system = r[(f"{op}_system", d)]
                 memprof = r[(f"{op}_memprof", d)]
                 dhat = r[(f"{op}_dhat", d)]
@@ -240,12 +243,14 @@ def print_per_allocation(rows):
     print("### Overhead per allocation (divan, `benches/peers.rs`, median)\n")
     print("Time per operation; `+` is the time added to plain `System` in the same process. "
           "An alloc+free pair is one allocation; a realloc round trip is alloc, realloc, free "
-          "(two recorded allocations).\n")
+          "(two recorded allocations); realloc growth is a block grown from 16 bytes to 4 KiB by "
+          "255 reallocs of 16 bytes each, then freed (256 recorded allocations).\n")
     print("| build | depth | op | System | memprof | memprof + | dhat-rs | dhat-rs + "
           "| dhat-rs + / memprof + |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        for op, name in (("alloc_free", "alloc+free"), ("realloc", "realloc round trip")):
+        for op, name in (("alloc_free", "alloc+free"), ("realloc", "realloc round trip"),
+                         ("realloc_growth", "realloc growth")):
             system, memprof, dhat = row[op]
             added_m, added_d = memprof - system, dhat - system
             ratio = f"{added_d / added_m:.1f}×" if added_m > 0 else "–"
@@ -343,8 +348,10 @@ def print_whole_process(tools, results):
 # 3. threads
 
 
-def threads(exes_fp, exes, iterations, runs):
-    """Iterations per second on 1 and 2 threads; the configurations take turns, run after run."""
+def threads(exes_fp, exes, iterations, runs, scenario="threads"):
+    """Iterations per second on 1 and 2 threads of `scenario` (`threads`: churn on each thread;
+    `exchange`: the recursive workload, each thread freeing 1/16 of the other's blocks); the
+    configurations take turns, run after run."""
     configs = [
         ("no profiler (frame pointers)", exes_fp["workload_plain"], iterations),
         ("memprof (frame pointers)", exes_fp["workload"], iterations),
@@ -355,7 +362,7 @@ def threads(exes_fp, exes, iterations, runs):
     for _ in range(runs):
         for label, exe, n in configs:
             for t in (1, 2):
-                _, fields, _ = run([exe, "threads", str(n), str(t)])
+                _, fields, _ = run([exe, scenario, str(n), str(t)])
                 rates[(label, t)].append(float(fields["iters_per_s"]))
     # Other processes only ever slow a run down: the best run is the one they disturbed least.
     return [(label, n, max(rates[(label, 1)]), max(rates[(label, 2)]))
@@ -389,7 +396,7 @@ def oversubscribed(exes, threads_count, iterations):
     return checks
 
 
-def print_threads(rows, checks, threads_count):
+def print_threads(rows, checks, threads_count, exchange_rows=()):
     print("### Threads (churn, iterations per second, best run)\n")
     print("Each thread does the same work; the best of the runs is shown, since other processes "
           "on the machine only ever slow a run down, and the two threads need both cores.\n")
@@ -398,6 +405,14 @@ def print_threads(rows, checks, threads_count):
     for label, n, one, two in rows:
         print(f"| {label} | {n:,} | {one:,.0f} | {two:,.0f} | {two / one:.2f}× |")
     print()
+    if exchange_rows:
+        print("The recursive workload on each thread, every thread handing 1/16 of its blocks to "
+              "the other to free (`exchange`):\n")
+        print("| tool | iterations per thread | 1 thread | 2 threads | 2 threads ÷ 1 thread |")
+        print("|---|---:|---:|---:|---:|")
+        for label, n, one, two in exchange_rows:
+            print(f"| {label} | {n:,} | {one:,.0f} | {two:,.0f} | {two / one:.2f}× |")
+        print()
     print(f"{threads_count} threads on {os.cpu_count()} cores (memprof, frame pointers):\n")
     print("| check | result | detail |")
     print("|---|---|---|")
@@ -410,35 +425,58 @@ def print_threads(rows, checks, threads_count):
 # 4. memory per live block
 
 
-def memory(tools_by_label, blocks, runs):
+# Block sizes of the memory measurement, 16 bytes to 1 MiB.
+MEMORY_SIZES = [16, 64, 256, 1000, 4096, 16384, 65536, 262144, 1048576]
+
+
+def memory_blocks(size, heap_bytes):
+    """How many blocks of `size` bytes make `heap_bytes` of live heap (at most 4 million)."""
+    return max(1, min(4_000_000, heap_bytes // size))
+
+
+def memory(tools_by_label, sizes, heap_bytes, runs):
+    """{size: {label: (median RSS growth kB, median peak kB, baseline label)}}."""
     growth = {}
-    for label in ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
-                  "memprof (default build, DWARF)", "dhat-rs"):
-        tool = tools_by_label[label]
-        values, peaks = [], []
-        for _ in range(runs):
-            _, fields, _ = run([tool.exe, "live", str(blocks)], env=tool.env)
-            values.append(int(fields["rss_growth_kb"]))
-            peaks.append(int(fields["peak_rss_kb"]))
-        growth[label] = (median(values), median(peaks), tool.baseline)
+    for size in sizes:
+        blocks = memory_blocks(size, heap_bytes)
+        log(f"memory: {blocks:,} blocks of {size:,} bytes (load {load()})")
+        growth[size] = {}
+        for label in ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
+                      "memprof (default build, DWARF)", "dhat-rs"):
+            tool = tools_by_label[label]
+            values, peaks = [], []
+            for _ in range(runs):
+                _, fields, _ = run([tool.exe, "live", str(blocks), str(size)], env=tool.env)
+                values.append(int(fields["rss_growth_kb"]))
+                peaks.append(int(fields["peak_rss_kb"]))
+            growth[size][label] = (median(values), median(peaks), tool.baseline)
     return growth
 
 
-def print_memory(growth, blocks):
-    print(f"### Memory: {blocks:,} live blocks of 16 bytes (median)\n")
-    print("`RSS growth` is the resident set added while the blocks were allocated; the profiler's "
-          "share is that growth minus the growth without a profiler, per block.\n")
-    print("| tool | RSS growth | peak RSS | profiler bytes per live block (growth) | "
-          "(peak) |")
-    print("|---|---:|---:|---:|---:|")
-    for label, (kb, peak, base_label) in growth.items():
-        if base_label:
-            base_kb, base_peak, _ = growth[base_label]
-            per = f"{(kb - base_kb) * 1024 / blocks:.1f}"
-            per_peak = f"{(peak - base_peak) * 1024 / blocks:.1f}"
-        else:
-            per = per_peak = "–"
-        print(f"| {label} | {kb / 1024:,.1f} MB | {peak / 1024:,.1f} MB | {per} | {per_peak} |")
+def per_block(by_label, label, blocks):
+    """The profiler's resident bytes per live block: its growth minus its baseline's."""
+    kb, _, base_label = by_label[label]
+    if not base_label:
+        return None
+    return (kb - by_label[base_label][0]) * 1024 / blocks
+
+
+def print_memory(growth, heap_bytes):
+    print(f"### Memory: live blocks of one size, {heap_bytes >> 20} MiB of them (at most 4 million)"
+          " (median)\n")
+    print("The profiler's resident bytes per live block: the resident set the process added while "
+          "the blocks were allocated (and written), minus what the same binary added without a "
+          "profiler, divided by the number of blocks.\n")
+    labels = ("memprof (frame pointers)", "memprof (default build, DWARF)", "dhat-rs")
+    print("| block size | blocks | " + " | ".join(labels) + " |")
+    print("|---:|---:|" + "---:|" * len(labels))
+    for size, by_label in growth.items():
+        blocks = memory_blocks(size, heap_bytes)
+        cells = []
+        for label in labels:
+            value = per_block(by_label, label, blocks)
+            cells.append("–" if value is None else f"{value:,.1f}")
+        print(f"| {size:,} B | {blocks:,} | " + " | ".join(cells) + " |")
     print()
 
 
@@ -523,8 +561,8 @@ def print_paired(sampling_rows, overhead_rows, allocs):
 # targets
 
 
-def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, overhead_rows,
-                  churn_allocs):
+def print_targets(per_alloc, whole, thread_rows, growth, heap_bytes, sampling_rows, overhead_rows,
+                  churn_allocs, exchange_rows=()):
     def added(build, depth, op="alloc_free"):
         for row in per_alloc:
             if row["build"] == build and row["depth"] == depth:
@@ -555,11 +593,13 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
     b_fp5, b_dhat5 = added("frame pointers", 5)
     b_fp32, _ = added("frame pointers", 32)
     b_dwarf5, _ = added("default (DWARF)", 5)
-    mem = growth.get("memprof (frame pointers)")
-    base = growth.get("no profiler (frame pointers)")
-    per_block = (mem[0] - base[0]) * 1024 / blocks if mem and base else None
+    worst = [per_block(by_label, "memprof (frame pointers)", memory_blocks(size, heap_bytes))
+             for size, by_label in growth.items()]
+    worst = max(worst) if worst else None
     scaling = next((two / one for label, _, one, two in thread_rows
                     if label == "memprof (frame pointers)"), None)
+    exchange_scaling = next((two / one for label, _, one, two in exchange_rows
+                             if label == "memprof (frame pointers)"), None)
 
     def row(name, value, goal, ok, unit=""):
         shown = "–" if value is None else f"{value:,.1f}{unit}"
@@ -598,7 +638,10 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
         lambda v: v < 5, " %")
     row("2 threads ÷ 1 thread throughput under memprof", scaling, "≥ 1.7", lambda v: v >= 1.7,
         "×")
-    row("profiler bytes per live block", per_block, "≤ 40", lambda v: v <= 40)
+    row("2 threads ÷ 1 thread throughput under memprof, exchanging blocks", exchange_scaling,
+        "≥ 1.8", lambda v: v >= 1.8, "×")
+    row("profiler bytes per live block, worst block size from 16 B to 1 MiB", worst, "≤ 40",
+        lambda v: v <= 40)
     print()
 
 
@@ -673,6 +716,9 @@ def main():
     by_label = {t.label: t for t in tools}
     status = 0
     per_alloc, whole, thread_rows, growth, sampling_rows, overhead_rows = [], {}, [], {}, [], []
+    exchange_rows = []
+    # Live heap of the memory measurement, per block size.
+    heap_bytes = (128 if quick else 512) << 20
     churn_allocs = None
     if "alloc" in only:
         log(f"per-allocation benches (load {load()})")
@@ -681,10 +727,14 @@ def main():
                                    200 if quick else 1000)
         print_per_allocation(per_alloc)
     if "process" in only:
-        scenarios = ([("churn", 30_000), ("markdown", 5_000), ("json", 10_000)] if quick else
-                     [("churn", 100_000), ("markdown", 20_000), ("json", 20_000)])
-        valgrind_sizes = ({"churn": 5_000, "markdown": 1_000, "json": 2_000} if quick else
-                          {"churn": 20_000, "markdown": 2_000, "json": 3_000})
+        scenarios = ([("churn", 30_000), ("markdown", 5_000), ("json", 10_000),
+                      ("recursive", 50_000), ("tree", 18), ("crates", 5_000)] if quick else
+                     [("churn", 100_000), ("markdown", 20_000), ("json", 20_000),
+                      ("recursive", 200_000), ("tree", 20), ("crates", 20_000)])
+        valgrind_sizes = ({"churn": 5_000, "markdown": 1_000, "json": 2_000, "recursive": 5_000,
+                           "tree": 12, "crates": 500} if quick else
+                          {"churn": 20_000, "markdown": 2_000, "json": 3_000,
+                           "recursive": 20_000, "tree": 14, "crates": 1_000})
         whole = whole_process(tools, scenarios, valgrind_sizes, runs, tmpdir,
                               exes_fp["workload"])
         print_whole_process(tools, whole)
@@ -709,14 +759,15 @@ def main():
     if "threads" in only:
         log(f"threads (load {load()})")
         thread_rows = threads(exes_fp, exes, 20_000 if quick else 50_000, runs)
+        exchange_rows = threads(exes_fp, exes, 20_000 if quick else 100_000, runs, "exchange")
         checks = oversubscribed(exes_fp, 8, 2_000 if quick else 5_000)
-        print_threads(thread_rows, checks, 8)
+        print_threads(thread_rows, checks, 8, exchange_rows)
         if not all(ok for _, ok, _ in checks):
             status = 1
     if "memory" in only:
         log(f"memory (load {load()})")
-        growth = memory(by_label, 1_000_000, runs)
-        print_memory(growth, 1_000_000)
+        growth = memory(by_label, MEMORY_SIZES, heap_bytes, runs)
+        print_memory(growth, heap_bytes)
     if "reports" in only:
         log(f"reports (load {load()})")
         times, fields = reports(exes["workload"], 1_000_000, 1 if quick else min(runs, 2))
@@ -725,8 +776,8 @@ def main():
            for measured, _ in whole.values() for _, m, note in measured.values()):
         status = 1
     if per_alloc and whole and thread_rows and growth:
-        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000, sampling_rows,
-                      overhead_rows, churn_allocs)
+        print_targets(per_alloc, whole, thread_rows, growth, heap_bytes, sampling_rows,
+                      overhead_rows, churn_allocs, exchange_rows)
     print(f"1-minute load at the end: {load()}.")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return status

@@ -36,10 +36,10 @@ fn frames(stack: u8) -> Vec<ReturnAddress> {
         .collect()
 }
 
-/// Addresses: slot `s` lives at one of two places, so reallocs move blocks, between the shadow
-/// (16-byte aligned) and the side map (8-byte aligned).
+/// Addresses: slot `s` lives at one of two places, so reallocs move blocks, between 16-byte and
+/// 8-byte aligned addresses, and between pages (so between side tables).
 fn address(slot: u8, generation: bool) -> usize {
-    0x10_0000 + usize::from(slot) * 0x100 + if generation { 0x88 } else { 0 }
+    0x10_0000 + usize::from(slot) * 0x1100 + if generation { 0x88 } else { 0 }
 }
 
 proptest! {
@@ -299,8 +299,8 @@ fn live(table: &Table) -> Vec<(usize, u64, u32)> {
 }
 
 /// Frees made while their thread is inside the table (a signal handler that interrupted a
-/// change) take their blocks out at once: from the shadow, with a tag in a side table, and from
-/// the side tables alone (an address the shadow does not cover).
+/// change) take their blocks out at once: plain blocks, a block with a tag, a block at an
+/// address that is not 16-byte aligned.
 #[test]
 fn frees_nested_in_a_change_are_applied() {
     let table = Table::new();
@@ -339,7 +339,7 @@ fn a_nested_free_into_a_held_side_table_is_deferred() {
     table.insert(held, 600, &frames(2));
     let inside = table.enter().expect("outside the table");
     let side = table.side(held);
-    // The shadow lets the block go at once; its tag waits for the side table.
+    // The block waits for the side table, which this thread holds.
     table.remove(tagged);
     drop(side);
     drop(inside);
