@@ -122,10 +122,10 @@ impl Table {
     }
 
     /// Applies the frees deferred to side table `i`, which the caller holds.
+    #[inline]
     pub(super) fn apply_deferred(&self, i: usize, side: &mut Side) {
-        let mode = self.mode();
         self.deferred[i].drain(|address| {
-            self.clear_side_entries(side, address, mode);
+            self.clear_side_entries(side, address, self.mode());
         });
     }
 

@@ -215,6 +215,6 @@ impl Side {
     #[cold]
     #[inline(never)]
     fn shrink_now(&mut self) {
-        self.blocks.shrink_to(self.blocks.len() * 2);
+        self.blocks.shrink_to(self.blocks.len() * 4);
     }
 }
