@@ -549,33 +549,6 @@ const HANDED: u64 = 16;
 /// Keys of the churning map.
 const MAP_KEYS: u64 = 4096;
 
-/// Goes `depth` frames down through two alternating functions chosen by the bits of `path`, then
-/// does one step of work at the bottom.
-#[inline(never)]
-fn recurse_a(depth: usize, path: u64, state: &mut Recursive, i: u64) {
-    if depth == 0 {
-        recursive_step(state, i, path);
-    } else if path & 1 == 0 {
-        recurse_a(black_box(depth - 1), path >> 1, state, i);
-    } else {
-        recurse_b(black_box(depth - 1), path >> 1, state, i);
-    }
-    black_box(());
-}
-
-/// The other half of [`recurse_a`].
-#[inline(never)]
-fn recurse_b(depth: usize, path: u64, state: &mut Recursive, i: u64) {
-    if depth == 0 {
-        recursive_step(state, i, path);
-    } else if path & 1 == 0 {
-        recurse_a(black_box(depth - 1), path >> 1, state, i);
-    } else {
-        recurse_b(black_box(depth - 1), path >> 1, state, i);
-    }
-    black_box(());
-}
-
 /// The bottom of one descent: a vector grown by pushing, a string grown by appending, a
 /// `format!`, and one entry of the map replaced.
 #[inline(never)]
@@ -622,7 +595,7 @@ fn recursive(
         let depth = 10 + state.rng.below(21) as usize;
         // 10,000 paths: the stacks differ in their depth and in the functions along them.
         let path = Rng::new(1 + state.rng.below(10_000 / 21 + 1)).next();
-        recurse_a(depth, path, &mut state, i);
+        descend_a(depth, path, &mut || recursive_step(&mut state, i, path));
         if let Some(received) = &received {
             while let Ok(v) = received.try_recv() {
                 state.checksum = state.checksum.wrapping_add(v.len() as u64);
