@@ -15,6 +15,7 @@
 use super::door::Hold;
 use super::word::{LARGE, Word};
 use super::{Block, Table};
+use crate::guard::Guard;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{MutexGuard, PoisonError, TryLockError};
 
@@ -212,9 +213,13 @@ impl Side {
         }
     }
 
+    /// Shrinks the map. The free path comes here outside the reentrancy guard: the new array is
+    /// the table's own memory, so it is made inside it, unrecorded (recording it would intern a
+    /// stack while this side table is held, against the order in which `fork` takes the locks).
     #[cold]
     #[inline(never)]
     fn shrink_now(&mut self) {
+        let _guard = Guard::enter();
         self.blocks.shrink_to(self.blocks.len() * 4);
     }
 }

@@ -350,3 +350,32 @@ fn a_nested_free_into_a_held_side_table_is_deferred() {
     table.insert(tagged, 700, &frames(1));
     assert_eq!(live(&table), vec![(tagged, 700, 0), (held, 600, 0)]);
 }
+
+/// A side table gives memory back once most of its blocks are gone (down to a small map, which it
+/// keeps), and keeps the blocks that remain.
+#[test]
+fn side_tables_shrink_when_blocks_go() {
+    let table = Table::new();
+    let addresses: Vec<usize> = (0..40_000).map(|i| 0x40_0000 + i * 0x30).collect();
+    for &a in &addresses {
+        table.insert(a, 32, &frames(1));
+    }
+    let capacity = |table: &Table| -> usize {
+        (0..side::SIDES)
+            .map(|i| table.sides[i].lock().unwrap().blocks.capacity())
+            .sum()
+    };
+    let full = capacity(&table);
+    for &a in &addresses[100..] {
+        table.remove(a);
+    }
+    let left = capacity(&table);
+    assert!(
+        full > side::SIDES * 2048 && left <= side::SIDES * 1024,
+        "{left} of {full}"
+    );
+    let kept: Vec<(usize, u64, u32)> = addresses[..100].iter().map(|&a| (a, 32, 0)).collect();
+    assert_eq!(live(&table), kept);
+    let stats = table.stats();
+    assert_eq!((stats.live_blocks, stats.live_bytes), (100, 3200));
+}
