@@ -11,6 +11,9 @@
 //! writers of the threads that did not come along. A lock released in the child is released by
 //! the thread that took it: the forking thread is the child's only thread.
 //!
+//! The child closes its copies of the HTTP endpoint's listening sockets: it has none of the
+//! endpoint's threads, and the parent keeps serving.
+//!
 //! A `fork` from inside memprof on the forking thread (a signal handler that interrupted it, or
 //! code run inside the reentrancy guard) takes only what that thread cannot be holding itself.
 
@@ -86,4 +89,14 @@ extern "C" fn child() {
         }
         drop(held.stages);
     }
+    // The HTTP endpoint's threads did not come along: its listening sockets would keep the
+    // parent's address bound, with nobody accepting, once the parent is gone.
+    #[cfg(feature = "http")]
+    crate::http::forget_listeners_in_child(|fd| {
+        // SAFETY: `fd` is the child's copy of a listening socket that no thread of the child
+        // uses: the endpoint's threads, its only users, exist in the parent alone.
+        unsafe {
+            libc::close(fd);
+        }
+    });
 }
