@@ -27,7 +27,7 @@ const HEAD_LIMIT: usize = 8 * 1024;
 const MAX_HEADERS: usize = 64;
 
 /// Time a client has to send its request head, from the connection's acceptance.
-const READ_DEADLINE: Duration = Duration::from_secs(10);
+const READ_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Time a client has to read the response, once it is made.
 const WRITE_DEADLINE: Duration = Duration::from_secs(60);
