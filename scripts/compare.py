@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """memprof beside its peers, in one run: prints Markdown tables.
 
-    python3 scripts/compare.py            # about four minutes on 2 cores, after the builds
+    python3 scripts/compare.py            # about seven minutes on 2 cores, after the builds
     python3 scripts/compare.py --quick    # smaller inputs, one run each: about a minute
 
 What it measures (all in the same run, so the ratios hold on a noisy machine):

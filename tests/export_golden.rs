@@ -508,7 +508,7 @@ fn pprof_delta_has_what_changed_between_two_snapshots() {
     // Stack 0 allocated 5 blocks more, 3 of them still live; stack 2's blocks were freed.
     stacks[0].allocated_blocks += 5;
     stacks[0].allocated_bytes += 5_000;
-    let mut spec = vec![
+    let spec = [
         (0, 1000, 13),
         (1, 1001, 2),
         (3, 100, 1),
@@ -530,9 +530,10 @@ fn pprof_delta_has_what_changed_between_two_snapshots() {
     assert_eq!(used.len(), delta.location.len());
     // Against a snapshot without live counts (what `/debug/pprof/delta_heap` compares with), the
     // live values are the later snapshot's own.
-    spec.clear();
-    let mut base = Snapshot::default();
-    base.stacks = earlier.stacks.clone();
+    let mut base = Snapshot {
+        stacks: earlier.stacks.clone(),
+        ..Snapshot::default()
+    };
     for stack in &mut base.stacks {
         (stack.live_blocks, stack.live_bytes) = (0, 0);
     }

@@ -180,10 +180,7 @@ fn go_pprof_reads_the_endpoint() {
     let url = format!("http://{address}/debug/pprof/heap?seconds=3");
     let fetch = std::thread::spawn({
         let dir = dir.clone();
-        move || match tool {
-            Some(tool) => Some(raw(&tool, &url, &dir)),
-            None => None,
-        }
+        move || tool.map(|tool| raw(&tool, &url, &dir))
     });
     let direct = std::thread::spawn(move || {
         common::http_get(address, "/debug/pprof/allocs?seconds=3").unwrap()
