@@ -86,6 +86,11 @@ pub(crate) fn serve_configured() {
     }
 }
 
+/// The endpoint's lock, held across `fork` (see `hooks::fork`): taken before the symbolizer's.
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    routes::turn()
+}
+
 /// Calls `close` with each listening socket of the endpoint, and forgets them: in a forked child,
 /// whose copies would otherwise keep the parent's address bound after the parent is gone, with
 /// nobody accepting (the endpoint's threads did not come along).

@@ -1,7 +1,8 @@
 //! A program that serves the HTTP endpoint forks a child that lives on after the program exits:
 //! the child closed its copy of the listening socket, so the address refuses connections and can
 //! be bound again, instead of queueing scrapers that nobody answers; the child's reports still
-//! work.
+//! work, and it may serve on an address of its own, forked while its parent's endpoint made
+//! profiles for a scraper.
 
 #![cfg(feature = "http")]
 
@@ -26,6 +27,18 @@ fn program() {
         common::http_get(address, "/debug/memprof/").unwrap().status,
         200
     );
+    // A scraper asks for profiles while the program forks, so a worker may be making one.
+    let scraper = std::thread::spawn(move || {
+        for _ in 0..20 {
+            assert_eq!(
+                common::http_get(address, "/debug/pprof/heap")
+                    .unwrap()
+                    .status,
+                200
+            );
+        }
+    });
+    std::thread::sleep(Duration::from_millis(50));
     std::io::stdout().flush().unwrap();
     // SAFETY: the child only reports, reads stdin and leaves through `_exit`.
     let pid = unsafe { libc::fork() };
@@ -45,6 +58,10 @@ fn program() {
             let mut report = Vec::new();
             memprof::log_allocations(&mut report).unwrap();
             assert!(!report.is_empty());
+            // The child may serve on an address of its own: it finds the endpoint's locks free.
+            let own = memprof::serve_http("127.0.0.1:0").unwrap();
+            let heap = common::http_get(own, "/debug/pprof/heap").unwrap();
+            assert_eq!(heap.status, 200);
             let mut buffer = [0u8; 16];
             while std::io::stdin().read(&mut buffer).is_ok_and(|n| n > 0) {}
         })
@@ -52,6 +69,7 @@ fn program() {
         // SAFETY: ends the child without running the parent's exit handlers.
         unsafe { libc::_exit(code) };
     }
+    scraper.join().unwrap();
     println!("SERVED {address} CHILD {pid}");
 }
 

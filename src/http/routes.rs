@@ -21,7 +21,8 @@ pub const MAX_SECONDS: u64 = 300;
 /// Taken while a profile or report is made.
 static RENDER: Mutex<()> = Mutex::new(());
 
-/// What `/debug/pprof/delta_heap` served last: each stack's allocated counters then.
+/// What `/debug/pprof/delta_heap` served last: each stack's allocated counters then. Locked only
+/// during a [`turn`].
 static DELTA_BASE: Mutex<Option<DeltaBase>> = Mutex::new(None);
 
 /// The allocated counters of a snapshot, and when it was taken.
@@ -180,8 +181,10 @@ pub fn respond(request: &Request<'_>) -> Response {
     }
 }
 
-/// This thread's turn at making a profile or report.
-fn turn() -> MutexGuard<'static, ()> {
+/// This thread's turn at making a profile or report: taken before the symbolizer and the table,
+/// which making one takes. Also what the `fork` handlers take first of the endpoint's, so that a
+/// forked child that serves finds it free.
+pub fn turn() -> MutexGuard<'static, ()> {
     RENDER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
