@@ -70,7 +70,7 @@
 //!
 //! # Services: a live heap profile over HTTP
 //!
-//! With the cargo feature `http`, [`serve_http`]`("127.0.0.1:6060")` (or
+//! With the cargo feature `http`, `memprof::serve_http("127.0.0.1:6060")` (or
 //! `MEMPROF_HTTP=127.0.0.1:6060` in the environment) serves the heap profile at Go's paths,
 //! `/debug/pprof/heap` and `/debug/pprof/allocs`, where continuous-profiling systems (Grafana
 //! Pyroscope through Alloy, Parca) and `go tool pprof URL` fetch it; `?seconds=N` and

@@ -3,7 +3,7 @@
 //! Four values per call site, as Go's heap profiles have them: `alloc_objects/count`,
 //! `alloc_space/bytes` (allocated over the run), `inuse_objects/count`, `inuse_space/bytes` (live
 //! in the snapshot). The default sample type follows [`ExportOptions::value`] (`inuse_space` by
-//! default; `alloc_space` for [`Value::AllocatedBytes`](super::Value::AllocatedBytes), as Go's
+//! default; `alloc_space` for [`Value::AllocatedBytes`], as Go's
 //! `/debug/pprof/allocs` has it). The period is `space/bytes`: the sampling interval when the
 //! snapshot is sampled, whose values are then already unbiased estimates (Go's `MemProfileRate`
 //! with its values scaled), or 1 when every allocation is recorded.
