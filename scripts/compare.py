@@ -602,7 +602,7 @@ def run_scraped(exe, scenario, size, env, every, path="/debug/pprof/heap"):
 def scraped(exes_fp, size, triples):
     """`triples` of runs, one after the other: churn without a profiler, sampled by memprof, and
     sampled with the endpoint scraped every second. Returns [(plain, sampled, scraped seconds,
-    profiles fetched, CPU seconds of the endpoint)]."""
+    profiles fetched, CPU seconds of the endpoint, sampled and scraped peak resident KiB)]."""
     sampling = {"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"}
     rows = []
     for _ in range(triples):
@@ -610,7 +610,7 @@ def scraped(exes_fp, size, triples):
         _, sampled, _ = run([exes_fp["workload"], "churn", str(size)], env=sampling)
         fields, fetched, cpu = run_scraped(exes_fp["workload"], "churn", size, sampling, 1.0)
         rows.append((float(plain["hot_s"]), float(sampled["hot_s"]), float(fields["hot_s"]),
-                     fetched, cpu))
+                     fetched, cpu, (int(sampled["peak_rss_kb"]), int(fields["peak_rss_kb"]))))
     return rows
 
 
@@ -624,18 +624,21 @@ def print_scraped(rows, size):
     print("| ratio | triples | median | lowest | highest |")
     print("|---|---:|---:|---:|---:|")
     for name, values in (
-            ("time: sampled and scraped ÷ sampled", [c / b for _, b, c, _, _ in rows]),
-            ("time: sampled ÷ no profiler", [b / a for a, b, _, _, _ in rows]),
-            ("time: sampled and scraped ÷ no profiler", [c / a for a, _, c, _, _ in rows]),
+            ("time: sampled and scraped ÷ sampled", [c / b for _, b, c, *_ in rows]),
+            ("time: sampled ÷ no profiler", [b / a for a, b, *_ in rows]),
+            ("time: sampled and scraped ÷ no profiler", [c / a for a, _, c, *_ in rows]),
             ("CPU time of the endpoint's threads ÷ the scraped run's time",
-             [cpu / c for _, _, c, _, cpu in rows])):
+             [cpu / c for _, _, c, _, cpu, _ in rows])):
         print(f"| {name} | {len(rows)} | {statistics.median(values):.3f} | {min(values):.3f} | "
               f"{max(values):.3f} |")
-    seconds = statistics.median([c for _, _, c, _, _ in rows])
-    fetched = statistics.median([f for _, _, _, f, _ in rows])
-    cpu = statistics.median([cpu / max(f, 1) for _, _, _, f, cpu in rows])
+    seconds = statistics.median([c for _, _, c, *_ in rows])
+    fetched = statistics.median([f for _, _, _, f, *_ in rows])
+    cpu = statistics.median([cpu / max(f, 1) for _, _, _, f, cpu, _ in rows])
+    rss = [statistics.median([r[5][i] for r in rows]) / 1024 for i in (0, 1)]
     print(f"\nA scraped run took {seconds:.1f} s (median) and served {fetched:.0f} profiles, "
-          f"{cpu * 1000:.0f} ms of CPU time each (the first symbolizes).\n")
+          f"{cpu * 1000:.0f} ms of CPU time each (the first symbolizes). Peak resident set: "
+          f"{rss[0]:.0f} MiB sampled, {rss[1]:.0f} MiB sampled and scraped (the symbolizer's "
+          "debug information, loaded by the first profile as by any report).\n")
 
 
 def measure_scraped(exes_fp, quick):
