@@ -41,6 +41,12 @@ static LISTENERS: [AtomicI32; 8] = [const { AtomicI32::new(-1) }; 8];
 /// Starts the workers that serve `listener`. Runs inside the reentrancy guard.
 pub fn start(listener: TcpListener) -> io::Result<()> {
     let fd = listener.as_raw_fd();
+    // Known before any worker runs, so that a child forked from now on closes it. A full table
+    // only means that such a child keeps this socket open.
+    let slot = LISTENERS.iter().find(|slot| {
+        slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
     let listener = Arc::new(listener);
     let mut started = 0;
     let mut failure = None;
@@ -56,13 +62,12 @@ pub fn start(listener: TcpListener) -> io::Result<()> {
         }
     }
     if started == 0 {
+        // The socket closes when `listener` is dropped: a child must not close a reused number.
+        if let Some(slot) = slot {
+            let _ = slot.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed);
+        }
         return Err(failure.unwrap_or_else(|| io::Error::other("no worker thread")));
     }
-    // A full table only means that a forked child keeps this socket open.
-    let _ = LISTENERS.iter().find(|slot| {
-        slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-    });
     Ok(())
 }
 
