@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """memprof beside its peers, in one run: prints Markdown tables.
 
-    python3 scripts/compare.py            # about four minutes on 2 cores, after the builds
+    python3 scripts/compare.py            # about seven minutes on 2 cores, after the builds
     python3 scripts/compare.py --quick    # smaller inputs, one run each: about a minute
 
 What it measures (all in the same run, so the ratios hold on a noisy machine):
@@ -28,6 +28,10 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
    serde_json (time ratio). Each profiled run follows a run without a profiler at once, and the
    median is taken of the pairs' differences, which this machine's drift does not swamp the way
    it swamps a difference of medians.
+7. The HTTP endpoint scraped (`--only scraped`): a long churn run (about ten seconds) sampled
+   every 512 KiB, with `MEMPROF_HTTP` and its heap profile fetched every second, against the
+   same sampled run without the endpoint and against no profiler, in triples of runs one after
+   the other (7 triples, quick 3): the time ratios' medians.
 
 Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
 shown. A tool that is not installed is skipped with a note in the table. The builds go to
@@ -45,7 +49,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,17 +91,20 @@ def wait_for_quiet(threshold, max_wait):
 # builds
 
 
-def build(target_dir, frame_pointers):
-    """Builds the workload examples and the peers bench; returns {name: executable}."""
+def build(target_dir, frame_pointers, examples=EXAMPLES, bench=True):
+    """Builds the workload examples (with the `http` feature, which costs nothing until
+    `MEMPROF_HTTP` asks for the endpoint) and the peers bench; returns {name: executable}."""
     env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir))
     if frame_pointers:
         env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " -C force-frame-pointers=yes").strip()
     executables = {}
     commands = [
-        ["cargo", "build", "--release", "--message-format=json"]
-        + [a for e in EXAMPLES for a in ("--example", e)],
-        ["cargo", "bench", "--bench", "peers", "--no-run", "--message-format=json"],
+        ["cargo", "build", "--release", "--features", "http", "--message-format=json"]
+        + [a for e in examples for a in ("--example", e)],
     ]
+    if bench:
+        commands.append(["cargo", "bench", "--bench", "peers", "--no-run",
+                         "--message-format=json"])
     for command in commands:
         log(("RUSTFLAGS='-C force-frame-pointers=yes' " if frame_pointers else "")
             + f"CARGO_TARGET_DIR={target_dir} " + " ".join(command))
@@ -109,7 +118,7 @@ def build(target_dir, frame_pointers):
                 continue
             if message.get("reason") == "compiler-artifact" and message.get("executable"):
                 executables[message["target"]["name"]] = message["executable"]
-    missing = [n for n in EXAMPLES + ["peers"] if n not in executables]
+    missing = [n for n in list(examples) + (["peers"] if bench else []) if n not in executables]
     if missing:
         sys.exit(f"build made no executable for {missing}")
     return executables
@@ -558,6 +567,125 @@ def print_paired(sampling_rows, overhead_rows, allocs):
 
 
 # ------------------------------------------------------------------------------------------------
+# 7. the HTTP endpoint, scraped
+
+
+def thread_cpu_seconds(pid, name):
+    """CPU time (user and system) of the threads of `pid` named `name`, in seconds."""
+    ticks = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        if comm == name:
+            fields = text[text.rindex(")") + 2:].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run_scraped(exe, scenario, size, env, every, path="/debug/pprof/heap"):
+    """One run of `exe` serving its endpoint on a free port (`MEMPROF_HTTP=127.0.0.1:0`), whose
+    `path` is fetched every `every` seconds while it runs: (RESULT fields, profiles fetched, CPU
+    seconds of the endpoint's threads)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MEMPROF_")}
+    full_env.update(env, MEMPROF_HTTP="127.0.0.1:0")
+    process = subprocess.Popen([exe, scenario, str(size)], env=full_env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    found, address, errors, fetched, cpu = threading.Event(), [], [], [0], [0.0]
+
+    def read_stderr():
+        for line in process.stderr:
+            errors.append(line)
+            m = re.search(r"serving the heap profile at (http://[^/\s]+)", line)
+            if m:
+                address.append(m.group(1))
+                found.set()
+
+    def scrape():
+        if not found.wait(30):
+            return
+        due = time.monotonic() + every
+        while process.poll() is None:
+            if time.monotonic() < due:
+                time.sleep(0.01)
+                continue
+            due += every
+            try:
+                with urllib.request.urlopen(address[0] + path, timeout=30) as response:
+                    response.read()
+                fetched[0] += 1
+                cpu[0] = thread_cpu_seconds(process.pid, "memprof-http")
+            except OSError as error:
+                if process.poll() is None:
+                    errors.append(f"fetching {path}: {error}\n")
+
+    threads = [threading.Thread(target=read_stderr), threading.Thread(target=scrape)]
+    for thread in threads:
+        thread.start()
+    stdout = process.stdout.read()
+    process.wait()
+    for thread in threads:
+        thread.join()
+    if process.returncode != 0 or not address or any("fetching" in e for e in errors):
+        raise Failed(f"exit {process.returncode}: {exe} {scenario} {size}\n{''.join(errors)}")
+    fields = {}
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    return fields, fetched[0], cpu[0]
+
+
+def scraped(exes_fp, size, triples):
+    """`triples` of runs, one after the other: churn without a profiler, sampled by memprof, and
+    sampled with the endpoint scraped every second. Returns [(plain, sampled, scraped seconds,
+    profiles fetched, CPU seconds of the endpoint, sampled and scraped peak resident KiB)]."""
+    sampling = {"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"}
+    rows = []
+    for _ in range(triples):
+        _, plain, _ = run([exes_fp["workload_plain"], "churn", str(size)])
+        _, sampled, _ = run([exes_fp["workload"], "churn", str(size)], env=sampling)
+        fields, fetched, cpu = run_scraped(exes_fp["workload"], "churn", size, sampling, 1.0)
+        rows.append((float(plain["hot_s"]), float(sampled["hot_s"]), float(fields["hot_s"]),
+                     fetched, cpu, (int(sampled["peak_rss_kb"]), int(fields["peak_rss_kb"]))))
+    return rows
+
+
+def print_scraped(rows, size):
+    print("### The HTTP endpoint, scraped every second\n")
+    print(f"Churn of size {size:,} in a frame-pointer build: without a profiler; sampled every "
+          f"512 KiB (`MEMPROF_SAMPLE_INTERVAL=bytes:{SAMPLE_INTERVAL}`); the same with "
+          "`MEMPROF_HTTP=127.0.0.1:0` and `/debug/pprof/heap` fetched every second while it "
+          "runs (the first fetch symbolizes, later ones hit the symbolizer's cache). Runs in "
+          "triples, one after the other; medians of the triples' ratios.\n")
+    print("| ratio | triples | median | lowest | highest |")
+    print("|---|---:|---:|---:|---:|")
+    for name, values in (
+            ("time: sampled and scraped ÷ sampled", [c / b for _, b, c, *_ in rows]),
+            ("time: sampled ÷ no profiler", [b / a for a, b, *_ in rows]),
+            ("time: sampled and scraped ÷ no profiler", [c / a for a, _, c, *_ in rows]),
+            ("CPU time of the endpoint's threads ÷ the scraped run's time",
+             [cpu / c for _, _, c, _, cpu, _ in rows])):
+        print(f"| {name} | {len(rows)} | {statistics.median(values):.3f} | {min(values):.3f} | "
+              f"{max(values):.3f} |")
+    seconds = statistics.median([c for _, _, c, *_ in rows])
+    fetched = statistics.median([f for _, _, _, f, *_ in rows])
+    cpu = statistics.median([cpu / max(f, 1) for _, _, _, f, cpu, _ in rows])
+    rss = [statistics.median([r[5][i] for r in rows]) / 1024 for i in (0, 1)]
+    print(f"\nA scraped run took {seconds:.1f} s (median) and served {fetched:.0f} profiles, "
+          f"{cpu * 1000:.0f} ms of CPU time each (the first symbolizes). Peak resident set: "
+          f"{rss[0]:.0f} MiB sampled, {rss[1]:.0f} MiB sampled and scraped (the symbolizer's "
+          "debug information, loaded by the first profile as by any report).\n")
+
+
+def measure_scraped(exes_fp, quick):
+    log(f"the endpoint scraped (load {load()})")
+    size = 500_000 if quick else 2_000_000
+    print_scraped(scraped(exes_fp, size, 3 if quick else 7), size)
+
+
+# ------------------------------------------------------------------------------------------------
 # targets
 
 
@@ -660,15 +788,21 @@ def main():
                         help="before measuring, wait (at most --max-wait s) for the 1-minute "
                              "load to fall to LOAD")
     parser.add_argument("--max-wait", type=float, default=600)
-    parser.add_argument("--only", default="alloc,process,paired,sampling,threads,memory,reports",
+    parser.add_argument("--only",
+                        default="alloc,process,paired,sampling,threads,memory,reports,scraped",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     runs = args.runs or (1 if args.quick else 5)
     fp_dir = args.fp_target_dir or args.target_dir / "fp"
     only = set(args.only.split(","))
 
-    exes = build(args.target_dir, frame_pointers=False)
-    exes_fp = build(fp_dir, frame_pointers=True)
+    if only == {"scraped"}:
+        exes = {}
+        exes_fp = build(fp_dir, frame_pointers=True, examples=["workload", "workload_plain"],
+                        bench=False)
+    else:
+        exes = build(args.target_dir, frame_pointers=False)
+        exes_fp = build(fp_dir, frame_pointers=True)
     if args.wait_load is not None:
         wait_for_quiet(args.wait_load, args.max_wait)
 
@@ -689,6 +823,11 @@ def main():
 
     tmpdir = tempfile.mkdtemp(prefix="memprof-compare-")
     quick = args.quick
+    if only == {"scraped"}:
+        measure_scraped(exes_fp, quick)
+        print(f"1-minute load at the end: {load()}.")
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        return 0
     tools = [
         Tool("no profiler", exes["workload_plain"]),
         Tool("no profiler (frame pointers)", exes_fp["workload_plain"]),
@@ -772,6 +911,8 @@ def main():
         log(f"reports (load {load()})")
         times, fields = reports(exes["workload"], 1_000_000, 1 if quick else min(runs, 2))
         print_reports(times, fields)
+    if "scraped" in only:
+        measure_scraped(exes_fp, quick)
     if any(m is None and note.startswith("FAILED")
            for measured, _ in whole.values() for _, m, note in measured.values()):
         status = 1

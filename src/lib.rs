@@ -68,6 +68,18 @@
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //!
+//! # Services: a live heap profile over HTTP
+//!
+//! With the cargo feature `http`, `memprof::serve_http("127.0.0.1:6060")` (or
+//! `MEMPROF_HTTP=127.0.0.1:6060` in the environment) serves the heap profile at Go's paths,
+//! `/debug/pprof/heap` and `/debug/pprof/allocs`, where continuous-profiling systems (Grafana
+//! Pyroscope through Alloy, Parca) and `go tool pprof URL` fetch it; `?seconds=N` and
+//! `/debug/pprof/delta_heap` give deltas, and `/debug/memprof/` links the reports. Its threads'
+//! own allocations are never recorded, and nothing listens unless asked. For a service that runs
+//! for weeks, record a sample ([`MemProf::sample_interval`], `MEMPROF_SAMPLE_INTERVAL=bytes:524288`):
+//! the profiles carry the interval as their period, with values already scaled to unbiased
+//! estimates.
+//!
 //! # Configuration
 //!
 //! Read once from the environment when the profiler starts; see [`config`] for the table
@@ -114,6 +126,8 @@ pub mod types;
 mod object_graph;
 mod report;
 pub mod export;
+#[cfg(feature = "http")]
+mod http;
 
 pub use address::ReturnAddress;
 pub use config::Config;
@@ -121,6 +135,8 @@ pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;
 pub use hooks::{MemProf, is_paused, pause, resume};
+#[cfg(feature = "http")]
+pub use http::serve_http;
 pub use object_graph::object_size;
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
