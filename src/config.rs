@@ -23,6 +23,7 @@
 //! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
 //! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
 //! | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
+//! | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
 //! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 
 #![forbid(unsafe_code)]
@@ -81,6 +82,8 @@ pub struct Config {
     pub output: Option<String>,
     /// The signal that writes a dump while the program runs (`MEMPROF_DUMP_SIGNAL`).
     pub dump_signal: Option<i32>,
+    /// Where the trace of every event goes (`MEMPROF_TRACE`); `None` lets the builder decide.
+    pub trace: Option<String>,
     /// Keep the per-stack live heap at the peak (`MEMPROF_PEAK`); `None` lets the builder decide.
     pub peak: Option<bool>,
     /// Objects of the type shown in the object graph; 0 for all (`MEMPROF_REF_LIMIT`).
@@ -113,6 +116,7 @@ impl Default for Config {
             toggle_signal: None,
             output: None,
             dump_signal: None,
+            trace: None,
             peak: None,
             ref_limit: 10,
             ref_level: 5,
@@ -238,6 +242,14 @@ impl Config {
         let output = lookup("MEMPROF_OUTPUT")
             .map(|o| o.trim().to_owned())
             .filter(|o| !o.is_empty());
+        let trace = lookup("MEMPROF_TRACE").and_then(|raw| {
+            let value = raw.trim();
+            if value.is_empty() {
+                warn("MEMPROF_TRACE=\"\" names no file; using the default: no trace".to_owned());
+                return None;
+            }
+            Some(value.to_owned())
+        });
         // A flag is `1` or `0`; anything else, the empty value included, warns and keeps the
         // default (`default_text` says what that is).
         let mut flag = |name: &str, default_text: &str| -> Option<bool> {
@@ -299,6 +311,7 @@ impl Config {
             toggle_signal,
             output,
             dump_signal,
+            trace,
             peak,
             ref_limit,
             ref_level,

@@ -13,6 +13,8 @@
 pub mod c_abi;
 mod fork;
 pub mod global_alloc;
+#[cfg(feature = "trace")]
+pub mod native;
 mod triggers;
 
 pub use global_alloc::{MemProf, Settings};
@@ -97,6 +99,9 @@ fn start(builder: Settings) -> Option<&'static Config> {
         capture::trim::load();
         triggers::install(config);
         fork::install();
+        if let Some(spec) = config.trace.as_deref().or(builder.trace) {
+            crate::trace::start(spec, TABLE.sample_interval());
+        }
         let frees = match TABLE.sample_interval() {
             0 => FREES_ALL,
             _ => FREES_FILTERED,
@@ -155,6 +160,9 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
         } else {
             None
         };
+        if let Some(stack) = stack {
+            crate::trace::alloc(address, size, stack);
+        }
         if scope::any_open() {
             scope::on_alloc(&guard, address, size, stack);
         }
@@ -206,8 +214,8 @@ pub fn record_free(address: usize) {
         return;
     }
     // Under sampling most frees leave at the filter.
-    if may_be_recorded(frees, address) {
-        TABLE.remove(address);
+    if may_be_recorded(frees, address) && TABLE.remove(address) {
+        crate::trace::free(address);
     }
     if scope::any_open() && !table::holding_table() {
         scope::on_free(address);
@@ -236,6 +244,7 @@ pub fn record_realloc(
     let old = may_be_recorded(FREES.load(Ordering::Acquire), old_address)
         .then(|| TABLE.take(old_address))
         .flatten();
+    crate::trace::realloc_start(old_address, old.is_some());
     let new_block = realloc();
     if !new_block.is_null() {
         if scope::any_open() {
@@ -255,5 +264,6 @@ pub fn record_realloc(
         // The realloc failed, so the old block is still the program's: put it back.
         TABLE.restore(old_address, block);
     }
+    crate::trace::realloc_end(new_block.is_null());
     new_block
 }

@@ -128,6 +128,7 @@ mod report;
 pub mod export;
 #[cfg(feature = "http")]
 mod http;
+pub mod trace;
 
 pub use address::ReturnAddress;
 pub use config::Config;
@@ -147,4 +148,5 @@ pub use scope::{Scope, ScopeStats};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Resolve, Symbolizer, with_symbolizer};
 pub use table::{HeapStats, StackId};
+pub use trace::{close_trace, is_tracing, mark};
 pub use types::{tag, tagged};

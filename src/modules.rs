@@ -262,6 +262,32 @@ pub fn for_each_function(
     Some(())
 }
 
+/// The GNU build id of the ELF file at `path` (its `NT_GNU_BUILD_ID` note), which names the
+/// exact build of a binary for offline symbolization. Reads only the headers and the notes.
+/// Allocates and reads a file: off the allocation path.
+#[cfg(feature = "trace")]
+pub fn build_id(path: &Path) -> Option<Vec<u8>> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, &cache).ok()?;
+    for section in sections.iter() {
+        let Ok(Some(mut notes)) = section.notes(endian, &cache) else {
+            continue;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == object::elf::ELF_NOTE_GNU
+                && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+            {
+                return Some(note.desc().to_vec());
+            }
+        }
+    }
+    None
+}
+
 /// The index in `modules` of the module that holds `address`, listing the loaded modules again
 /// into `modules` when none does (a library loaded since). Allocates, as [`loaded`] does.
 pub fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Option<usize> {

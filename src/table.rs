@@ -311,13 +311,11 @@ impl Table {
     }
 
     /// Removes a block about to be freed, when the table has it (the free path, which does not
-    /// need the block).
+    /// need the block); returns whether it had it.
     #[inline(never)]
-    pub fn remove(&self, address: usize) {
+    pub fn remove(&self, address: usize) -> bool {
         match self.enter() {
-            Some(inside) => {
-                self.remove_block(&inside, address);
-            }
+            Some(inside) => self.remove_block(&inside, address).is_some(),
             None => self.remove_nested(address),
         }
     }

@@ -88,6 +88,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let _guard = Guard::enter();
+    crate::trace::in_forked_child();
     if let Some(held) = take() {
         if let Some(table) = held.table {
             table.release_in_child();

@@ -33,6 +33,8 @@ pub struct Settings {
     pub sample_interval: u64,
     /// Whether the live heap per stack at the peak is kept (`MEMPROF_PEAK`).
     pub track_peak: bool,
+    /// Where the trace of every event goes (`MEMPROF_TRACE`); `None` for no trace.
+    pub trace: Option<&'static str>,
 }
 
 impl MemProf<System> {
@@ -50,6 +52,7 @@ impl<A> MemProf<A> {
             settings: Settings {
                 sample_interval: 0,
                 track_peak: false,
+                trace: None,
             },
         }
     }
@@ -67,6 +70,14 @@ impl<A> MemProf<A> {
     /// `MEMPROF_PEAK` overrides it; a `.dhat.json` output turns it on.
     pub const fn track_peak(mut self, track: bool) -> Self {
         self.settings.track_peak = track;
+        self
+    }
+
+    /// Records every allocation, reallocation and free into a trace at `path` (cargo feature
+    /// `trace`; `%p`, `%t`, `%e` and `tcp://HOST:PORT` as for `MEMPROF_TRACE`, which overrides
+    /// it). See [`crate::trace`] and `docs/trace-format.md`.
+    pub const fn trace(mut self, path: &'static str) -> Self {
+        self.settings.trace = Some(path);
         self
     }
 

@@ -103,20 +103,24 @@ impl Table {
     /// The free path when this thread cannot enter the table: takes the block at `address` out as
     /// part of the change this thread is in the middle of (see the module docs). Does nothing when
     /// the table does not hold the block, or when the thread holds the table still (its signals
-    /// are blocked then, so the block is the table's own memory).
+    /// are blocked then, so the block is the table's own memory). Returns whether it took a block.
     #[cold]
     #[inline(never)]
-    pub(super) fn remove_nested(&self, address: usize) {
+    pub(super) fn remove_nested(&self, address: usize) -> bool {
         if super::door::holding_whole() || self.inside_writer().is_none() {
-            return;
+            return false;
         }
         let _nested = writers::nested(&self.frozen, &self.nested_waiting);
         let mode = self.mode();
         match self.side_nested(address) {
             Some(mut side) => self.clear_side_entries(&mut side.side, address, mode),
-            // Lost only when the side table's slots are all taken (see the module docs).
+            // Lost only when the side table's slots are all taken (see the module docs). Whether
+            // the table held the block is not known here: most often it did not (the table's own
+            // memory, freed as a side table grows), so the caller is told so, and trace mode
+            // leaves the free out.
             None => {
                 let _ = self.deferred[super::side::side_of(address)].push(address);
+                false
             }
         }
     }
@@ -129,12 +133,15 @@ impl Table {
         });
     }
 
-    /// Takes the block at `address` out of `side`, when it is there, and counts it gone.
-    fn clear_side_entries(&self, side: &mut Side, address: usize, mode: Mode) {
-        if let Some(word) = side.blocks.remove(&address) {
-            let block = side.take_entries(address, word);
-            self.count_gone(address, &block, mode);
-        }
+    /// Takes the block at `address` out of `side`, when it is there, and counts it gone; returns
+    /// whether it was there.
+    fn clear_side_entries(&self, side: &mut Side, address: usize, mode: Mode) -> bool {
+        let Some(word) = side.blocks.remove(&address) else {
+            return false;
+        };
+        let block = side.take_entries(address, word);
+        self.count_gone(address, &block, mode);
+        true
     }
 
     /// Counts a block gone outside any writer: in the table's shared counters, the peak counter,

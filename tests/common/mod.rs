@@ -4,6 +4,8 @@
 
 mod golden;
 pub mod c_library;
+#[cfg(feature = "trace")]
+pub mod trace_replay;
 
 #[allow(unused_imports)]
 pub use golden::golden;

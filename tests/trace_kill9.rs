@@ -1,0 +1,98 @@
+//! A trace cut short by `kill -9` reads up to its last complete chunk: the header, the modules
+//! (with the build id that names the executable for offline symbolization), stacks defined
+//! before their use, and events up to the cut; only the end is missing.
+
+#![cfg(feature = "trace")]
+
+mod common;
+
+use common::trace_replay::replay;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+
+#[inline(never)]
+fn work_forever() -> ! {
+    let mut kept = Vec::new();
+    let mut round = 0u64;
+    loop {
+        for i in 0..10_000 {
+            let block = vec![round as u8; 16 + i % 256];
+            if i % 10 == 0 {
+                kept.push(block);
+            }
+        }
+        kept.truncate(1000);
+        round += 1;
+        memprof::mark("round");
+    }
+}
+
+#[test]
+fn cut_trace_reads_to_its_last_chunk() {
+    if std::env::var_os("MEMPROF_TEST_TRACE_CHILD").is_some() {
+        work_forever();
+    }
+    let path = std::env::temp_dir().join(format!(
+        "memprof-trace-kill9-{}.mptrace",
+        std::process::id()
+    ));
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cut_trace_reads_to_its_last_chunk",
+            "--nocapture",
+        ])
+        .env("MEMPROF_TEST_TRACE_CHILD", "1")
+        .env("MEMPROF_TRACE", &path)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 200_000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the trace does not grow"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the child ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let cut = replay(&bytes, None);
+    if let Some(error) = &cut.error {
+        assert!(error.contains("cut short"), "{error}");
+    }
+    assert_eq!(cut.end, None);
+    assert!(cut.events > 50_000, "{} events", cut.events);
+    // Blocks whose allocation sat in another thread's buffer, not written before the kill, may
+    // be freed in the trace; no address is ever allocated twice.
+    assert!(
+        cut.conflicts.iter().all(|c| c.contains("not live")),
+        "{:?}",
+        &cut.conflicts[..5.min(cut.conflicts.len())]
+    );
+    for (_, stack) in cut.live.values() {
+        assert!(
+            cut.stacks.contains_key(stack),
+            "stack {stack} used before its definition"
+        );
+    }
+    assert!(cut.symbols.is_empty());
+    let exe = std::env::current_exe().unwrap();
+    let module = cut.modules[0]
+        .iter()
+        .find(|m| std::path::Path::new(&m.path) == exe)
+        .expect("the executable in the module map");
+    // The build id is the file's own: what an offline symbolizer matches the binary by.
+    let file = std::fs::read(&exe).unwrap();
+    assert!(module.build_id.len() >= 8);
+    assert!(
+        file.windows(module.build_id.len())
+            .any(|w| w == module.build_id),
+        "{module:?}"
+    );
+}
