@@ -1,0 +1,148 @@
+//! `memprof report TRACE --at marker:x --format tsv`, run as the real binary on the trace of a
+//! program, prints exactly what the program's own `log_allocations` printed at that marker; the
+//! Markdown report and `memprof convert` to `.tsv` agree with it too.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[global_allocator]
+static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+
+#[inline(never)]
+fn keep(count: usize, size: usize) -> Vec<Vec<u8>> {
+    (0..count).map(|i| vec![i as u8; size]).collect()
+}
+
+#[inline(never)]
+fn churn(rounds: usize) -> usize {
+    let mut total = 0;
+    for i in 0..rounds {
+        let temporary = vec![1u8; 100 + i % 50];
+        total += temporary.len();
+    }
+    total
+}
+
+fn child(dir: &Path) {
+    let big = keep(10, 4096);
+    let small = keep(100, 64);
+    std::hint::black_box(churn(1000));
+    let mut tsv = memprof::untracked(|| Vec::with_capacity(1 << 20));
+    let mut md = memprof::untracked(|| Vec::with_capacity(1 << 20));
+    memprof::mark("x");
+    memprof::log_allocations(&mut tsv).unwrap();
+    memprof::pretty_log_allocations(&mut md).unwrap();
+    memprof::untracked(|| {
+        std::fs::write(dir.join("x.tsv"), &tsv).unwrap();
+        std::fs::write(dir.join("x.md"), &md).unwrap();
+    });
+    drop(big);
+    let later = keep(5, 10_000);
+    memprof::mark("y");
+    let path = memprof::close_trace().unwrap().expect("a trace was open");
+    memprof::untracked(|| std::fs::write(dir.join("path"), path.to_str().unwrap()).unwrap());
+    drop((small, later));
+}
+
+fn memprof_cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let output = memprof_cli(args);
+    assert!(
+        output.status.success(),
+        "memprof {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn report_at_a_marker_equals_the_live_report() {
+    if let Some(dir) = std::env::var_os("MEMPROF_TEST_CLI_DIR") {
+        child(Path::new(&dir));
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("memprof-cli-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "report_at_a_marker_equals_the_live_report",
+            "--nocapture",
+        ])
+        .env("MEMPROF_TEST_CLI_DIR", &dir)
+        .env("MEMPROF_TRACE", dir.join("run.mptrace"))
+        .env("MEMPROF_MIN_BYTES", "0")
+        .env_remove("MEMPROF_SAMPLE_INTERVAL")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let trace = PathBuf::from(std::fs::read_to_string(dir.join("path")).unwrap());
+    let trace = trace.to_str().unwrap();
+
+    let live_tsv = std::fs::read_to_string(dir.join("x.tsv")).unwrap();
+    assert!(live_tsv.contains("report_at_marker::keep"), "{live_tsv}");
+    let replayed = stdout_of(&[
+        "report",
+        trace,
+        "--at",
+        "marker:x",
+        "--format",
+        "tsv",
+        "--min-bytes",
+        "0",
+    ]);
+    assert_eq!(replayed, live_tsv, "TSV at marker x");
+
+    let live_md = std::fs::read_to_string(dir.join("x.md")).unwrap();
+    let replayed = stdout_of(&["report", trace, "--at", "marker:x", "--min-bytes", "0"]);
+    assert_eq!(replayed, live_md, "Markdown at marker x");
+
+    let converted = dir.join("x.tsv.out.tsv");
+    stdout_of(&[
+        "convert",
+        trace,
+        "--at",
+        "marker:x",
+        "--min-bytes",
+        "0",
+        "-o",
+        converted.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&converted).unwrap(), live_tsv);
+
+    // Between x and y: ten blocks of 4,096 bytes went and five of 10,000 came, from the same
+    // context; the outer vector of the ten (240 bytes) went, that of the five (120) came.
+    let diff = stdout_of(&[
+        "diff",
+        trace,
+        "--from",
+        "marker:x",
+        "--to",
+        "marker:y",
+        "--format",
+        "tsv",
+        "--min-bytes",
+        "0",
+    ]);
+    let lines: Vec<&str> = diff.lines().collect();
+    assert_eq!(lines[0], "3", "{diff}");
+    assert!(lines.iter().any(|l| l.starts_with("1\t120\t")), "{diff}");
+    assert!(lines.iter().any(|l| l.starts_with("-5\t9040\t")), "{diff}");
+    assert!(lines.iter().any(|l| l.starts_with("-1\t-240\t")), "{diff}");
+
+    let missing = memprof_cli(&["report", trace, "--at", "marker:nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert!(message.contains("no marker labelled \"nope\""), "{message}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
