@@ -23,7 +23,27 @@ fn churn(rounds: usize) -> usize {
     total
 }
 
+#[inline(never)]
+fn worker(seed: usize) -> Vec<Vec<u8>> {
+    let mut kept = Vec::new();
+    for i in 0..5000 {
+        let block = vec![i as u8; 16 + (i * 7 + seed) % 300];
+        if i % 5 == 0 {
+            kept.push(block);
+        }
+        if i % 1000 == 999 {
+            kept.truncate(kept.len() / 2);
+        }
+    }
+    kept
+}
+
 fn child(dir: &Path) {
+    // Threads whose chunks the reader merges by time; what they keep is live at the marker.
+    let threads: Vec<_> = (0..4)
+        .map(|t| std::thread::spawn(move || worker(t)))
+        .collect();
+    let kept: Vec<Vec<Vec<u8>>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     let big = keep(10, 4096);
     let small = keep(100, 64);
     std::hint::black_box(churn(1000));
@@ -41,7 +61,7 @@ fn child(dir: &Path) {
     memprof::mark("y");
     let path = memprof::close_trace().unwrap().expect("a trace was open");
     memprof::untracked(|| std::fs::write(dir.join("path"), path.to_str().unwrap()).unwrap());
-    drop((small, later));
+    drop((small, later, kept));
 }
 
 fn memprof_cli(args: &[&str]) -> std::process::Output {
@@ -91,6 +111,7 @@ fn report_at_a_marker_equals_the_live_report() {
 
     let live_tsv = std::fs::read_to_string(dir.join("x.tsv")).unwrap();
     assert!(live_tsv.contains("report_at_marker::keep"), "{live_tsv}");
+    assert!(live_tsv.contains("report_at_marker::worker"), "{live_tsv}");
     let replayed = stdout_of(&[
         "report",
         trace,
