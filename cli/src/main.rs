@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod alys;
 mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -54,7 +55,8 @@ enum Command {
     Convert {
         /// The trace file.
         trace: PathBuf,
-        /// The output: `.pb.gz`, `.folded`, `.svg`, `.dhat.json`, `.heaptrack.gz`, `.md`, `.tsv`.
+        /// The output: `.pb.gz`, `.folded`, `.svg`, `.dhat.json`, `.heaptrack.gz`, `.md`, `.tsv`,
+        /// or `.json` (Alys's JSON event list, up to the moment).
         #[arg(short, long)]
         output: PathBuf,
         /// SECONDS since the trace started, `peak`, `end` or `marker:LABEL`.
@@ -286,6 +288,20 @@ fn convert(
     options: &ReportOptions,
 ) -> Result<(), Failure> {
     let name = output.to_string_lossy();
+    if name.ends_with(".json") && !name.ends_with(".dhat.json") {
+        let until = match moment {
+            Moment::End => None,
+            _ => Some(replay(trace, moment)?.1.events),
+        };
+        let file = std::fs::File::create(output)
+            .map_err(|e| Failure(format!("{}: cannot create: {e}", output.display()), 1))?;
+        let mut out = io::BufWriter::new(file);
+        alys::write(trace, until, &mut out)
+            .map_err(|Failure(m, s)| Failure(format!("{}: {m}", output.display()), s))?;
+        return out
+            .flush()
+            .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1));
+    }
     let format = memprof::export::Format::from_path(&name).ok_or_else(|| {
         let endings: Vec<&str> = memprof::export::Format::EXTENSIONS
             .iter()
@@ -293,7 +309,7 @@ fn convert(
             .collect();
         Failure(
             format!(
-                "{}: unknown output format (the name ends in one of {})",
+                "{}: unknown output format (the name ends in one of {}, .json)",
                 output.display(),
                 endings.join(", ")
             ),

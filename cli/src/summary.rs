@@ -100,6 +100,7 @@ impl Summary {
                         address,
                         size,
                         stack,
+                        ..
                     } => {
                         summary.allocations += 1;
                         summary.bytes += size;
@@ -108,7 +109,7 @@ impl Summary {
                         site.1 += size;
                         last.insert(timed.thread, address);
                     }
-                    Event::Free { address } => {
+                    Event::Free { address, .. } => {
                         summary.frees += 1;
                         if let Some(block) = heap.live.get(&address) {
                             let lifetime = timed.time.saturating_sub(block.time);

@@ -163,6 +163,8 @@ fn memprof_reads_a_known_trace() {
     assert_eq!(tsv("end"), "1\n1\t1000\tsrc/app.rs:10:5 in 'app::leaky'\n");
     assert_eq!(tsv("0"), "0\n");
 
+    convert_every_format(&dir, trace);
+
     // Cut inside the third chunk: read up to the second, with a warning naming the cut.
     let cut = write(&dir, "cut.mptrace", &bytes[..offsets[2] + 30]);
     let output = memprof_cli(&["summary", cut.to_str().unwrap()]);
@@ -210,4 +212,164 @@ fn memprof_reads_a_known_trace() {
     let message = failure_of(&["summary", missing.to_str().unwrap()]);
     assert!(message.contains("missing.mptrace"), "{message}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `memprof convert --at marker:m` to every format, each read back: there, two blocks of 1000
+/// bytes from `app::leaky` are live, which allocated 3 blocks (7000 bytes) so far.
+fn convert_every_format(dir: &Path, trace: &str) {
+    let out = |ending: &str| {
+        let path = dir.join(format!("at-m{ending}"));
+        stdout_of(&[
+            "convert",
+            trace,
+            "--at",
+            "marker:m",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        path
+    };
+    let text = |ending: &str| std::fs::read_to_string(out(ending)).unwrap();
+    assert_eq!(text(".folded"), "app::leaky 2000\n");
+    assert_eq!(
+        text(".md"),
+        stdout_of(&["report", trace, "--at", "marker:m"])
+    );
+    assert_eq!(
+        text(".tsv"),
+        "1\n2\t2000\tsrc/app.rs:10:5 in 'app::leaky'\n"
+    );
+    let dhat: serde_json::Value = serde_json::from_str(&text(".dhat.json")).unwrap();
+    let leaky = &dhat["pps"][0];
+    assert_eq!(
+        (&leaky["tb"], &leaky["tbk"]),
+        (&7000.into(), &3.into()),
+        "{dhat}"
+    );
+    assert_eq!(
+        (&leaky["eb"], &leaky["ebk"]),
+        (&2000.into(), &2.into()),
+        "{dhat}"
+    );
+    assert_eq!(dhat["pid"], 42);
+
+    // Alys's event list up to the marker: ids link an allocation to its free.
+    let events: serde_json::Value = serde_json::from_str(&text(".json")).unwrap();
+    let events: Vec<(u64, &str, u64)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_u64().unwrap(),
+                e["kind"].as_str().unwrap(),
+                e["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (1, "alloc", 1000),
+            (2, "alloc", 10),
+            (2, "free", 10),
+            (3, "alloc", 20),
+            (4, "alloc", 1000),
+            (5, "alloc", 5000),
+            (3, "free", 20),
+            (5, "free", 5000),
+        ]
+    );
+
+    #[cfg(feature = "flamegraph")]
+    assert!(text(".svg").contains("app::leaky"));
+
+    let heaptrack = out(".heaptrack.gz");
+    match Command::new("heaptrack_print").arg(&heaptrack).output() {
+        Ok(printed) => {
+            let printed = String::from_utf8_lossy(&printed.stdout);
+            assert!(printed.contains("app::leaky"), "{printed}");
+            assert!(printed.contains("total memory leaked: 2.00K"), "{printed}");
+        }
+        Err(_) => missing_tool("heaptrack_print", "apt-get install -y heaptrack"),
+    }
+
+    let pprof_file = out(".pb.gz");
+    let Some(pprof) = pprof_binary() else {
+        return;
+    };
+    let top = |index: &str| {
+        let output = Command::new(&pprof)
+            .args(["-top", "-unit=B", "-nodefraction=0"])
+            .arg(format!("-sample_index={index}"))
+            .arg(&pprof_file)
+            .env("PPROF_TMPDIR", dir)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let top = String::from_utf8(output.stdout).unwrap();
+        let line = top
+            .lines()
+            .find(|l| l.trim_end().ends_with("app::leaky"))
+            .unwrap_or_else(|| panic!("{top}"))
+            .to_owned();
+        line.split_whitespace()
+            .nth(3)
+            .unwrap()
+            .trim_end_matches('B')
+            .to_owned()
+    };
+    assert_eq!(top("inuse_space"), "2000");
+    assert_eq!(top("alloc_space"), "7000");
+    assert_eq!(top("inuse_objects"), "2");
+}
+
+/// Says a reader is missing: a failure under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`), a
+/// skip with a message otherwise (as `tests/common::missing_tool` does for the crate's tests).
+fn missing_tool(check: &str, install: &str) {
+    let message =
+        format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
+    if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    eprintln!("SKIPPED {message}");
+}
+
+/// pprof built from Debian's sources, cached under `target/` (as `tests/export_readers.rs` does).
+fn pprof_binary() -> Option<PathBuf> {
+    if Command::new("go").arg("version").output().is_err() {
+        missing_tool(
+            "pprof check",
+            "apt-get install -y golang-go golang-github-google-pprof-dev",
+        );
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pprof");
+    let binary = dir.join("pprof");
+    if binary.exists() {
+        return Some(binary);
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let building = dir.join(format!("pprof.{}", std::process::id()));
+    let output = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&building)
+        .arg("github.com/google/pprof")
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOCACHE", dir.join("gocache"))
+        .env("GOFLAGS", "")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "building pprof failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(&building, &binary).unwrap();
+    Some(binary)
 }

@@ -74,11 +74,16 @@ pub enum Event {
         size: u64,
         /// Its stack: an index into [`Trace::stacks`].
         stack: u32,
+        /// For a reallocation's new block, the old block's address (freed by the same thread's
+        /// previous [`Event::Free`] with `realloc` set).
+        realloc_of: Option<u64>,
     },
     /// A recorded block freed (a reallocation's old block too).
     Free {
         /// Its address.
         address: u64,
+        /// Whether it is a reallocation's old block.
+        realloc: bool,
     },
     /// A marker: an index into [`Trace::labels`].
     Mark {
@@ -193,6 +198,7 @@ impl Heap {
                 address,
                 size,
                 stack,
+                ..
             } => {
                 let block = Block {
                     size,
@@ -211,7 +217,7 @@ impl Heap {
                 self.allocated[index].1 += size;
                 None
             }
-            Event::Free { address } => {
+            Event::Free { address, .. } => {
                 let block = self.live.remove(&address)?;
                 self.live_bytes -= block.size;
                 Some(block)
@@ -505,12 +511,16 @@ impl Trace {
                         address,
                         size,
                         stack: stack(id),
+                        realloc_of: None,
                     },
                 }),
                 Record::Free { time, address } => events.push(Timed {
                     time,
                     thread,
-                    event: Event::Free { address },
+                    event: Event::Free {
+                        address,
+                        realloc: false,
+                    },
                 }),
                 Record::Realloc {
                     time,
@@ -525,6 +535,7 @@ impl Trace {
                         thread,
                         event: Event::Free {
                             address: old_address,
+                            realloc: true,
                         },
                     });
                     events.push(Timed {
@@ -534,6 +545,7 @@ impl Trace {
                             address,
                             size,
                             stack: stack(id),
+                            realloc_of: Some(old_address),
                         },
                     });
                 }
