@@ -316,7 +316,23 @@ fn convert(
             2,
         )
     })?;
-    let (snapshot, position) = snapshot_at(trace, moment)?;
+    let (heap, position) = replay(trace, moment)?;
+    let snapshot = match format {
+        memprof::export::Format::Markdown | memprof::export::Format::Tsv => {
+            trace.snapshot(&heap, heap.live_bytes)
+        }
+        _ => {
+            // The peak up to the moment, for the exports' per-site peak figures.
+            let progress = bar(trace.events() * 2, "peak");
+            let peak =
+                trace.find_peak_within(position.events, &mut |done| progress.set_position(done))?;
+            let (at_peak, _) = trace.replay(&Moment::Events(peak.events), &mut |done| {
+                progress.set_position(trace.events() + done)
+            })?;
+            progress.finish_and_clear();
+            trace.snapshot_with_peak(&heap, &at_peak)
+        }
+    };
     let mut resolver = trace.resolver();
     let header = trace.header();
     let file = std::fs::File::create(output)

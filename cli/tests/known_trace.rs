@@ -252,6 +252,17 @@ fn convert_every_format(dir: &Path, trace: &str) {
         "{dhat}"
     );
     assert_eq!(dhat["pid"], 42);
+    // The peak before the marker (7020 bytes at 550 ns): 3 blocks of app::leaky.
+    assert_eq!(
+        (&leaky["gb"], &leaky["gbk"]),
+        (&7000.into(), &3.into()),
+        "{dhat}"
+    );
+    assert_eq!(
+        (&leaky["mb"], &leaky["mbk"]),
+        (&7000.into(), &3.into()),
+        "{dhat}"
+    );
 
     // Alys's event list up to the marker: ids link an allocation to its free.
     let events: serde_json::Value = serde_json::from_str(&text(".json")).unwrap();

@@ -571,6 +571,15 @@ impl Trace {
     /// Finds the heap's peak: the position just after the event that first took the live bytes
     /// to their maximum.
     pub fn find_peak(&self, progress: &mut dyn FnMut(u64)) -> Result<Position, TraceError> {
+        self.find_peak_within(u64::MAX, progress)
+    }
+
+    /// [`Trace::find_peak`] among the first `events` events of the replay.
+    pub fn find_peak_within(
+        &self,
+        limit: u64,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Position, TraceError> {
         let mut heap = Heap::default();
         let mut peak = Position {
             found: true,
@@ -579,6 +588,9 @@ impl Trace {
         let mut events = 0;
         self.for_each_event(
             &mut |timed| {
+                if events == limit {
+                    return ControlFlow::Break(());
+                }
                 heap.apply(timed);
                 events += 1;
                 if heap.live_bytes > peak.live_bytes {
@@ -688,6 +700,20 @@ impl Trace {
             })
             .collect();
         Snapshot::sampled(blocks, stacks, peak_bytes, interval)
+    }
+
+    /// [`Trace::snapshot`] of `heap` with each stack's blocks and bytes live at the heap's
+    /// peak, `peak` (a replay to [`Trace::find_peak_within`] the events of `heap`): the exports'
+    /// per-site peak figures, exact from a trace.
+    pub fn snapshot_with_peak(&self, heap: &Heap, peak: &Heap) -> Snapshot {
+        let at_peak = self.snapshot(peak, peak.live_bytes);
+        let mut snapshot = self.snapshot(heap, at_peak.stats.live_bytes);
+        for (stack, at_peak) in snapshot.stacks.iter_mut().zip(&at_peak.stacks) {
+            stack.peak_blocks = at_peak.live_blocks;
+            stack.peak_bytes = at_peak.live_bytes;
+        }
+        snapshot.peak_known = true;
+        snapshot
     }
 }
 
