@@ -87,9 +87,25 @@ fn report_at_a_marker_equals_the_live_report() {
         child(Path::new(&dir));
         return;
     }
-    let dir = std::env::temp_dir().join(format!("memprof-cli-report-{}", std::process::id()));
+    check(None);
+    // Sampled, the replay weighs each block as the live table does.
+    check(Some("bytes:4096"));
+}
+
+fn check(sample_interval: Option<&str>) {
+    let dir = std::env::temp_dir().join(format!(
+        "memprof-cli-report-{}-{}",
+        std::process::id(),
+        sample_interval.is_some()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let output = Command::new(std::env::current_exe().unwrap())
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(interval) = sample_interval {
+        command.env("MEMPROF_SAMPLE_INTERVAL", interval);
+    } else {
+        command.env_remove("MEMPROF_SAMPLE_INTERVAL");
+    }
+    let output = command
         .args([
             "--exact",
             "report_at_a_marker_equals_the_live_report",
@@ -98,7 +114,6 @@ fn report_at_a_marker_equals_the_live_report() {
         .env("MEMPROF_TEST_CLI_DIR", &dir)
         .env("MEMPROF_TRACE", dir.join("run.mptrace"))
         .env("MEMPROF_MIN_BYTES", "0")
-        .env_remove("MEMPROF_SAMPLE_INTERVAL")
         .output()
         .unwrap();
     assert!(
@@ -127,6 +142,11 @@ fn report_at_a_marker_equals_the_live_report() {
     let live_md = std::fs::read_to_string(dir.join("x.md")).unwrap();
     let replayed = stdout_of(&["report", trace, "--at", "marker:x", "--min-bytes", "0"]);
     assert_eq!(replayed, live_md, "Markdown at marker x");
+    assert_eq!(
+        live_md.contains("Estimates: one allocation in every 4,096 bytes"),
+        sample_interval.is_some(),
+        "{live_md}"
+    );
 
     let converted = dir.join("x.tsv.out.tsv");
     stdout_of(&[
@@ -141,6 +161,10 @@ fn report_at_a_marker_equals_the_live_report() {
     ]);
     assert_eq!(std::fs::read_to_string(&converted).unwrap(), live_tsv);
 
+    if sample_interval.is_some() {
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
     // Between x and y: ten blocks of 4,096 bytes went and five of 10,000 came, from the same
     // context; the outer vector of the ten (240 bytes) went, that of the five (120) came.
     let diff = stdout_of(&[
@@ -160,6 +184,35 @@ fn report_at_a_marker_equals_the_live_report() {
     assert!(lines.iter().any(|l| l.starts_with("1\t120\t")), "{diff}");
     assert!(lines.iter().any(|l| l.starts_with("-5\t9040\t")), "{diff}");
     assert!(lines.iter().any(|l| l.starts_with("-1\t-240\t")), "{diff}");
+
+    // `memprof run`: the same program traced, then its summary.
+    let again = dir.join("again");
+    std::fs::create_dir_all(&again).unwrap();
+    let traced = again.join("run-%p.mptrace");
+    let output = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["run", "--trace", traced.to_str().unwrap(), "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "report_at_a_marker_equals_the_live_report",
+            "--nocapture",
+        ])
+        .env("MEMPROF_TEST_CLI_DIR", &again)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written = std::fs::read_to_string(again.join("path")).unwrap();
+    assert!(stdout.contains(&format!("trace: {written}\n")), "{stdout}");
+    assert!(
+        stdout.contains("closed normally, 0 events lost"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("report_at_marker::worker"), "{stdout}");
 
     let missing = memprof_cli(&["report", trace, "--at", "marker:nope"]);
     assert_eq!(missing.status.code(), Some(1));

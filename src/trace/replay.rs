@@ -188,6 +188,12 @@ pub struct Heap {
     pub allocated: Vec<(u64, u64)>,
     /// Sum of the live blocks' sizes.
     pub live_bytes: u64,
+    /// The trace's sampling interval (0: every allocation recorded); when not 0, `estimated`
+    /// is kept.
+    pub sample_interval: u64,
+    /// Under sampling, the blocks and bytes each stack stands for so far (the recorded ones
+    /// weighted as the live table weights them).
+    pub estimated: Vec<(f64, f64)>,
 }
 
 impl Heap {
@@ -215,6 +221,14 @@ impl Heap {
                 }
                 self.allocated[index].0 += 1;
                 self.allocated[index].1 += size;
+                if self.sample_interval != 0 {
+                    if self.estimated.len() <= index {
+                        self.estimated.resize(index + 1, (0.0, 0.0));
+                    }
+                    let (blocks, bytes) = crate::sampling::weight(size, self.sample_interval);
+                    self.estimated[index].0 += blocks;
+                    self.estimated[index].1 += bytes;
+                }
                 None
             }
             Event::Free { address, .. } => {
@@ -633,7 +647,10 @@ impl Trace {
             }
             _ => None,
         };
-        let mut heap = Heap::default();
+        let mut heap = Heap {
+            sample_interval: self.header.sample_interval,
+            ..Heap::default()
+        };
         let mut position = Position::default();
         if matches!(moment, Moment::End | Moment::Peak | Moment::Events(_))
             || matches!(moment, Moment::Time(t) if *t >= self.last_time)
@@ -684,9 +701,14 @@ impl Trace {
                 ..StackSummary::default()
             })
             .collect();
-        for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.allocated) {
-            if interval == 0 {
+        if interval == 0 {
+            for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.allocated) {
                 (stack.allocated_blocks, stack.allocated_bytes) = (blocks, bytes);
+            }
+        } else {
+            for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.estimated) {
+                stack.allocated_blocks = blocks.round() as u64;
+                stack.allocated_bytes = bytes.round() as u64;
             }
         }
         let blocks: Vec<LiveBlock> = heap
