@@ -384,3 +384,61 @@ fn pprof_binary() -> Option<PathBuf> {
     std::fs::rename(&building, &binary).unwrap();
     Some(binary)
 }
+
+/// The known trace with bytes changed, cut or spliced at random: the reader replays what it can
+/// or says where it stopped, never panics.
+#[test]
+fn damaged_traces_never_panic() {
+    use memprof::trace::replay::{Moment, Trace};
+    let (bytes, _) = known_trace();
+    let dir = std::env::temp_dir().join(format!("memprof-cli-damaged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("damaged.mptrace");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = move |below: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % below as u64) as usize
+    };
+    let rounds: usize = std::env::var("MEMPROF_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    let (mut opened, mut replayed) = (0, 0);
+    for _ in 0..rounds {
+        let mut damaged = bytes.clone();
+        match random(3) {
+            0 => {
+                for _ in 0..1 + random(4) {
+                    let at = random(damaged.len());
+                    damaged[at] ^= 1 << random(8);
+                }
+            }
+            1 => damaged.truncate(random(damaged.len())),
+            _ => {
+                let (from, to) = (random(damaged.len()), random(damaged.len()));
+                let piece = damaged[from..].to_vec();
+                damaged.splice(to..to, piece.into_iter().take(64));
+            }
+        }
+        std::fs::write(&path, &damaged).unwrap();
+        let Ok(trace) = Trace::open(&path) else {
+            continue;
+        };
+        opened += 1;
+        for moment in [Moment::Peak, Moment::End, Moment::Marker("m".into())] {
+            if let Ok((heap, _)) = trace.replay(&moment, &mut |_| {}) {
+                replayed += 1;
+                let snapshot = trace.snapshot(&heap, heap.live_bytes);
+                assert_eq!(snapshot.blocks.len(), heap.live.len());
+            }
+        }
+    }
+    // Most damage leaves something to read (a byte changed in the symbols, a cut at the end).
+    assert!(
+        opened > rounds / 10 && replayed > 0,
+        "{opened} opened, {replayed} replayed"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

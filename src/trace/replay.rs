@@ -508,7 +508,9 @@ impl Trace {
             return Err(error_at(info.offset, ErrorKind::Truncated));
         };
         chunk.offset = info.offset;
-        let mut events = Vec::with_capacity(chunk.header.events as usize);
+        // Each event takes at least a byte of payload: a damaged count asks for no more.
+        let mut events =
+            Vec::with_capacity((chunk.header.events as usize).min(chunk.payload.len()));
         let thread = info.thread;
         let stack = |id: u32| self.ids.get(&id).copied().unwrap_or(u32::MAX);
         for record in chunk.records() {
