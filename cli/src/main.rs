@@ -90,6 +90,15 @@ enum Command {
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Receives one trace sent to `MEMPROF_TRACE=tcp://HOST:PORT` and saves it.
+    Receive {
+        /// The address to listen on (`0.0.0.0:7878`; port 0 picks one, printed on stderr).
+        #[arg(long)]
+        listen: String,
+        /// The file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 /// How reports group and filter.
@@ -182,6 +191,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 Style::Md => report_of.write_markdown(&mut out),
                 Style::Tsv => report_of.write_tsv(&mut out),
             })?;
+        }
+        Command::Receive { listen, output } => {
+            drop(out);
+            return receive(&listen, &output);
         }
         Command::Run {
             trace,
@@ -443,4 +456,42 @@ fn convert(
     result
         .and_then(|()| out.flush())
         .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1))
+}
+
+/// `memprof receive`: accepts one connection and writes what it sends to `output` (under a
+/// temporary name, renamed when the sender closes, so a reader never sees part of a trace);
+/// then says how much arrived and whether it is a whole trace.
+fn receive(listen: &str, output: &Path) -> Result<(), Failure> {
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
+    if let Ok(address) = listener.local_addr() {
+        eprintln!("memprof: listening on {address}");
+    }
+    let (mut stream, peer) = listener
+        .accept()
+        .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
+    let mut partial = output.as_os_str().to_owned();
+    partial.push(".part");
+    let partial = PathBuf::from(partial);
+    let fail = |e: io::Error| Failure(format!("{}: {e}", output.display()), 1);
+    let file = std::fs::File::create(&partial).map_err(fail)?;
+    let mut file = io::BufWriter::new(file);
+    let progress = bar(0, "receiving");
+    let bytes = io::copy(&mut progress.wrap_read(&mut stream), &mut file).map_err(fail)?;
+    progress.finish_and_clear();
+    file.flush().map_err(fail)?;
+    drop(file);
+    std::fs::rename(&partial, output).map_err(fail)?;
+    let trace = open(output)?;
+    eprintln!(
+        "memprof: {}: {bytes} bytes from {peer}, {} events, {}",
+        output.display(),
+        trace.events(),
+        if trace.end_record().is_some() {
+            "closed normally"
+        } else {
+            "cut short"
+        }
+    );
+    Ok(())
 }

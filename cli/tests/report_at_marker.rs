@@ -214,6 +214,57 @@ fn check(sample_interval: Option<&str>) {
     );
     assert!(stdout.contains("report_at_marker::worker"), "{stdout}");
 
+    // `memprof receive`: the same program traced to tcp://, its report at the marker as its own.
+    let sent = dir.join("sent");
+    std::fs::create_dir_all(&sent).unwrap();
+    let received = dir.join("received.mptrace");
+    let mut receiver = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["receive", "--listen", "127.0.0.1:0", "-o"])
+        .arg(&received)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(receiver.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("memprof: listening on ")
+        .unwrap_or_else(|| panic!("{line}"));
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "report_at_a_marker_equals_the_live_report",
+            "--nocapture",
+        ])
+        .env("MEMPROF_TEST_CLI_DIR", &sent)
+        .env("MEMPROF_TRACE", format!("tcp://{address}"))
+        .env("MEMPROF_MIN_BYTES", "0")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    assert!(receiver.wait().unwrap().success(), "{rest}");
+    assert!(rest.contains("closed normally"), "{rest}");
+    assert_eq!(
+        stdout_of(&[
+            "report",
+            received.to_str().unwrap(),
+            "--at",
+            "marker:x",
+            "--format",
+            "tsv",
+            "--min-bytes",
+            "0",
+        ]),
+        std::fs::read_to_string(sent.join("x.tsv")).unwrap()
+    );
+
     let missing = memprof_cli(&["report", trace, "--at", "marker:nope"]);
     assert_eq!(missing.status.code(), Some(1));
     let message = String::from_utf8_lossy(&missing.stderr);
