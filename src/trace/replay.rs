@@ -179,11 +179,37 @@ pub struct Block {
     pub time: u64,
 }
 
+/// Hashes block addresses: one multiplication (Fibonacci hashing), enough for addresses, which
+/// the table's own order makes neither adversarial nor clustered in the high bits once mixed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0 ^ value)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+}
+
+/// Live blocks by address.
+pub type LiveBlocks = HashMap<u64, Block, std::hash::BuildHasherDefault<AddressHasher>>;
+
 /// The state of a replay: live blocks and per-stack totals allocated so far.
 #[derive(Clone, Debug, Default)]
 pub struct Heap {
     /// Live blocks by address.
-    pub live: HashMap<u64, Block>,
+    pub live: LiveBlocks,
     /// Blocks and bytes allocated per stack so far.
     pub allocated: Vec<(u64, u64)>,
     /// Sum of the live blocks' sizes.
