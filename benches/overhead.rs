@@ -1,5 +1,5 @@
-//! Overhead per allocation: an alloc+free pair and a realloc round trip through plain `System`
-//! and through memprof, at several call depths, in the same run so the ratios hold on a noisy
+//! Overhead per allocation: an alloc+free pair, a realloc round trip and a block grown by 255
+//! reallocs through plain `System` and through memprof, at several call depths, in the same run so the ratios hold on a noisy
 //! machine. The capture depth comes from `MEMPROF_STACK_DEPTH`; the walker from the build
 //! (`RUSTFLAGS="-C force-frame-pointers=yes"` for the frame-pointer walk).
 //!
@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{at_depth, pair, round_trip};
+use common::{at_depth, growth, pair, round_trip};
 use divan::Bencher;
 use std::alloc::System;
 
@@ -43,4 +43,14 @@ fn realloc_system(bencher: Bencher, depth: usize) {
 #[divan::bench(args = DEPTHS)]
 fn realloc_memprof(bencher: Bencher, depth: usize) {
     bencher.bench_local(|| at_depth(depth, &mut || round_trip(&GLOBAL)));
+}
+
+#[divan::bench(args = DEPTHS)]
+fn realloc_growth_system(bencher: Bencher, depth: usize) {
+    bencher.bench_local(|| at_depth(depth, &mut || growth(&System)));
+}
+
+#[divan::bench(args = DEPTHS)]
+fn realloc_growth_memprof(bencher: Bencher, depth: usize) {
+    bencher.bench_local(|| at_depth(depth, &mut || growth(&GLOBAL)));
 }

@@ -1,6 +1,6 @@
-//! Overhead per allocation against a peer: an alloc+free pair and a realloc round trip through
-//! plain `System`, through memprof and through dhat-rs, in the same process and the same run, so
-//! the ratios hold on a noisy machine.
+//! Overhead per allocation against a peer: an alloc+free pair, a realloc round trip and a block
+//! grown by 255 reallocs, through plain `System`, through memprof and through dhat-rs, in the
+//! same process and the same run, so the ratios hold on a noisy machine.
 //!
 //! dhat-rs only records what passes through the global allocator, so it is this binary's global
 //! allocator, with its heap profiler running for the whole run. memprof records into its process
@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{at_depth, pair, round_trip};
+use common::{at_depth, growth, pair, round_trip};
 use divan::Bencher;
 use std::alloc::System;
 
@@ -72,4 +72,19 @@ fn realloc_memprof(bencher: Bencher, depth: usize) {
 #[divan::bench(args = depth())]
 fn realloc_dhat(bencher: Bencher, depth: usize) {
     bencher.bench_local(|| at_depth(depth, &mut || round_trip(&DHAT)));
+}
+
+#[divan::bench(args = depth())]
+fn realloc_growth_system(bencher: Bencher, depth: usize) {
+    bencher.bench_local(|| at_depth(depth, &mut || growth(&System)));
+}
+
+#[divan::bench(args = depth())]
+fn realloc_growth_memprof(bencher: Bencher, depth: usize) {
+    bencher.bench_local(|| at_depth(depth, &mut || growth(&MEMPROF)));
+}
+
+#[divan::bench(args = depth())]
+fn realloc_growth_dhat(bencher: Bencher, depth: usize) {
+    bencher.bench_local(|| at_depth(depth, &mut || growth(&DHAT)));
 }

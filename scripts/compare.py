@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """memprof beside its peers, in one run: prints Markdown tables.
 
-    python3 scripts/compare.py            # about four minutes on 2 cores, after the builds
+    python3 scripts/compare.py            # about seven minutes on 2 cores, after the builds
     python3 scripts/compare.py --quick    # smaller inputs, one run each: about a minute
 
 What it measures (all in the same run, so the ratios hold on a noisy machine):
@@ -9,15 +9,18 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
 1. Overhead per allocation: `benches/peers.rs` (divan), an alloc+free pair and a realloc round
    trip through `System`, memprof and dhat-rs in one process, at stack depths 5, 16 and 32, in a
    frame-pointer build and a default build (memprof's DWARF unwinder).
-2. Whole process: `examples/workload*.rs` on a churn workload, pulldown-cmark and serde_json,
+2. Whole process: `examples/workload*.rs` on a churn workload, pulldown-cmark, serde_json, a
+   realloc-heavy recursive workload, a tree of a million boxed nodes and three real crates,
    without a profiler, with memprof (frame pointers, also sampled; default build), dhat-rs,
    `heaptrack -r` and `valgrind --tool=dhat`: time of the measured part, nanoseconds added per
    allocation, wall time and peak resident set, each with its ratio to the run without a
    profiler. Valgrind runs a smaller input against a plain run of that same input.
-3. Threads: churn throughput on 1 and 2 threads; 8 threads on 2 cores must end (no deadlock) with
+3. Threads: churn throughput on 1 and 2 threads, and the same for threads that free each other's
+   blocks; 8 threads on 2 cores must end (no deadlock) with
    every event accounted for (memprof's live totals back where they were, its allocation count
    equal to dhat-rs's on the same work, every marked block seen).
-4. Memory: the profiler's resident bytes per live block, a million live 16-byte boxes.
+4. Memory: the profiler's resident bytes per live block, 512 MiB of live blocks of one size
+   (at most 4 million), for sizes from 16 bytes to 1 MiB.
 5. Reports: a million live blocks over ten thousand stacks: snapshot, the Markdown report and
    each export, with a cold symbolizer and a warm one.
 6. Paired runs, 15 pairs: memprof on churn at depths 5 and 32 and `heaptrack -r` on churn
@@ -25,6 +28,10 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
    serde_json (time ratio). Each profiled run follows a run without a profiler at once, and the
    median is taken of the pairs' differences, which this machine's drift does not swamp the way
    it swamps a difference of medians.
+7. The HTTP endpoint scraped (`--only scraped`): a long churn run (about ten seconds) sampled
+   every 512 KiB, with `MEMPROF_HTTP` and its heap profile fetched every second, against the
+   same sampled run without the endpoint and against no profiler, in triples of runs one after
+   the other (7 triples, quick 3): the time ratios' medians.
 
 Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
 shown. A tool that is not installed is skipped with a note in the table. The builds go to
@@ -42,7 +49,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +91,9 @@ def wait_for_quiet(threshold, max_wait):
 # builds
 
 
-def build(target_dir, frame_pointers):
-    """Builds the workload examples and the peers bench; returns {name: executable}."""
+def build(target_dir, frame_pointers, examples=EXAMPLES, bench=True):
+    """Builds the workload examples (with the `http` feature, which costs nothing until
+    `MEMPROF_HTTP` asks for the endpoint) and the peers bench; returns {name: executable}."""
     env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir))
     if frame_pointers:
         env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " -C force-frame-pointers=yes").strip()
@@ -91,10 +101,12 @@ def build(target_dir, frame_pointers):
     # The frame-pointer build can also trace (cargo feature `trace`), for the trace-mode rows.
     features = ["--features", "trace"] if frame_pointers else []
     commands = [
-        ["cargo", "build", "--release", "--message-format=json"] + features
-        + [a for e in EXAMPLES for a in ("--example", e)],
-        ["cargo", "bench", "--bench", "peers", "--no-run", "--message-format=json"],
+        ["cargo", "build", "--release", "--features", "http", "--message-format=json"]
+        + features + [a for e in examples for a in ("--example", e)],
     ]
+    if bench:
+        commands.append(["cargo", "bench", "--bench", "peers", "--no-run",
+                         "--message-format=json"])
     for command in commands:
         log(("RUSTFLAGS='-C force-frame-pointers=yes' " if frame_pointers else "")
             + f"CARGO_TARGET_DIR={target_dir} " + " ".join(command))
@@ -108,7 +120,7 @@ def build(target_dir, frame_pointers):
                 continue
             if message.get("reason") == "compiler-artifact" and message.get("executable"):
                 executables[message["target"]["name"]] = message["executable"]
-    missing = [n for n in EXAMPLES + ["peers"] if n not in executables]
+    missing = [n for n in list(examples) + (["peers"] if bench else []) if n not in executables]
     if missing:
         sys.exit(f"build made no executable for {missing}")
     return executables
@@ -221,7 +233,7 @@ def per_allocation(builds, depths, sample_count, sample_size):
             r = parse_divan(out)
             d = str(depth)
             row = {"build": build_label, "unwinder": unwinder, "depth": depth, "load": load()}
-            for op in ("alloc_free", "realloc"):
+            for op in ("alloc_free", "realloc", "realloc_growth"):
                 system = r[(f"{op}_system", d)]
                 memprof = r[(f"{op}_memprof", d)]
                 dhat = r[(f"{op}_dhat", d)]
@@ -242,12 +254,14 @@ def print_per_allocation(rows):
     print("### Overhead per allocation (divan, `benches/peers.rs`, median)\n")
     print("Time per operation; `+` is the time added to plain `System` in the same process. "
           "An alloc+free pair is one allocation; a realloc round trip is alloc, realloc, free "
-          "(two recorded allocations).\n")
+          "(two recorded allocations); realloc growth is a block grown from 16 bytes to 4 KiB by "
+          "255 reallocs of 16 bytes each, then freed (256 recorded allocations).\n")
     print("| build | depth | op | System | memprof | memprof + | dhat-rs | dhat-rs + "
           "| dhat-rs + / memprof + |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        for op, name in (("alloc_free", "alloc+free"), ("realloc", "realloc round trip")):
+        for op, name in (("alloc_free", "alloc+free"), ("realloc", "realloc round trip"),
+                         ("realloc_growth", "realloc growth")):
             system, memprof, dhat = row[op]
             added_m, added_d = memprof - system, dhat - system
             ratio = f"{added_d / added_m:.1f}×" if added_m > 0 else "–"
@@ -345,8 +359,10 @@ def print_whole_process(tools, results):
 # 3. threads
 
 
-def threads(exes_fp, exes, iterations, runs):
-    """Iterations per second on 1 and 2 threads; the configurations take turns, run after run."""
+def threads(exes_fp, exes, iterations, runs, scenario="threads"):
+    """Iterations per second on 1 and 2 threads of `scenario` (`threads`: churn on each thread;
+    `exchange`: the recursive workload, each thread freeing 1/16 of the other's blocks); the
+    configurations take turns, run after run."""
     configs = [
         ("no profiler (frame pointers)", exes_fp["workload_plain"], iterations),
         ("memprof (frame pointers)", exes_fp["workload"], iterations),
@@ -357,7 +373,7 @@ def threads(exes_fp, exes, iterations, runs):
     for _ in range(runs):
         for label, exe, n in configs:
             for t in (1, 2):
-                _, fields, _ = run([exe, "threads", str(n), str(t)])
+                _, fields, _ = run([exe, scenario, str(n), str(t)])
                 rates[(label, t)].append(float(fields["iters_per_s"]))
     # Other processes only ever slow a run down: the best run is the one they disturbed least.
     return [(label, n, max(rates[(label, 1)]), max(rates[(label, 2)]))
@@ -391,7 +407,7 @@ def oversubscribed(exes, threads_count, iterations):
     return checks
 
 
-def print_threads(rows, checks, threads_count):
+def print_threads(rows, checks, threads_count, exchange_rows=()):
     print("### Threads (churn, iterations per second, best run)\n")
     print("Each thread does the same work; the best of the runs is shown, since other processes "
           "on the machine only ever slow a run down, and the two threads need both cores.\n")
@@ -400,6 +416,14 @@ def print_threads(rows, checks, threads_count):
     for label, n, one, two in rows:
         print(f"| {label} | {n:,} | {one:,.0f} | {two:,.0f} | {two / one:.2f}× |")
     print()
+    if exchange_rows:
+        print("The recursive workload on each thread, every thread handing 1/16 of its blocks to "
+              "the other to free (`exchange`):\n")
+        print("| tool | iterations per thread | 1 thread | 2 threads | 2 threads ÷ 1 thread |")
+        print("|---|---:|---:|---:|---:|")
+        for label, n, one, two in exchange_rows:
+            print(f"| {label} | {n:,} | {one:,.0f} | {two:,.0f} | {two / one:.2f}× |")
+        print()
     print(f"{threads_count} threads on {os.cpu_count()} cores (memprof, frame pointers):\n")
     print("| check | result | detail |")
     print("|---|---|---|")
@@ -412,35 +436,58 @@ def print_threads(rows, checks, threads_count):
 # 4. memory per live block
 
 
-def memory(tools_by_label, blocks, runs):
+# Block sizes of the memory measurement, 16 bytes to 1 MiB.
+MEMORY_SIZES = [16, 64, 256, 1000, 4096, 16384, 65536, 262144, 1048576]
+
+
+def memory_blocks(size, heap_bytes):
+    """How many blocks of `size` bytes make `heap_bytes` of live heap (at most 4 million)."""
+    return max(1, min(4_000_000, heap_bytes // size))
+
+
+def memory(tools_by_label, sizes, heap_bytes, runs):
+    """{size: {label: (median RSS growth kB, median peak kB, baseline label)}}."""
     growth = {}
-    for label in ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
-                  "memprof (default build, DWARF)", "dhat-rs"):
-        tool = tools_by_label[label]
-        values, peaks = [], []
-        for _ in range(runs):
-            _, fields, _ = run([tool.exe, "live", str(blocks)], env=tool.env)
-            values.append(int(fields["rss_growth_kb"]))
-            peaks.append(int(fields["peak_rss_kb"]))
-        growth[label] = (median(values), median(peaks), tool.baseline)
+    for size in sizes:
+        blocks = memory_blocks(size, heap_bytes)
+        log(f"memory: {blocks:,} blocks of {size:,} bytes (load {load()})")
+        growth[size] = {}
+        for label in ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
+                      "memprof (default build, DWARF)", "dhat-rs"):
+            tool = tools_by_label[label]
+            values, peaks = [], []
+            for _ in range(runs):
+                _, fields, _ = run([tool.exe, "live", str(blocks), str(size)], env=tool.env)
+                values.append(int(fields["rss_growth_kb"]))
+                peaks.append(int(fields["peak_rss_kb"]))
+            growth[size][label] = (median(values), median(peaks), tool.baseline)
     return growth
 
 
-def print_memory(growth, blocks):
-    print(f"### Memory: {blocks:,} live blocks of 16 bytes (median)\n")
-    print("`RSS growth` is the resident set added while the blocks were allocated; the profiler's "
-          "share is that growth minus the growth without a profiler, per block.\n")
-    print("| tool | RSS growth | peak RSS | profiler bytes per live block (growth) | "
-          "(peak) |")
-    print("|---|---:|---:|---:|---:|")
-    for label, (kb, peak, base_label) in growth.items():
-        if base_label:
-            base_kb, base_peak, _ = growth[base_label]
-            per = f"{(kb - base_kb) * 1024 / blocks:.1f}"
-            per_peak = f"{(peak - base_peak) * 1024 / blocks:.1f}"
-        else:
-            per = per_peak = "–"
-        print(f"| {label} | {kb / 1024:,.1f} MB | {peak / 1024:,.1f} MB | {per} | {per_peak} |")
+def per_block(by_label, label, blocks):
+    """The profiler's resident bytes per live block: its growth minus its baseline's."""
+    kb, _, base_label = by_label[label]
+    if not base_label:
+        return None
+    return (kb - by_label[base_label][0]) * 1024 / blocks
+
+
+def print_memory(growth, heap_bytes):
+    print(f"### Memory: live blocks of one size, {heap_bytes >> 20} MiB of them (at most 4 million)"
+          " (median)\n")
+    print("The profiler's resident bytes per live block: the resident set the process added while "
+          "the blocks were allocated (and written), minus what the same binary added without a "
+          "profiler, divided by the number of blocks.\n")
+    labels = ("memprof (frame pointers)", "memprof (default build, DWARF)", "dhat-rs")
+    print("| block size | blocks | " + " | ".join(labels) + " |")
+    print("|---:|---:|" + "---:|" * len(labels))
+    for size, by_label in growth.items():
+        blocks = memory_blocks(size, heap_bytes)
+        cells = []
+        for label in labels:
+            value = per_block(by_label, label, blocks)
+            cells.append("–" if value is None else f"{value:,.1f}")
+        print(f"| {size:,} B | {blocks:,} | " + " | ".join(cells) + " |")
     print()
 
 
@@ -522,11 +569,130 @@ def print_paired(sampling_rows, overhead_rows, allocs):
 
 
 # ------------------------------------------------------------------------------------------------
+# 7. the HTTP endpoint, scraped
+
+
+def thread_cpu_seconds(pid, name):
+    """CPU time (user and system) of the threads of `pid` named `name`, in seconds."""
+    ticks = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        if comm == name:
+            fields = text[text.rindex(")") + 2:].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run_scraped(exe, scenario, size, env, every, path="/debug/pprof/heap"):
+    """One run of `exe` serving its endpoint on a free port (`MEMPROF_HTTP=127.0.0.1:0`), whose
+    `path` is fetched every `every` seconds while it runs: (RESULT fields, profiles fetched, CPU
+    seconds of the endpoint's threads)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MEMPROF_")}
+    full_env.update(env, MEMPROF_HTTP="127.0.0.1:0")
+    process = subprocess.Popen([exe, scenario, str(size)], env=full_env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    found, address, errors, fetched, cpu = threading.Event(), [], [], [0], [0.0]
+
+    def read_stderr():
+        for line in process.stderr:
+            errors.append(line)
+            m = re.search(r"serving the heap profile at (http://[^/\s]+)", line)
+            if m:
+                address.append(m.group(1))
+                found.set()
+
+    def scrape():
+        if not found.wait(30):
+            return
+        due = time.monotonic() + every
+        while process.poll() is None:
+            if time.monotonic() < due:
+                time.sleep(0.01)
+                continue
+            due += every
+            try:
+                with urllib.request.urlopen(address[0] + path, timeout=30) as response:
+                    response.read()
+                fetched[0] += 1
+                cpu[0] = thread_cpu_seconds(process.pid, "memprof-http")
+            except OSError as error:
+                if process.poll() is None:
+                    errors.append(f"fetching {path}: {error}\n")
+
+    threads = [threading.Thread(target=read_stderr), threading.Thread(target=scrape)]
+    for thread in threads:
+        thread.start()
+    stdout = process.stdout.read()
+    process.wait()
+    for thread in threads:
+        thread.join()
+    if process.returncode != 0 or not address or any("fetching" in e for e in errors):
+        raise Failed(f"exit {process.returncode}: {exe} {scenario} {size}\n{''.join(errors)}")
+    fields = {}
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    return fields, fetched[0], cpu[0]
+
+
+def scraped(exes_fp, size, triples):
+    """`triples` of runs, one after the other: churn without a profiler, sampled by memprof, and
+    sampled with the endpoint scraped every second. Returns [(plain, sampled, scraped seconds,
+    profiles fetched, CPU seconds of the endpoint, sampled and scraped peak resident KiB)]."""
+    sampling = {"MEMPROF_SAMPLE_INTERVAL": f"bytes:{SAMPLE_INTERVAL}"}
+    rows = []
+    for _ in range(triples):
+        _, plain, _ = run([exes_fp["workload_plain"], "churn", str(size)])
+        _, sampled, _ = run([exes_fp["workload"], "churn", str(size)], env=sampling)
+        fields, fetched, cpu = run_scraped(exes_fp["workload"], "churn", size, sampling, 1.0)
+        rows.append((float(plain["hot_s"]), float(sampled["hot_s"]), float(fields["hot_s"]),
+                     fetched, cpu, (int(sampled["peak_rss_kb"]), int(fields["peak_rss_kb"]))))
+    return rows
+
+
+def print_scraped(rows, size):
+    print("### The HTTP endpoint, scraped every second\n")
+    print(f"Churn of size {size:,} in a frame-pointer build: without a profiler; sampled every "
+          f"512 KiB (`MEMPROF_SAMPLE_INTERVAL=bytes:{SAMPLE_INTERVAL}`); the same with "
+          "`MEMPROF_HTTP=127.0.0.1:0` and `/debug/pprof/heap` fetched every second while it "
+          "runs (the first fetch symbolizes, later ones hit the symbolizer's cache). Runs in "
+          "triples, one after the other; medians of the triples' ratios.\n")
+    print("| ratio | triples | median | lowest | highest |")
+    print("|---|---:|---:|---:|---:|")
+    for name, values in (
+            ("time: sampled and scraped ÷ sampled", [c / b for _, b, c, *_ in rows]),
+            ("time: sampled ÷ no profiler", [b / a for a, b, *_ in rows]),
+            ("time: sampled and scraped ÷ no profiler", [c / a for a, _, c, *_ in rows]),
+            ("CPU time of the endpoint's threads ÷ the scraped run's time",
+             [cpu / c for _, _, c, _, cpu, _ in rows])):
+        print(f"| {name} | {len(rows)} | {statistics.median(values):.3f} | {min(values):.3f} | "
+              f"{max(values):.3f} |")
+    seconds = statistics.median([c for _, _, c, *_ in rows])
+    fetched = statistics.median([f for _, _, _, f, *_ in rows])
+    cpu = statistics.median([cpu / max(f, 1) for _, _, _, f, cpu, _ in rows])
+    rss = [statistics.median([r[5][i] for r in rows]) / 1024 for i in (0, 1)]
+    print(f"\nA scraped run took {seconds:.1f} s (median) and served {fetched:.0f} profiles, "
+          f"{cpu * 1000:.0f} ms of CPU time each (the first symbolizes). Peak resident set: "
+          f"{rss[0]:.0f} MiB sampled, {rss[1]:.0f} MiB sampled and scraped (the symbolizer's "
+          "debug information, loaded by the first profile as by any report).\n")
+
+
+def measure_scraped(exes_fp, quick):
+    log(f"the endpoint scraped (load {load()})")
+    size = 500_000 if quick else 2_000_000
+    print_scraped(scraped(exes_fp, size, 3 if quick else 7), size)
+
+
+# ------------------------------------------------------------------------------------------------
 # targets
 
 
-def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, overhead_rows,
-                  churn_allocs):
+def print_targets(per_alloc, whole, thread_rows, growth, heap_bytes, sampling_rows, overhead_rows,
+                  churn_allocs, exchange_rows=()):
     def added(build, depth, op="alloc_free"):
         for row in per_alloc:
             if row["build"] == build and row["depth"] == depth:
@@ -557,11 +723,13 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
     b_fp5, b_dhat5 = added("frame pointers", 5)
     b_fp32, _ = added("frame pointers", 32)
     b_dwarf5, _ = added("default (DWARF)", 5)
-    mem = growth.get("memprof (frame pointers)")
-    base = growth.get("no profiler (frame pointers)")
-    per_block = (mem[0] - base[0]) * 1024 / blocks if mem and base else None
+    worst = [per_block(by_label, "memprof (frame pointers)", memory_blocks(size, heap_bytes))
+             for size, by_label in growth.items()]
+    worst = max(worst) if worst else None
     scaling = next((two / one for label, _, one, two in thread_rows
                     if label == "memprof (frame pointers)"), None)
+    exchange_scaling = next((two / one for label, _, one, two in exchange_rows
+                             if label == "memprof (frame pointers)"), None)
 
     def row(name, value, goal, ok, unit=""):
         shown = "–" if value is None else f"{value:,.1f}{unit}"
@@ -600,7 +768,10 @@ def print_targets(per_alloc, whole, thread_rows, growth, blocks, sampling_rows, 
         lambda v: v < 5, " %")
     row("2 threads ÷ 1 thread throughput under memprof", scaling, "≥ 1.7", lambda v: v >= 1.7,
         "×")
-    row("profiler bytes per live block", per_block, "≤ 40", lambda v: v <= 40)
+    row("2 threads ÷ 1 thread throughput under memprof, exchanging blocks", exchange_scaling,
+        "≥ 1.8", lambda v: v >= 1.8, "×")
+    row("profiler bytes per live block, worst block size from 16 B to 1 MiB", worst, "≤ 40",
+        lambda v: v <= 40)
     print()
 
 
@@ -619,15 +790,21 @@ def main():
                         help="before measuring, wait (at most --max-wait s) for the 1-minute "
                              "load to fall to LOAD")
     parser.add_argument("--max-wait", type=float, default=600)
-    parser.add_argument("--only", default="alloc,process,paired,sampling,threads,memory,reports",
+    parser.add_argument("--only",
+                        default="alloc,process,paired,sampling,threads,memory,reports,scraped",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     runs = args.runs or (1 if args.quick else 5)
     fp_dir = args.fp_target_dir or args.target_dir / "fp"
     only = set(args.only.split(","))
 
-    exes = build(args.target_dir, frame_pointers=False)
-    exes_fp = build(fp_dir, frame_pointers=True)
+    if only == {"scraped"}:
+        exes = {}
+        exes_fp = build(fp_dir, frame_pointers=True, examples=["workload", "workload_plain"],
+                        bench=False)
+    else:
+        exes = build(args.target_dir, frame_pointers=False)
+        exes_fp = build(fp_dir, frame_pointers=True)
     if args.wait_load is not None:
         wait_for_quiet(args.wait_load, args.max_wait)
 
@@ -648,6 +825,11 @@ def main():
 
     tmpdir = tempfile.mkdtemp(prefix="memprof-compare-")
     quick = args.quick
+    if only == {"scraped"}:
+        measure_scraped(exes_fp, quick)
+        print(f"1-minute load at the end: {load()}.")
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        return 0
     tools = [
         Tool("no profiler", exes["workload_plain"]),
         Tool("no profiler (frame pointers)", exes_fp["workload_plain"]),
@@ -678,6 +860,9 @@ def main():
     by_label = {t.label: t for t in tools}
     status = 0
     per_alloc, whole, thread_rows, growth, sampling_rows, overhead_rows = [], {}, [], {}, [], []
+    exchange_rows = []
+    # Live heap of the memory measurement, per block size.
+    heap_bytes = (128 if quick else 512) << 20
     churn_allocs = None
     if "alloc" in only:
         log(f"per-allocation benches (load {load()})")
@@ -686,10 +871,14 @@ def main():
                                    200 if quick else 1000)
         print_per_allocation(per_alloc)
     if "process" in only:
-        scenarios = ([("churn", 30_000), ("markdown", 5_000), ("json", 10_000)] if quick else
-                     [("churn", 100_000), ("markdown", 20_000), ("json", 20_000)])
-        valgrind_sizes = ({"churn": 5_000, "markdown": 1_000, "json": 2_000} if quick else
-                          {"churn": 20_000, "markdown": 2_000, "json": 3_000})
+        scenarios = ([("churn", 30_000), ("markdown", 5_000), ("json", 10_000),
+                      ("recursive", 50_000), ("tree", 18), ("crates", 5_000)] if quick else
+                     [("churn", 100_000), ("markdown", 20_000), ("json", 20_000),
+                      ("recursive", 200_000), ("tree", 20), ("crates", 20_000)])
+        valgrind_sizes = ({"churn": 5_000, "markdown": 1_000, "json": 2_000, "recursive": 5_000,
+                           "tree": 12, "crates": 500} if quick else
+                          {"churn": 20_000, "markdown": 2_000, "json": 3_000,
+                           "recursive": 20_000, "tree": 14, "crates": 1_000})
         whole = whole_process(tools, scenarios, valgrind_sizes, runs, tmpdir,
                               exes_fp["workload"])
         print_whole_process(tools, whole)
@@ -715,24 +904,27 @@ def main():
     if "threads" in only:
         log(f"threads (load {load()})")
         thread_rows = threads(exes_fp, exes, 20_000 if quick else 50_000, runs)
+        exchange_rows = threads(exes_fp, exes, 20_000 if quick else 100_000, runs, "exchange")
         checks = oversubscribed(exes_fp, 8, 2_000 if quick else 5_000)
-        print_threads(thread_rows, checks, 8)
+        print_threads(thread_rows, checks, 8, exchange_rows)
         if not all(ok for _, ok, _ in checks):
             status = 1
     if "memory" in only:
         log(f"memory (load {load()})")
-        growth = memory(by_label, 1_000_000, runs)
-        print_memory(growth, 1_000_000)
+        growth = memory(by_label, MEMORY_SIZES, heap_bytes, runs)
+        print_memory(growth, heap_bytes)
     if "reports" in only:
         log(f"reports (load {load()})")
         times, fields = reports(exes["workload"], 1_000_000, 1 if quick else min(runs, 2))
         print_reports(times, fields)
+    if "scraped" in only:
+        measure_scraped(exes_fp, quick)
     if any(m is None and note.startswith("FAILED")
            for measured, _ in whole.values() for _, m, note in measured.values()):
         status = 1
     if per_alloc and whole and thread_rows and growth:
-        print_targets(per_alloc, whole, thread_rows, growth, 1_000_000, sampling_rows,
-                      overhead_rows, churn_allocs)
+        print_targets(per_alloc, whole, thread_rows, growth, heap_bytes, sampling_rows,
+                      overhead_rows, churn_allocs, exchange_rows)
     print(f"1-minute load at the end: {load()}.")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return status

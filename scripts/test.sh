@@ -14,8 +14,9 @@ echo "== default build (DWARF unwinder)"
 cargo nextest run --workspace --all-features --no-fail-fast
 
 echo "== frame-pointer build"
+# Only the library and its C tests: the other members' test binaries would be built for nothing.
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
-  cargo nextest run --workspace --no-fail-fast \
+  cargo nextest run -p memprof -p memprof-c-tests --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
 
 echo "== the stack tests in release builds, where the allocator's entry is inlined into the program"

@@ -22,11 +22,13 @@
 //! | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
 //! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
 //! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
+//! | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 //! | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
 //! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 
 #![forbid(unsafe_code)]
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -92,6 +94,8 @@ pub struct Config {
     pub trace_target: Option<String>,
     /// Fewest objects for a context of the trace target to be shown (`MEMPROF_TRACE_MIN_COUNT`).
     pub trace_min_count: u64,
+    /// Where the HTTP endpoint listens (`MEMPROF_HTTP`); `None`: nowhere.
+    pub http: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -118,6 +122,7 @@ impl Default for Config {
             ref_level: 5,
             trace_target: None,
             trace_min_count: 1,
+            http: None,
         }
     }
 }
@@ -284,6 +289,16 @@ impl Config {
                 defaults.unwinder
             }
         };
+        let http = lookup("MEMPROF_HTTP").and_then(|raw| {
+            let address = parse_address(&raw);
+            if address.is_none() {
+                warn(format!(
+                    "MEMPROF_HTTP={raw:?} is not an address with a port (127.0.0.1:6060, \
+                     [::1]:6060, localhost:6060); using the default: no endpoint"
+                ));
+            }
+            address
+        });
         Config {
             enabled,
             stack_depth,
@@ -302,8 +317,19 @@ impl Config {
             ref_level,
             trace_target,
             trace_min_count,
+            http,
         }
     }
+}
+
+/// An IP address and port (`127.0.0.1:6060`, `[::1]:6060`), or `localhost:PORT` for the IPv4
+/// loopback; no other host name, since resolving one may block or reach the network.
+fn parse_address(raw: &str) -> Option<SocketAddr> {
+    let raw = raw.trim();
+    if let Some(port) = raw.strip_prefix("localhost:") {
+        return Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port.parse().ok()?)));
+    }
+    raw.parse().ok()
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`) or number; only signals a program may catch and that
@@ -530,6 +556,26 @@ mod tests {
             assert_eq!(warnings.len(), 1, "{warnings:?}");
             assert!(
                 warnings[0].contains("MEMPROF_UNWINDER") && warnings[0].contains("using dwarf"),
+                "{warnings:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_addresses() {
+        let (config, warnings) = parse(&[("MEMPROF_HTTP", " 127.0.0.1:6060 ")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.http, Some("127.0.0.1:6060".parse().unwrap()));
+        let (config, _) = parse(&[("MEMPROF_HTTP", "[::1]:0")]);
+        assert_eq!(config.http, Some("[::1]:0".parse().unwrap()));
+        let (config, _) = parse(&[("MEMPROF_HTTP", "localhost:6060")]);
+        assert_eq!(config.http, Some("127.0.0.1:6060".parse().unwrap()));
+        for bad in ["6060", ":6060", "example.com:80", "127.0.0.1", ""] {
+            let (config, warnings) = parse(&[("MEMPROF_HTTP", bad)]);
+            assert_eq!(config.http, None, "{bad}");
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(
+                warnings[0].starts_with("MEMPROF_HTTP=") && warnings[0].contains("no endpoint"),
                 "{warnings:?}"
             );
         }

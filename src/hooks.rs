@@ -188,11 +188,6 @@ fn record_new_block(
     entry: usize,
 ) -> Option<StackId> {
     let depth = config.capture_depth();
-    // The block's word in the table is likely out of the cache (the allocator hands out addresses
-    // all over the heap): fetch it while the stack is walked.
-    if let Some(word) = TABLE.shadow_word(address) {
-        prefetch(word.as_ptr());
-    }
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = capture::Budget::new(config.shown_depth());
@@ -202,19 +197,6 @@ fn record_new_block(
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
     // so totals stay balanced when it is freed.
     recorded.unwrap_or_else(|_| Some(TABLE.insert(address, size, &[])))
-}
-
-/// Asks the processor to bring the cache line of `at` in, without waiting for it.
-#[inline(always)]
-fn prefetch(at: *const u64) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint: it reads nothing into the program, faults on no address and
-    // changes no state the program can observe; `sse` is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// Forgets a block that is about to be freed.

@@ -69,6 +69,18 @@
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
 //!
+//! # Services: a live heap profile over HTTP
+//!
+//! With the cargo feature `http`, `memprof::serve_http("127.0.0.1:6060")` (or
+//! `MEMPROF_HTTP=127.0.0.1:6060` in the environment) serves the heap profile at Go's paths,
+//! `/debug/pprof/heap` and `/debug/pprof/allocs`, where continuous-profiling systems (Grafana
+//! Pyroscope through Alloy, Parca) and `go tool pprof URL` fetch it; `?seconds=N` and
+//! `/debug/pprof/delta_heap` give deltas, and `/debug/memprof/` links the reports. Its threads'
+//! own allocations are never recorded, and nothing listens unless asked. For a service that runs
+//! for weeks, record a sample ([`MemProf::sample_interval`], `MEMPROF_SAMPLE_INTERVAL=bytes:524288`):
+//! the profiles carry the interval as their period, with values already scaled to unbiased
+//! estimates.
+//!
 //! # Configuration
 //!
 //! Read once from the environment when the profiler starts; see [`config`] for the table
@@ -115,6 +127,8 @@ pub mod types;
 mod object_graph;
 mod report;
 pub mod export;
+#[cfg(feature = "http")]
+mod http;
 pub mod trace;
 
 pub use address::ReturnAddress;
@@ -123,6 +137,8 @@ pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;
 pub use hooks::{MemProf, is_paused, pause, resume};
+#[cfg(feature = "http")]
+pub use http::serve_http;
 pub use object_graph::object_size;
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,

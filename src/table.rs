@@ -1,9 +1,8 @@
 //! The live table: every live block by address, with its size and interned stack.
 //!
-//! A block is one [`word`] in the [`shadow`] of the address space, at a place computed from its
-//! address, so consecutive blocks have neighbouring words and the allocation and free paths touch
-//! cache lines they touched moments before. What does not fit a word (sizes too large for it, type
-//! tags, addresses the shadow cannot hold) is rare and kept in [`side`] tables behind small locks.
+//! A block is one [`word`] in one of the [`side`] tables, hash maps behind small locks picked by
+//! the block's page, so memory per live block is a few dozen bytes whatever its size. What does
+//! not fit a word (sizes too large for it, type tags) is rare and kept beside it.
 //! Counters are per thread ([`writers`]): each recording thread writes its own with plain stores,
 //! and readers add them up. A change of the table passes a [`door`] that lets a reader hold the
 //! table still ([`Table::lock_all`]) while it copies or scans it. A block's stack is interned once
@@ -24,7 +23,6 @@ mod fork;
 mod nested;
 mod peak;
 mod sampled;
-pub mod shadow;
 mod side;
 pub mod stacks;
 pub mod stats;
@@ -37,16 +35,13 @@ use door::Inside;
 use nested::Deferred;
 use sampled::FILTER;
 use side::{SIDES, Side};
-use std::sync::atomic::{
-    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed,
-};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use word::Word;
 use writers::{Entered, Writer, bump};
 
 pub use door::{Locked, holding_table};
 pub use fork::ForkHold;
-pub use shadow::Shadow;
 pub use stacks::{StackId, Stacks};
 pub use stats::{HeapStats, Peak, PeakTable};
 
@@ -87,12 +82,7 @@ fn empty_cells<T, const N: usize>() -> Option<Box<[OnceLock<T>; N]>> {
 /// A live table: the process has one, [`TABLE`]; tests make their own.
 pub struct Table {
     /// Live blocks by address.
-    shadow: Shadow,
-    /// What does not fit the shadow's words, by address.
     sides: [Mutex<Side>; SIDES],
-    /// How many blocks [`Side::odd`](side::Side::odd) holds over all side tables: while 0, a free
-    /// that the shadow does not know needs no lock.
-    odd_blocks: AtomicUsize,
     /// One per thread that recorded; see [`writers`].
     writers: boxcar::Vec<Writer>,
     /// The writer of threads that are ending (their own was given back), behind `orphan_lock`.
@@ -141,9 +131,7 @@ impl Table {
     /// An empty table.
     pub const fn new() -> Table {
         Table {
-            shadow: Shadow::new(),
             sides: [const { Mutex::new(Side::new()) }; SIDES],
-            odd_blocks: AtomicUsize::new(0),
             writers: boxcar::Vec::new(),
             orphan: Writer::new(),
             orphan_lock: Mutex::new(()),
@@ -232,77 +220,36 @@ impl Table {
         stats
     }
 
-    /// Stores `block` at `address`; returns the block that was there. Under sampling, blocks go to
-    /// the side tables: they are few and far apart, and each would touch a page of the shadow of
-    /// its own.
+    /// Stores `block` at `address`; returns the block that was there.
     #[inline]
-    fn add(
-        &self,
-        entered: &Entered<'_>,
-        address: usize,
-        block: Block,
-        interval: u64,
-    ) -> Option<Block> {
-        let word = Word::new(&block);
-        let old = match (interval == 0)
-            .then(|| self.shadow.set(address, word.0))
-            .flatten()
-        {
-            Some(0) => None,
-            Some(old) => Some(Word(old)),
-            None => self.add_odd(address, word),
-        };
-        let stale = old.map(|old| self.forget(entered, address, old));
-        if word.has_side() {
-            self.add_side(address, word, &block);
+    fn add(&self, entered: &Entered<'_>, address: usize, block: Block) -> Option<Block> {
+        let stale = self.add_block(address, Word::new(&block), &block);
+        if let Some(stale) = &stale {
+            self.count_gone_from(entered, stale);
         }
         bump(&entered.writer.live_blocks, 1);
         bump(&entered.writer.live_bytes, block.size);
         stale
     }
 
-    /// Clears what `word`, just taken out, kept beside it and counts the block gone; returns it.
+    /// Counts a block that left the table gone from `entered`'s writer.
     #[inline]
-    fn forget(&self, entered: &Entered<'_>, address: usize, word: Word) -> Block {
-        let block = if word.has_side() {
-            self.forget_side(address, word)
-        } else {
-            word.block()
-        };
+    fn count_gone_from(&self, entered: &Entered<'_>, block: &Block) {
         bump(&entered.writer.live_blocks, 1u64.wrapping_neg());
         bump(&entered.writer.live_bytes, block.size.wrapping_neg());
-        block
     }
 
     /// The word of the block at `address`, left in place.
     fn word(&self, address: usize) -> Option<Word> {
-        match self.shadow.get(address) {
-            0 if self.odd_blocks.load(Relaxed) == 0 => None,
-            0 => self.side(address).side.odd.get(&address).copied(),
-            word => Some(Word(word)),
-        }
+        self.side(address).side.blocks.get(&address).copied()
     }
 
-    /// Takes the block at `address` out of the shadow or the side tables and counts it gone.
+    /// Takes the block at `address` out of the side tables and counts it gone.
     #[inline]
     fn take_stored(&self, entered: &Entered<'_>, address: usize) -> Option<Block> {
-        let word = match self.shadow.take(address) {
-            0 if self.odd_blocks.load(Relaxed) == 0 => return None,
-            0 => self.take_odd(address)?,
-            word => Word(word),
-        };
-        Some(self.forget(entered, address, word))
-    }
-
-    /// The shadow word a block at `address` would be recorded in, when it exists: for the
-    /// allocation path to prefetch while it walks the stack. `None` under sampling (sampled blocks
-    /// live in the side tables).
-    #[inline]
-    pub fn shadow_word(&self, address: usize) -> Option<&AtomicU64> {
-        if self.sample_interval() != 0 {
-            return None;
-        }
-        self.shadow.existing(address)
+        let block = self.take_block(address)?;
+        self.count_gone_from(entered, &block);
+        Some(block)
     }
 
     /// Records a new live block allocated from `frames`.
@@ -343,7 +290,7 @@ impl Table {
         };
         // An address handed out twice without a free in between means a free went unseen
         // (another allocator, or one made before memprof was ready): the stale block is gone.
-        if let Some(stale) = self.add(entered, address, block, mode.interval) {
+        if let Some(stale) = self.add(entered, address, block) {
             self.retire(entered, address, &stale, mode);
         }
     }
@@ -404,7 +351,7 @@ impl Table {
         };
         let entered = &inside.entered;
         self.grow(entered.writer, block.stack, block.size, mode);
-        if let Some(stale) = self.add(entered, address, block, mode.interval) {
+        if let Some(stale) = self.add(entered, address, block) {
             self.retire(entered, address, &stale, mode);
         }
     }
@@ -427,12 +374,7 @@ impl Table {
         } else {
             word.block()
         };
-        self.add(
-            &inside.entered,
-            address,
-            Block { tag, ..block },
-            self.sample_interval(),
-        );
+        self.add(&inside.entered, address, Block { tag, ..block });
         Some((block.stack, block.tag))
     }
 }

@@ -7,6 +7,8 @@
 //! - `format`: the file format (specified in `docs/trace-format.md`), encoder and streaming
 //!   decoder (`Reader`), shared by the recorder and every reader;
 //! - `buffer`: the allocation path's half, per-thread buffers of raw events;
+//! - `replay`: the trace's events merged across threads in time order, replayed to a moment
+//!   into a [`Snapshot`](crate::Snapshot) that every report and export takes;
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
 //!   stacks, modules, threads and labels before their first use, and at close adds the symbols.
 //!
@@ -20,6 +22,8 @@
 mod buffer;
 #[cfg(feature = "trace")]
 pub mod format;
+#[cfg(feature = "trace")]
+pub mod replay;
 #[cfg(feature = "trace")]
 mod writer;
 

@@ -31,6 +31,7 @@ const READ: &[&str] = &[
     "MEMPROF_SAMPLE_INTERVAL",
     "MEMPROF_TOGGLE_SIGNAL",
     "MEMPROF_UNWINDER",
+    "MEMPROF_HTTP",
 ];
 
 #[test]

@@ -1,5 +1,6 @@
 //! The export writers against golden files built from a synthetic snapshot (folded stacks, DHAT
-//! JSON, heaptrack text), and the pprof profile decoded back and checked field by field.
+//! JSON, heaptrack text), and the pprof profile decoded back and checked field by field, sampled
+//! and as the delta of two snapshots.
 
 mod common;
 
@@ -473,4 +474,70 @@ fn heaptrack_derives_the_true_peak_and_no_temporaries() {
         expected_traces(&plain, Some((1, 0, 50_000)))
     );
     assert!(text.contains("MEMPROF_PEAK=1 records them"), "{text}");
+}
+
+#[test]
+fn pprof_of_a_sampled_snapshot_carries_its_interval() {
+    let (exact, mut symbols) = synthetic();
+    let sampled = Snapshot::sampled(exact.blocks.clone(), exact.stacks.clone(), 0, 4096);
+    let options = options().value(Value::AllocatedBytes);
+    let profile = export::pprof::profile(&sampled, &mut symbols, &options);
+    let s = |i: i64| profile.string_table[i as usize].as_str();
+    assert_eq!(profile.period, 4096);
+    assert_eq!(s(profile.default_sample_type), "alloc_space");
+    assert!(
+        s(profile.comment[0]).contains("one allocation recorded per 4096 bytes on average"),
+        "{}",
+        s(profile.comment[0])
+    );
+    // Live values are the snapshot's estimates: each sampled block of `size` bytes stands for
+    // 1 / (1 - exp(-size / 4096)) blocks. The first site is stacks 0 (10 blocks of 1000 bytes)
+    // and 1 (2 of 1001), each rounded.
+    let weight = |size: f64| 1.0 / -(-size / 4096.0).exp_m1();
+    let first = &profile.sample[0];
+    assert_eq!(first.value[..2], [35, 35_003]);
+    let blocks = (10.0 * weight(1000.0)).round() + (2.0 * weight(1001.0)).round();
+    let bytes = (10_000.0 * weight(1000.0)).round() + (2_002.0 * weight(1001.0)).round();
+    assert_eq!(first.value[2..], [blocks as i64, bytes as i64]);
+}
+
+#[test]
+fn pprof_delta_has_what_changed_between_two_snapshots() {
+    let (earlier, mut symbols) = synthetic();
+    let mut stacks = earlier.stacks.clone();
+    // Stack 0 allocated 5 blocks more, 3 of them still live; stack 2's blocks were freed.
+    stacks[0].allocated_blocks += 5;
+    stacks[0].allocated_bytes += 5_000;
+    let spec = [
+        (0, 1000, 13),
+        (1, 1001, 2),
+        (3, 100, 1),
+        (3, 60, 1),
+        (5, 48, 1),
+    ];
+    let later = Snapshot::from_parts(common::blocks(&spec), stacks, 50_000);
+    let options = options().elapsed(Duration::from_secs(30));
+    let delta = export::pprof::delta_profile(&later, &earlier, &mut symbols, &options);
+    let values: Vec<&[i64]> = delta.sample.iter().map(|s| &s.value[..]).collect();
+    assert_eq!(values, [&[5, 5_000, 3, 3_000][..], &[0, 0, -3, -48][..]]);
+    assert_eq!(delta.duration_nanos, 30_000_000_000);
+    // Only the locations the two sites use.
+    let used: std::collections::HashSet<u64> = delta
+        .sample
+        .iter()
+        .flat_map(|s| s.location_id.iter().copied())
+        .collect();
+    assert_eq!(used.len(), delta.location.len());
+    // Against a snapshot without live counts (what `/debug/pprof/delta_heap` compares with), the
+    // live values are the later snapshot's own.
+    let mut base = Snapshot {
+        stacks: earlier.stacks.clone(),
+        ..Snapshot::default()
+    };
+    for stack in &mut base.stacks {
+        (stack.live_blocks, stack.live_bytes) = (0, 0);
+    }
+    let delta = export::pprof::delta_profile(&later, &base, &mut symbols, &options);
+    assert_eq!(delta.sample[0].value, [5, 5_000, 15, 15_002]);
+    assert_eq!(delta.sample.len(), 3, "{:?}", delta.sample);
 }

@@ -246,41 +246,6 @@ fn check_heaptrack(file: &Path, dir: &Path, peak_bytes: u64) {
     assert_eq!(total(&temporary), 0, "{temporary}");
 }
 
-/// pprof built from Debian's `golang-github-google-pprof-dev` sources, cached under `target/`.
-fn pprof_binary() -> Option<PathBuf> {
-    if Command::new("go").arg("version").output().is_err() {
-        common::missing_tool(
-            "pprof check",
-            "apt-get install -y golang-go golang-github-google-pprof-dev",
-        );
-        return None;
-    }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pprof");
-    let binary = dir.join("pprof");
-    if binary.exists() {
-        return Some(binary);
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let building = dir.join(format!("pprof.{}", std::process::id()));
-    let output = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&building)
-        .arg("github.com/google/pprof")
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", dir.join("gocache"))
-        .env("GOFLAGS", "")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "building pprof failed (apt-get install -y golang-go golang-github-google-pprof-dev): {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(&building, &binary).unwrap();
-    Some(binary)
-}
-
 /// The `cum` column of pprof's `-top` line for `function`, in bytes or objects.
 fn pprof_cum(top: &str, function: &str) -> Option<u64> {
     top.lines()
@@ -292,7 +257,7 @@ fn pprof_cum(top: &str, function: &str) -> Option<u64> {
 }
 
 fn check_pprof(file: &Path) {
-    let Some(pprof) = pprof_binary() else {
+    let Some(pprof) = common::pprof_binary() else {
         return;
     };
     let top = |index: &str| {

@@ -57,27 +57,26 @@ fn storm(dir: &str) {
             unsafe { libc::kill(libc::getpid(), signal) };
             std::thread::sleep(Duration::from_micros(500));
         }
-        // An even number of toggles leaves recording as it began.
-        if toggles % 2 == 1 {
-            toggles += 1;
-            // SAFETY: as above.
-            unsafe { libc::kill(libc::getpid(), libc::SIGUSR2) };
-        }
         std::thread::sleep(Duration::from_millis(200));
         stop.store(true, Ordering::Relaxed);
         workers.into_iter().map(|w| w.join().unwrap()).sum()
     });
-    assert!(
-        !memprof::is_paused(),
-        "recording stays paused after an even number of toggles"
-    );
+    // Whether recording ends paused says nothing: two toggles still pending at once are one
+    // signal to the kernel. What must hold either way is below: every freed block left the table.
+    memprof::resume();
     let left = memprof::Snapshot::take()
         .blocks
         .iter()
         .filter(|b| is_worker_size(b.size))
         .count();
-    let dump = std::fs::read_to_string(format!("{dir}/heap-{}.folded", std::process::id()))
-        .expect("a dump was written");
+    // The dump thread symbolizes and writes while the storm goes on; on a loaded machine its
+    // first file may come after the storm has ended.
+    let path = format!("{dir}/heap-{}.folded", std::process::id());
+    let waited = Instant::now();
+    while !std::path::Path::new(&path).exists() && waited.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dump = std::fs::read_to_string(&path).expect("a dump was written");
     eprintln!(
         "signal storm: {dumps} dump and {toggles} toggle signals in {:.1?}, {operations} \
          allocations by 3 threads, {left} freed blocks left in the table, last dump {} lines",

@@ -39,3 +39,20 @@ pub fn round_trip(allocator: &dyn GlobalAlloc) {
         allocator.dealloc(q, Layout::from_size_align_unchecked(256, 8));
     }
 }
+
+/// A block grown by `realloc` from 16 bytes to 4 KiB in steps of 16 bytes (255 reallocs), as a
+/// string or vector that is appended to grows when it cannot reserve ahead, then freed.
+pub fn growth(allocator: &dyn GlobalAlloc) {
+    // SAFETY: as in `pair`; each realloc passes the block's current layout and a non-zero size,
+    // and the block is freed with its last size.
+    unsafe {
+        let mut size = 16;
+        let mut p = allocator.alloc(Layout::from_size_align_unchecked(size, 8));
+        while size < 4096 {
+            let layout = Layout::from_size_align_unchecked(size, 8);
+            size += 16;
+            p = allocator.realloc(black_box(p), layout, size);
+        }
+        allocator.dealloc(p, Layout::from_size_align_unchecked(size, 8));
+    }
+}

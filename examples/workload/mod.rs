@@ -10,7 +10,11 @@
 //! | `markdown` | renders a generated Markdown document to HTML with pulldown-cmark | sections |
 //! | `json` | builds a large `serde_json::Value`, serializes it and parses it back | objects |
 //! | `threads` | `churn` on `threads` threads at once, each doing `size` iterations | iterations per thread |
-//! | `live` | keeps `size` boxes of 16 bytes live and measures how much the resident set grew | blocks |
+//! | `live` | keeps `size` blocks of `bytes` bytes (16 unless given as the third argument) live and measures how much the resident set grew | blocks |
+//! | `recursive` | half of the events are reallocs (vectors and strings growing, `format!`), made 10 to 30 frames deep through two mutually recursive functions over about 10,000 distinct stacks, beside a churning `HashMap` of about 4,096 entries | iterations |
+//! | `tree` | a balanced tree of 2^`size` boxed nodes each owning a `Vec`, walked and freed, then again beside a linked list of 2^(`size` − 2) nodes | levels |
+//! | `crates` | pulldown-cmark, serde_json and syn on generated inputs of `size` units each (a few MB at the default) | units |
+//! | `exchange` | `recursive` on `threads` threads (2 unless given), each handing every 16th block it makes to the next thread, which frees it | iterations per thread |
 //!
 //! The last line of standard output is `RESULT key=value ...`: the timed part (`hot_s`), the
 //! allocations the tool counted in it (`allocs`, `-` without a counting tool), the peak resident
@@ -116,9 +120,16 @@ pub fn run(tool: &Tool) -> Outcome {
         "markdown" => markdown_scenario(tool, size(1, 20_000)),
         "json" => json_scenario(tool, size(1, 100_000)),
         "threads" => threads_scenario(tool, size(1, 50_000), size(2, 2)),
-        "live" => live_scenario(tool, size(1, 1_000_000)),
+        "live" => live_scenario(tool, size(1, 1_000_000), size(2, 16)),
+        "recursive" => recursive_scenario(tool, size(1, 200_000)),
+        "tree" => tree_scenario(tool, size(1, 20)),
+        "crates" => crates_scenario(tool, size(1, 20_000)),
+        "exchange" => exchange_scenario(tool, size(1, 100_000), size(2, 2)),
         other => {
-            eprintln!("unknown scenario {other:?}; use churn, markdown, json, threads or live");
+            eprintln!(
+                "unknown scenario {other:?}; use churn, markdown, json, threads, live, \
+                 recursive, tree, crates or exchange"
+            );
             std::process::exit(2);
         }
     }
@@ -497,21 +508,290 @@ fn json_scenario(tool: &Tool, objects: usize) -> Outcome {
 // ---------------------------------------------------------------------------------------------
 // live
 
-fn live_scenario(tool: &Tool, blocks: usize) -> Outcome {
+fn live_scenario(tool: &Tool, blocks: usize, bytes: usize) -> Outcome {
     let mut outcome = Outcome::new(tool, "live", blocks);
+    outcome.set("bytes", bytes);
     // The vector's own pages are the same with or without a profiler: they cancel out when the
-    // growth of a plain run is subtracted from a profiled one.
-    let mut kept: Vec<Box<[u8; 16]>> = Vec::with_capacity(blocks);
-    let vector_bytes = blocks * std::mem::size_of::<Box<[u8; 16]>>();
+    // growth of a plain run is subtracted from a profiled one. Every block is written, so its
+    // pages are resident with or without a profiler too.
+    let mut kept: Vec<Box<[u8]>> = Vec::with_capacity(blocks);
+    let vector_bytes = blocks * std::mem::size_of::<Box<[u8]>>();
     let rss_before = status_kb("VmRSS:").unwrap_or(0);
     timed(tool, &mut outcome, || {
         for i in 0..blocks {
-            kept.push(Box::new([i as u8; 16]));
+            kept.push(vec![i as u8 | 1; bytes].into_boxed_slice());
         }
     });
     let rss_after = status_kb("VmRSS:").unwrap_or(0);
     outcome.set("rss_growth_kb", rss_after.saturating_sub(rss_before));
     outcome.set("vector_kb", vector_bytes / 1024);
     black_box(&kept);
+    outcome
+}
+
+// ---------------------------------------------------------------------------------------------
+// recursive: reallocs at many distinct deep stacks
+
+/// What one thread of the recursive workload works on.
+struct Recursive {
+    rng: Rng,
+    /// About 4,096 entries, replaced one by one.
+    map: HashMap<u64, String>,
+    checksum: u64,
+    /// Every `HANDED`th block made goes here instead of being dropped (the exchange workload).
+    handed: Option<std::sync::mpsc::Sender<Vec<u64>>>,
+    made: u64,
+}
+
+/// Every how many blocks one is handed to another thread in the exchange workload.
+const HANDED: u64 = 16;
+
+/// Keys of the churning map.
+const MAP_KEYS: u64 = 4096;
+
+/// The bottom of one descent: a vector grown by pushing, a string grown by appending, a
+/// `format!`, and one entry of the map replaced.
+#[inline(never)]
+fn recursive_step(state: &mut Recursive, i: u64, path: u64) {
+    let n = 4 + state.rng.below(60);
+    let mut v: Vec<u64> = Vec::new();
+    for x in 0..n {
+        v.push(x ^ path);
+    }
+    let mut s = String::new();
+    for _ in 0..1 + state.rng.below(4) {
+        s.push_str("segment-");
+    }
+    let label = format!("{i}:{}", v.len());
+    state.checksum = state
+        .checksum
+        .wrapping_add(black_box(&s).len() as u64 + black_box(&label).len() as u64);
+    state.map.insert(state.rng.below(MAP_KEYS), label);
+    state.made += 1;
+    match &state.handed {
+        Some(other) if state.made.is_multiple_of(HANDED) => {
+            let _ = other.send(v);
+        }
+        _ => drop(black_box(v)),
+    }
+}
+
+/// `iterations` descents, at depths of 10 to 30 frames along about 10,000 distinct paths.
+#[inline(never)]
+fn recursive(
+    seed: u64,
+    iterations: usize,
+    handed: Option<std::sync::mpsc::Sender<Vec<u64>>>,
+    received: Option<std::sync::mpsc::Receiver<Vec<u64>>>,
+) -> u64 {
+    let mut state = Recursive {
+        rng: Rng::new(seed),
+        map: HashMap::new(),
+        checksum: 0,
+        handed,
+        made: 0,
+    };
+    for i in 0..iterations as u64 {
+        let depth = 10 + state.rng.below(21) as usize;
+        // 10,000 paths: the stacks differ in their depth and in the functions along them.
+        let path = Rng::new(1 + state.rng.below(10_000 / 21 + 1)).next();
+        descend_a(depth, path, &mut || recursive_step(&mut state, i, path));
+        if let Some(received) = &received {
+            while let Ok(v) = received.try_recv() {
+                state.checksum = state.checksum.wrapping_add(v.len() as u64);
+            }
+        }
+    }
+    state.handed = None;
+    if let Some(received) = received {
+        for v in received {
+            state.checksum = state.checksum.wrapping_add(v.len() as u64);
+        }
+    }
+    state.checksum
+}
+
+fn recursive_scenario(tool: &Tool, iterations: usize) -> Outcome {
+    let mut outcome = Outcome::new(tool, "recursive", iterations);
+    let checksum = timed(tool, &mut outcome, || recursive(7, iterations, None, None));
+    outcome.set("checksum", checksum);
+    outcome
+}
+
+// ---------------------------------------------------------------------------------------------
+// exchange: threads freeing each other's blocks
+
+fn exchange_scenario(tool: &Tool, iterations: usize, threads: usize) -> Outcome {
+    let mut outcome = Outcome::new(tool, "exchange", iterations);
+    outcome.set("threads", threads);
+    std::thread::spawn(|| {})
+        .join()
+        .expect("the warm-up thread ran");
+    let checksum = timed(tool, &mut outcome, || {
+        // Thread t hands its blocks to thread t + 1 (the last to the first); a single thread
+        // frees its own.
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..threads).map(|_| std::sync::mpsc::channel()).unzip();
+        let mut receivers: Vec<_> = receivers.into_iter().map(Some).collect();
+        receivers.rotate_right(1);
+        let handles: Vec<_> = senders
+            .into_iter()
+            .zip(receivers)
+            .enumerate()
+            .map(|(t, (sender, receiver))| {
+                let (sender, receiver) = if threads > 1 {
+                    (Some(sender), receiver)
+                } else {
+                    (None, None)
+                };
+                std::thread::spawn(move || recursive(100 + t as u64, iterations, sender, receiver))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a workload thread panicked"))
+            .fold(0u64, u64::wrapping_add)
+    });
+    let hot: f64 = outcome_hot(&outcome);
+    outcome.set(
+        "iters_per_s",
+        format!("{:.0}", (threads * iterations) as f64 / hot),
+    );
+    outcome.set("checksum", checksum);
+    outcome
+}
+
+/// The `hot_s` an outcome holds.
+fn outcome_hot(outcome: &Outcome) -> f64 {
+    outcome
+        .fields
+        .iter()
+        .find(|(k, _)| k == "hot_s")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+// ---------------------------------------------------------------------------------------------
+// tree: millions of live blocks
+
+/// A node of the balanced tree: two children and a vector of its own.
+struct TreeNode {
+    left: Option<Box<TreeNode>>,
+    right: Option<Box<TreeNode>>,
+    values: Vec<u32>,
+}
+
+/// A balanced tree of `levels` levels.
+#[inline(never)]
+fn build_tree(levels: u32, rng: &mut Rng) -> Option<Box<TreeNode>> {
+    if levels == 0 {
+        return None;
+    }
+    let values = (0..1 + rng.below(8) as u32).collect();
+    Some(Box::new(TreeNode {
+        left: build_tree(levels - 1, rng),
+        right: build_tree(levels - 1, rng),
+        values,
+    }))
+}
+
+/// The sum of every value in the tree.
+#[inline(never)]
+fn walk_tree(node: &Option<Box<TreeNode>>) -> u64 {
+    match node {
+        None => 0,
+        Some(n) => {
+            n.values.iter().map(|&v| u64::from(v)).sum::<u64>()
+                + walk_tree(&n.left)
+                + walk_tree(&n.right)
+        }
+    }
+}
+
+/// A node of the linked list.
+struct ListNode {
+    next: Option<Box<ListNode>>,
+    value: u64,
+}
+
+/// A linked list of `n` nodes.
+#[inline(never)]
+fn build_list(n: usize) -> Option<Box<ListNode>> {
+    let mut head = None;
+    for value in 0..n as u64 {
+        head = Some(Box::new(ListNode { next: head, value }));
+    }
+    head
+}
+
+/// Frees a list front to back without recursing.
+#[inline(never)]
+fn free_list(mut head: Option<Box<ListNode>>) -> u64 {
+    let mut sum = 0;
+    while let Some(mut node) = head {
+        sum += node.value;
+        head = node.next.take();
+    }
+    sum
+}
+
+/// Builds, walks and frees a tree of `levels` levels; returns the sum of its values.
+#[inline(never)]
+fn tree_round(levels: u32, rng: &mut Rng) -> u64 {
+    let tree = build_tree(levels, rng);
+    let sum = walk_tree(&tree);
+    drop(black_box(tree));
+    sum
+}
+
+fn tree_scenario(tool: &Tool, levels: usize) -> Outcome {
+    let mut outcome = Outcome::new(tool, "tree", levels);
+    let levels = levels.clamp(2, 30) as u32;
+    let checksum = timed(tool, &mut outcome, || {
+        let mut rng = Rng::new(11);
+        let first = tree_round(levels, &mut rng);
+        let list = build_list(1 << (levels - 2));
+        let second = tree_round(levels, &mut rng);
+        first ^ second ^ free_list(list)
+    });
+    outcome.set("checksum", checksum);
+    outcome
+}
+
+// ---------------------------------------------------------------------------------------------
+// crates: real parsers on generated inputs
+
+/// Rust source of `units` items: structs, enums, impls with matches and closures.
+fn rust_source(units: usize) -> String {
+    let mut src = String::new();
+    for i in 0..units {
+        let _ = write!(
+            src,
+            "/// Item {i}.\n#[derive(Clone, Debug)]\npub struct S{i}<T: Clone> {{ a: u32, b: Vec<T>, c: Option<String> }}\n\
+             pub enum E{i} {{ A(u8), B {{ x: i64, y: &'static str }}, C }}\n\
+             impl<T: Clone> S{i}<T> {{\n    pub fn f(&self, e: E{i}) -> u64 {{\n        \
+             match e {{ E{i}::A(v) => v as u64 + self.a as u64, E{i}::B {{ x, .. }} => x as u64, \
+             E{i}::C => self.b.iter().map(|_| 1u64).sum() }}\n    }}\n}}\n"
+        );
+    }
+    src
+}
+
+/// Parses `src` with syn; returns the number of items.
+#[inline(never)]
+fn parse_rust(src: &str) -> usize {
+    let file: syn::File = syn::parse_str(src).expect("the generated source parses");
+    black_box(&file).items.len()
+}
+
+fn crates_scenario(tool: &Tool, units: usize) -> Outcome {
+    let mut outcome = Outcome::new(tool, "crates", units);
+    let markdown = markdown_document(units / 4);
+    let rust = rust_source(units / 2);
+    outcome.set("input_bytes", markdown.len() + rust.len());
+    let checksum = timed(tool, &mut outcome, || {
+        render_markdown(&markdown, 1) + json_round_trip(units) + parse_rust(&rust)
+    });
+    outcome.set("checksum", checksum);
     outcome
 }

@@ -9,6 +9,7 @@ use crate::address::ReturnAddress;
 use crate::frames::{self, Frame};
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
+use crate::table::StackId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -29,6 +30,8 @@ pub struct Location {
 pub struct CallSite {
     /// Indices into [`CallSites::locations`], innermost first; empty when no frame is known.
     pub locations: Vec<usize>,
+    /// The snapshot's stacks that trim to this site, in stack order.
+    pub stacks: Vec<StackId>,
     /// Blocks allocated over the run.
     pub allocated_blocks: u64,
     /// Bytes allocated over the run.
@@ -140,6 +143,7 @@ impl CallSites {
                 sites.len() - 1
             });
             let entry = &mut sites[site].0;
+            entry.stacks.push(StackId(stack_index as u32));
             entry.allocated_blocks += stack.allocated_blocks;
             entry.allocated_bytes += stack.allocated_bytes;
             entry.live_blocks += stack.live_blocks;
@@ -186,7 +190,6 @@ impl CallSites {
 mod tests {
     use super::*;
     use crate::snapshot::{LiveBlock, StackSummary};
-    use crate::table::StackId;
 
     fn frame(function: &str) -> Frame {
         Frame {
@@ -255,6 +258,7 @@ mod tests {
             (4, 130, 1, 10)
         );
         assert_eq!(site.live_sizes, [10]);
+        assert_eq!(site.stacks, [StackId(0), StackId(1)]);
         let names: Vec<&str> = sites
             .frames(site)
             .map(|(_, f)| f.function.as_deref().unwrap())

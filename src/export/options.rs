@@ -8,7 +8,8 @@
 use super::CallSite;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// One counter of a call site: what folded stacks and the flamegraph measure.
+/// One counter of a call site: what folded stacks and the flamegraph measure, and the sample type
+/// pprof shows first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Value {
@@ -60,7 +61,8 @@ impl Value {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ExportOptions {
-    /// The counter folded stacks and the flamegraph use (default [`Value::LiveBytes`]).
+    /// The counter folded stacks and the flamegraph use, and pprof's default sample type (default
+    /// [`Value::LiveBytes`]: `inuse_space`).
     pub value: Value,
     /// Frames dropped from the top of every stack after trimming (default 0).
     pub skip: usize,
@@ -102,7 +104,8 @@ impl Default for ExportOptions {
 }
 
 impl ExportOptions {
-    /// These options with another counter for folded stacks and the flamegraph.
+    /// These options with another counter for folded stacks and the flamegraph, and another
+    /// default sample type for pprof.
     pub fn value(mut self, value: Value) -> Self {
         self.value = value;
         self

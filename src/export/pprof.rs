@@ -1,20 +1,28 @@
-//! pprof: a gzip-compressed `profile.proto`, as `pprof`, Speedscope and Pyroscope read it.
+//! pprof: a gzip-compressed `profile.proto`, as `pprof`, Speedscope, Pyroscope and Parca read it.
 //!
 //! Four values per call site, as Go's heap profiles have them: `alloc_objects/count`,
 //! `alloc_space/bytes` (allocated over the run), `inuse_objects/count`, `inuse_space/bytes` (live
-//! in the snapshot); `inuse_space` is the default sample type; the period is one allocation
-//! (`space/bytes`, period 1: every allocation is recorded, nothing is sampled).
+//! in the snapshot). The default sample type follows [`ExportOptions::value`] (`inuse_space` by
+//! default; `alloc_space` for [`Value::AllocatedBytes`], as Go's
+//! `/debug/pprof/allocs` has it). The period is `space/bytes`: the sampling interval when the
+//! snapshot is sampled, whose values are then already unbiased estimates (Go's `MemProfileRate`
+//! with its values scaled), or 1 when every allocation is recorded.
+//!
+//! [`delta_profile`] is the difference between two snapshots of this process, as Go's
+//! `/debug/pprof/heap?seconds=N` serves it: what was allocated in between, and how the live heap
+//! changed (negative where it shrank).
 //!
 //! One `Location` per return address (minus one), with its inlined frames as lines, innermost
 //! first; one `Function` per name and file; one `Mapping` per code segment of a loaded module
-//! that a location falls in, with the module's path and GNU build id. Locations already carry
-//! their functions, so pprof does not symbolize again.
+//! that a location falls in, with the module's path and GNU build id, marked as holding functions,
+//! files, lines and inlined frames: locations already carry their functions, so pprof neither
+//! symbolizes them again nor asks the server for symbols.
 
 #![forbid(unsafe_code)]
 
-use super::{CallSites, ExportOptions};
+use super::{CallSites, ExportOptions, Value};
 use crate::modules::{self, Module};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, StackSummary};
 use crate::symbolize::Resolve;
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -294,6 +302,118 @@ pub fn profile(
     options: &ExportOptions,
 ) -> proto::Profile {
     let sites = CallSites::build(snapshot, resolver, options);
+    let values = sites
+        .sites
+        .iter()
+        .map(|site| {
+            [
+                site.allocated_blocks,
+                site.allocated_bytes,
+                site.live_blocks,
+                site.live_bytes,
+            ]
+            .map(clamp)
+        })
+        .collect();
+    build(&sites, values, snapshot.sample_interval, options, "")
+}
+
+/// Builds the profile of what changed from `earlier` to `later`, two snapshots of this process
+/// (`earlier` taken first): per call site, the blocks and bytes allocated in between
+/// (`alloc_*`) and the change of the live ones (`inuse_*`, negative where they shrank). Call sites
+/// where nothing changed are left out. `options.time` and `options.elapsed` should say when the
+/// interval started and how long it was (Go's delta profiles carry those).
+///
+/// Stacks are matched by id, which is stable within a process: a stack `earlier` does not have
+/// was first seen in between.
+pub fn delta_profile(
+    later: &Snapshot,
+    earlier: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+) -> proto::Profile {
+    let sites = CallSites::build(later, resolver, options);
+    let none = StackSummary::default();
+    let values = sites
+        .sites
+        .iter()
+        .map(|site| {
+            let mut values = [0i64; 4];
+            for &id in &site.stacks {
+                let now = later.stack(id);
+                let before = earlier.stacks.get(id.0 as usize).unwrap_or(&none);
+                // Allocated counts only grow; live ones go both ways.
+                let change = [
+                    clamp(now.allocated_blocks.saturating_sub(before.allocated_blocks)),
+                    clamp(now.allocated_bytes.saturating_sub(before.allocated_bytes)),
+                    signed_change(now.live_blocks, before.live_blocks),
+                    signed_change(now.live_bytes, before.live_bytes),
+                ];
+                for (value, change) in values.iter_mut().zip(change) {
+                    *value = value.saturating_add(change);
+                }
+            }
+            values
+        })
+        .collect();
+    let (sites, values) = changed(sites, values);
+    build(
+        &sites,
+        values,
+        later.sample_interval,
+        options,
+        ": the change between two snapshots",
+    )
+}
+
+/// `now - before` as a signed value, clamped to `i64`.
+fn signed_change(now: u64, before: u64) -> i64 {
+    i64::try_from(i128::from(now) - i128::from(before)).unwrap_or(if now > before {
+        i64::MAX
+    } else {
+        i64::MIN
+    })
+}
+
+/// `v` as a profile value, clamped to `i64`.
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The sites whose values are not all 0, with their values, and only the locations they use.
+fn changed(sites: CallSites, values: Vec<[i64; 4]>) -> (CallSites, Vec<[i64; 4]>) {
+    let CallSites {
+        locations,
+        sites: all,
+    } = sites;
+    let mut kept = CallSites::default();
+    let mut kept_values = Vec::new();
+    let mut new_index: HashMap<usize, usize> = HashMap::new();
+    for (mut site, values) in all.into_iter().zip(values) {
+        if values == [0; 4] {
+            continue;
+        }
+        for location in &mut site.locations {
+            *location = *new_index.entry(*location).or_insert_with(|| {
+                kept.locations.push(locations[*location].clone());
+                kept.locations.len() - 1
+            });
+        }
+        kept.sites.push(site);
+        kept_values.push(values);
+    }
+    (kept, kept_values)
+}
+
+/// The profile of `sites` with one row of `values` per site: `alloc_objects`, `alloc_space`,
+/// `inuse_objects`, `inuse_space`. `what` ends the profile's comment.
+fn build(
+    sites: &CallSites,
+    values: Vec<[i64; 4]>,
+    sample_interval: u64,
+    options: &ExportOptions,
+    what: &str,
+) -> proto::Profile {
     let mut strings = Strings::new();
     let value_type = |strings: &mut Strings, r#type: &str, unit: &str| proto::ValueType {
         r#type: strings.get(r#type),
@@ -346,22 +466,28 @@ pub fn profile(
             line: lines,
         });
     }
-    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let sample = sites
         .sites
         .iter()
-        .map(|site| proto::Sample {
+        .zip(values)
+        .map(|(site, values)| proto::Sample {
             location_id: site.locations.iter().map(|&l| l as u64 + 1).collect(),
-            value: vec![
-                clamp(site.allocated_blocks),
-                clamp(site.allocated_bytes),
-                clamp(site.live_blocks),
-                clamp(site.live_bytes),
-            ],
+            value: values.to_vec(),
         })
         .collect();
-    let default_sample_type = strings.get("inuse_space");
-    let comment = vec![strings.get("memprof heap profile: every allocation recorded")];
+    let default_sample_type = strings.get(match options.value {
+        Value::LiveBytes => "inuse_space",
+        Value::AllocatedBytes => "alloc_space",
+        Value::LiveBlocks => "inuse_objects",
+        Value::AllocatedBlocks => "alloc_objects",
+    });
+    let recorded = match sample_interval {
+        0 => "every allocation recorded".to_owned(),
+        interval => format!(
+            "one allocation recorded per {interval} bytes on average, values are unbiased estimates"
+        ),
+    };
+    let comment = vec![strings.get(&format!("memprof heap profile ({recorded}){what}"))];
     proto::Profile {
         sample_type,
         sample,
@@ -372,7 +498,7 @@ pub fn profile(
         time_nanos: clamp(options.time.as_nanos().min(u128::from(u64::MAX)) as u64),
         duration_nanos: clamp(options.elapsed.as_nanos().min(u128::from(u64::MAX)) as u64),
         period_type,
-        period: 1,
+        period: clamp(sample_interval.max(1)),
         comment,
         default_sample_type,
     }
@@ -385,11 +511,26 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
-    crate::guard::untracked(|| {
-        let bytes = profile(snapshot, resolver, options).encode_to_vec();
-        let mut gzip = GzEncoder::new(out, Compression::default());
-        gzip.write_all(&bytes)?;
-        gzip.finish()?;
-        Ok(())
-    })
+    crate::guard::untracked(|| encode(&profile(snapshot, resolver, options), out))
+}
+
+/// Writes what changed from `earlier` to `later` ([`delta_profile`]) as a gzip-compressed pprof
+/// profile.
+pub fn write_delta<W: Write + ?Sized>(
+    later: &Snapshot,
+    earlier: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+    out: &mut W,
+) -> io::Result<()> {
+    crate::guard::untracked(|| encode(&delta_profile(later, earlier, resolver, options), out))
+}
+
+/// Writes `profile` gzip-compressed.
+fn encode<W: Write + ?Sized>(profile: &proto::Profile, out: &mut W) -> io::Result<()> {
+    let bytes = profile.encode_to_vec();
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&bytes)?;
+    gzip.finish()?;
+    Ok(())
 }

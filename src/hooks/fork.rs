@@ -4,12 +4,16 @@
 //!
 //! As allocators do, memprof registers `pthread_atfork` handlers when it starts. Before the fork
 //! (`prepare`), the forking thread takes every lock memprof's own code may hold, in the order that
-//! code takes them: the symbolizer, the type inference caches, the tag registry and the DWARF
-//! unwinder's build lock (whose holders may wait for the table), then the whole table
+//! code takes them: the HTTP endpoint's turn at making a profile, the symbolizer, the type
+//! inference caches, the tag registry and the DWARF unwinder's build lock (whose holders may wait
+//! for the table), then the whole table
 //! ([`Table::hold_for_fork`](crate::table::Table::hold_for_fork)). After the fork, the parent
 //! lets them all go (`parent`); so does the child (`child`), after handing back the table's
 //! writers of the threads that did not come along. A lock released in the child is released by
 //! the thread that took it: the forking thread is the child's only thread.
+//!
+//! The child closes its copies of the HTTP endpoint's listening sockets: it has none of the
+//! endpoint's threads, and the parent keeps serving.
 //!
 //! A `fork` from inside memprof on the forking thread (a signal handler that interrupted it, or
 //! code run inside the reentrancy guard) takes only what that thread cannot be holding itself.
@@ -41,6 +45,10 @@ pub fn install() {
 
 /// The later stages' locks, in the order their code takes them.
 fn lock_stages() -> Box<dyn Any> {
+    #[cfg(feature = "http")]
+    let endpoint = crate::http::lock_for_fork();
+    #[cfg(not(feature = "http"))]
+    let endpoint = ();
     let symbolizer = crate::symbolize::lock_for_fork();
     let inference = crate::types::lock_inference_for_fork();
     let tags = crate::types::lock_tags_for_fork();
@@ -48,7 +56,7 @@ fn lock_stages() -> Box<dyn Any> {
     let unwinder = crate::capture::dwarf::lock_for_fork();
     #[cfg(not(target_arch = "x86_64"))]
     let unwinder = ();
-    Box::new((symbolizer, inference, tags, unwinder))
+    Box::new((endpoint, symbolizer, inference, tags, unwinder))
 }
 
 extern "C" fn prepare() {
@@ -87,4 +95,14 @@ extern "C" fn child() {
         }
         drop(held.stages);
     }
+    // The HTTP endpoint's threads did not come along: its listening sockets would keep the
+    // parent's address bound, with nobody accepting, once the parent is gone.
+    #[cfg(feature = "http")]
+    crate::http::forget_listeners_in_child(|fd| {
+        // SAFETY: `fd` is the child's copy of a listening socket that no thread of the child
+        // uses: the endpoint's threads, its only users, exist in the parent alone.
+        unsafe {
+            libc::close(fd);
+        }
+    });
 }

@@ -115,6 +115,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         super::record_free(ptr as usize);
+        if layout.size() >= RELEASE_MIN {
+            // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
+            unsafe { release_table_memory(ptr, layout.size()) };
+        }
         // SAFETY: `ptr` was allocated by this allocator, hence by `inner`, with `layout`.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
@@ -126,5 +130,38 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             // `inner` through this allocator.
             unsafe { self.inner.realloc(ptr, layout, new_size) }
         })
+    }
+}
+
+/// The smallest block of the table's own memory whose pages are given back to the system when
+/// it is freed: three pages of 4 KiB, so that at least one whole page lies inside.
+const RELEASE_MIN: usize = 3 << 12;
+
+/// Gives the whole pages inside a block of the table's own memory back to the system, when the
+/// block being freed is the table's (the old array of a side table that grew or shrank).
+///
+/// The wrapped allocator keeps a freed block for later, and the table's old arrays are of sizes
+/// the program's own blocks may never ask for again: held resident, they would double the table's
+/// memory. The pages read as zeros if the allocator hands them out again; an allocator keeps its
+/// own bookkeeping in the block only from the moment it is freed, after this.
+///
+/// # Safety
+///
+/// `ptr` must be a live block of `size` bytes from this allocator that the caller is about to
+/// free, and nothing may read its contents in between.
+#[inline]
+unsafe fn release_table_memory(ptr: *mut u8, size: usize) {
+    if !crate::table::holding_table() {
+        return;
+    }
+    let page = 1usize << 12;
+    let start = (ptr as usize).next_multiple_of(page);
+    let end = (ptr as usize + size) & !(page - 1);
+    if end > start {
+        // SAFETY: `[start, end)` lies inside the block, which is the caller's to give up; on a
+        // private anonymous mapping the pages come back as zeros, on any other the call fails or
+        // leaves contents that nothing reads. An error (pages larger than 4 KiB, say) only means
+        // the memory stays resident.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
     }
 }

@@ -1,5 +1,6 @@
 //! What makes memprof act on its own: the end of the program (the at-exit log and the
-//! `MEMPROF_OUTPUT` files) and signals (toggling recording, writing a dump on demand).
+//! `MEMPROF_OUTPUT` files), signals (toggling recording, writing a dump on demand) and the HTTP
+//! endpoint of `MEMPROF_HTTP` (feature `http`), whose thread is started here.
 //!
 //! A signal handler may do almost nothing safely, so the handlers here only flip an atomic
 //! (toggle) or write one byte to a pipe (dump); a background thread reads the pipe and writes the
@@ -29,8 +30,8 @@ static WRITING: AtomicBool = AtomicBool::new(false);
 /// How long the at-exit writer waits for a dump in progress before it writes anyway.
 const EXIT_WAIT: Duration = Duration::from_secs(30);
 
-/// Stack of the dump thread: a report symbolizes and formats, which needs more than a small
-/// thread stack.
+/// Stack of the dump thread and the HTTP endpoint's first thread: a report symbolizes and
+/// formats, which needs more than a small thread stack.
 const DUMP_THREAD_STACK: usize = 2 << 20;
 
 /// A turn at writing the dump or exit files, given back when dropped.
@@ -83,6 +84,63 @@ pub fn install(config: &Config) {
             ));
         }
         handle(signal, on_dump, "MEMPROF_DUMP_SIGNAL");
+    }
+    if let Some(address) = config.http {
+        start_http(address);
+    }
+}
+
+/// Starts the thread that binds `MEMPROF_HTTP`'s address and starts the endpoint's workers: the
+/// allocation path that starts the profiler only creates it, and binds no socket.
+#[cfg(feature = "http")]
+fn start_http(address: std::net::SocketAddr) {
+    extern "C" fn http_thread(_: *mut c_void) -> *mut c_void {
+        // SAFETY: names the calling thread with a NUL-terminated name of fewer than 16 bytes.
+        unsafe {
+            libc::pthread_setname_np(libc::pthread_self(), c"memprof-http".as_ptr());
+        }
+        let _ = std::panic::catch_unwind(|| guard::untracked(crate::http::serve_configured));
+        std::ptr::null_mut()
+    }
+    let error = spawn_detached(http_thread, 0, DUMP_THREAD_STACK);
+    if error != 0 {
+        warn(format_args!(
+            "MEMPROF_HTTP={address}: cannot start the endpoint's thread: {}",
+            std::io::Error::from_raw_os_error(error)
+        ));
+    }
+}
+
+#[cfg(not(feature = "http"))]
+fn start_http(address: std::net::SocketAddr) {
+    warn(format_args!(
+        "MEMPROF_HTTP={address} needs memprof built with the `http` feature; no endpoint"
+    ));
+}
+
+/// Creates a detached plain `pthread` with a stack of `stack` bytes that runs `entry(arg)`;
+/// returns 0, or the error number.
+///
+/// Not a `std::thread`: this runs on the allocation path that starts the profiler, and in a
+/// forked child's fork handler, where only what the C library makes safe after `fork` may run;
+/// creating the thread allocates nothing through the global allocator and takes no lock of the
+/// Rust runtime.
+fn spawn_detached(
+    entry: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: usize,
+    stack: usize,
+) -> libc::c_int {
+    // SAFETY: `attr` is initialized before use and destroyed after; `entry` takes `arg`, passed
+    // by value in the pointer argument, and never unwinds.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, stack);
+        let mut thread: libc::pthread_t = 0;
+        let error = libc::pthread_create(&mut thread, &attr, entry, arg as *mut c_void);
+        libc::pthread_attr_destroy(&mut attr);
+        error
     }
 }
 
@@ -173,10 +231,6 @@ extern "C" fn in_forked_child() {
 /// Starts the thread that writes a dump for each byte on a new dump pipe, and publishes the pipe;
 /// `loud` says on stderr why it could not (not in a forked child, where another thread of the
 /// parent may have held the lock of stderr).
-///
-/// It is a plain `pthread`, not a `std::thread`: this also runs in a forked child, in the fork
-/// handler, where only what the C library makes safe after `fork` may run; creating the thread
-/// allocates nothing through the global allocator and takes no lock of the Rust runtime.
 fn start_dump_thread(loud: bool) -> bool {
     let mut fds = [-1; 2];
     // SAFETY: `fds` is a valid array of two descriptors for `pipe2` to fill.
@@ -190,24 +244,12 @@ fn start_dump_thread(loud: bool) -> bool {
     }
     let [read_end, write_end] = fds;
     // SAFETY: `read_end` is the descriptor `pipe2` just returned; the reader blocks, and only the
-    // writer (the signal handler) must never block. `attr` is initialized before use and
-    // destroyed after; `dump_thread` takes the read end, passed by value in the pointer argument.
-    let error = unsafe {
+    // writer (the signal handler) must never block.
+    unsafe {
         libc::fcntl(read_end, libc::F_SETFL, 0);
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        libc::pthread_attr_setstacksize(&mut attr, DUMP_THREAD_STACK);
-        let mut thread: libc::pthread_t = 0;
-        let error = libc::pthread_create(
-            &mut thread,
-            &attr,
-            dump_thread,
-            read_end as usize as *mut c_void,
-        );
-        libc::pthread_attr_destroy(&mut attr);
-        error
-    };
+    }
+    // `dump_thread` takes the read end.
+    let error = spawn_detached(dump_thread, read_end as usize, DUMP_THREAD_STACK);
     if error != 0 {
         // SAFETY: the pipe's descriptors, which no thread reads or writes.
         unsafe {

@@ -13,8 +13,7 @@
 //! part of the interrupted change (see `nested`). A thread that holds the table still has its
 //! signals blocked meanwhile, so what it frees is always the table's own memory.
 
-use super::side::{SIDES, Side, side_of};
-use super::word::Word;
+use super::side::{SIDES, Side};
 use super::writers::{self, CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer};
 use super::{Block, HeapStats, TABLE, Table};
 use crate::fence::{SignalsHeld, hold_signals};
@@ -134,20 +133,10 @@ impl Locked<'_> {
         self.table.counts().live_blocks as usize
     }
 
-    /// Calls `f(address, block)` for every live block: those in the shadow by increasing address,
-    /// then the others.
+    /// Calls `f(address, block)` for every live block, in no particular order.
     pub fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {
-        self.table.shadow.for_each(|address, word| {
-            let word = Word(word);
-            let block = if word.has_side() {
-                self.sides[side_of(address)].unpack(address, word)
-            } else {
-                word.block()
-            };
-            f(address, block);
-        });
         for side in &self.sides {
-            for (&address, &word) in &side.odd {
+            for (&address, &word) in &side.blocks {
                 f(address, side.unpack(address, word));
             }
         }

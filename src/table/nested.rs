@@ -7,30 +7,26 @@
 //! the object scan would read it. So it is made as part of the interrupted change
 //! ([`writers::nested`] keeps readers out meanwhile):
 //!
-//! - the block's word leaves the shadow at once, with a plain load and store: no other thread
-//!   writes it (the allocator hands the address out again only after this free), and the
-//!   interrupted change is about another block;
-//! - what the block kept in a side table is cleared under that side table's lock. When this
-//!   thread may hold a side table itself (the interrupted change is inside one), waiting could be
-//!   waiting for itself, so it only tries the lock; failing that, the free is deferred to the side
-//!   table ([`Deferred`]), and whoever takes that side table next applies it first: before a
-//!   block at that address can keep anything there again, and before a reader reads the table;
+//! - the block leaves its side table under that side table's lock. When this thread may hold a
+//!   side table itself (the interrupted change is inside one), waiting could be waiting for
+//!   itself, so it only tries the lock; failing that, the free is deferred to the side table
+//!   ([`Deferred`]), and whoever takes that side table next applies it first: before a block at
+//!   that address can be stored there again, and before a reader reads the table;
 //! - the block's counts go to the table's shared counters with locked instructions (the
 //!   writer's own are plain load-and-store pairs the interrupted change may be in the middle of),
 //!   and its live bytes straight to the peak counter.
 //!
 //! A free is deferred only when its side table has fewer than [`DEFERRED`] frees waiting: past
 //! that (handlers freeing that many blocks of one side table while their threads are inside it),
-//! the block stays counted, and a block the shadow does not hold stays listed.
+//! the block stays counted and listed.
 //!
 //! Allocations made there are not recorded (their frees later find nothing), nor is the new
 //! block of a `realloc`.
 
 use super::side::Side;
-use super::word::Word;
 use super::writers;
 use super::{Block, Mode, Table};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Frees a side table can hold back.
 pub(super) const DEFERRED: usize = 16;
@@ -38,29 +34,31 @@ pub(super) const DEFERRED: usize = 16;
 /// A slot's address while a handler writes it.
 const WRITING: u64 = 1;
 
-/// Frees waiting for a side table that was held when they came: `(address, word)` pairs, the
-/// word the block had in the shadow (already taken out of it) or 0 when the block is in
-/// [`Side::odd`]. A slot is claimed by moving its address from 0 to [`WRITING`]; the address is
-/// stored last, so a slot with an address above [`WRITING`] is complete.
+/// Frees waiting for a side table that was held when they came: their addresses. A slot is
+/// claimed by moving it from 0 to [`WRITING`]; the address is stored last, so a slot above
+/// [`WRITING`] is complete. `waiting` counts the claimed slots, so that taking the side table
+/// costs one load when none waits.
 pub(super) struct Deferred {
-    slots: [[AtomicU64; 2]; DEFERRED],
+    slots: [AtomicU64; DEFERRED],
+    waiting: AtomicU32,
 }
 
 impl Deferred {
     pub(super) const fn new() -> Deferred {
         Deferred {
-            slots: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; DEFERRED],
+            slots: [const { AtomicU64::new(0) }; DEFERRED],
+            waiting: AtomicU32::new(0),
         }
     }
 
     /// Defers a free; `false` when every slot is taken.
-    fn push(&self, address: usize, word: u64) -> bool {
-        for [at, value] in &self.slots {
+    fn push(&self, address: usize) -> bool {
+        for at in &self.slots {
             if at
                 .compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                value.store(word, Ordering::Relaxed);
+                self.waiting.fetch_add(1, Ordering::Relaxed);
                 at.store(address as u64, Ordering::Release);
                 return true;
             }
@@ -71,21 +69,31 @@ impl Deferred {
     /// After `fork`, in the child, with the side table held: a slot that a thread which did not
     /// come along was writing is free again (that free never finished).
     pub(super) fn reset_after_fork(&self) {
-        for [at, _] in &self.slots {
+        for at in &self.slots {
             if at.load(Ordering::Relaxed) == WRITING {
                 at.store(0, Ordering::Relaxed);
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
 
     /// Takes every complete free out, in no particular order.
-    fn drain(&self, mut f: impl FnMut(usize, u64)) {
-        for [at, value] in &self.slots {
+    #[inline]
+    fn drain(&self, f: impl FnMut(usize)) {
+        if self.waiting.load(Ordering::Acquire) != 0 {
+            self.drain_now(f);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn drain_now(&self, mut f: impl FnMut(usize)) {
+        for at in &self.slots {
             let address = at.load(Ordering::Acquire);
             if address > WRITING {
-                let word = value.load(Ordering::Relaxed);
                 at.store(0, Ordering::Release);
-                f(address as usize, word);
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                f(address as usize);
             }
         }
     }
@@ -104,55 +112,36 @@ impl Table {
         }
         let _nested = writers::nested(&self.frozen, &self.nested_waiting);
         let mode = self.mode();
-        let word = self.shadow.take(address);
-        if word != 0 && !Word(word).has_side() {
-            self.count_gone(address, &Word(word).block(), mode);
-            return true;
-        }
-        if word == 0 && self.odd_blocks.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
         match self.side_nested(address) {
-            Some(mut side) => {
-                let held = word != 0 || side.side.odd.contains_key(&address);
-                self.clear_side_entries(&mut side.side, address, word, mode);
-                held
-            }
-            // Lost only when the side table's slots are all taken (see the module docs).
+            Some(mut side) => self.clear_side_entries(&mut side.side, address, mode),
+            // Lost only when the side table's slots are all taken (see the module docs). Whether
+            // the table held the block is not known here: most often it did not (the table's own
+            // memory, freed as a side table grows), so the caller is told so, and trace mode
+            // leaves the free out.
             None => {
-                let _ = self.deferred[super::side::side_of(address)].push(address, word);
-                word != 0
+                let _ = self.deferred[super::side::side_of(address)].push(address);
+                false
             }
         }
     }
 
     /// Applies the frees deferred to side table `i`, which the caller holds.
+    #[inline]
     pub(super) fn apply_deferred(&self, i: usize, side: &mut Side) {
-        let mode = self.mode();
-        self.deferred[i].drain(|address, word| {
-            self.clear_side_entries(side, address, word, mode);
+        self.deferred[i].drain(|address| {
+            self.clear_side_entries(side, address, self.mode());
         });
     }
 
-    /// Takes out what the block at `address` keeps in `side`: its word `word` was taken out of the
-    /// shadow already, or is in [`Side::odd`] when `word` is 0. Counts the block gone.
-    fn clear_side_entries(&self, side: &mut Side, address: usize, word: u64, mode: Mode) {
-        let word = match word {
-            0 => match side.odd.remove(&address) {
-                Some(word) => {
-                    self.odd_blocks.fetch_sub(1, Ordering::Relaxed);
-                    word
-                }
-                None => return,
-            },
-            word => Word(word),
+    /// Takes the block at `address` out of `side`, when it is there, and counts it gone; returns
+    /// whether it was there.
+    fn clear_side_entries(&self, side: &mut Side, address: usize, mode: Mode) -> bool {
+        let Some(word) = side.blocks.remove(&address) else {
+            return false;
         };
-        let block = side.unpack(address, word);
-        if word.has_side() {
-            side.large.remove(&address);
-            side.tags.remove(&address);
-        }
+        let block = side.take_entries(address, word);
         self.count_gone(address, &block, mode);
+        true
     }
 
     /// Counts a block gone outside any writer: in the table's shared counters, the peak counter,

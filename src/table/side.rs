@@ -1,24 +1,29 @@
-//! The side tables: what does not fit a block's word in the shadow, kept by address.
+//! The side tables: every live block, by address, split over [`SIDES`] hash maps, each behind
+//! its own lock.
 //!
-//! Blocks the shadow cannot hold, sizes too large for a [`Word`], and type tags are rare, so they
-//! live in small hash maps rather than in every word. The maps are split over [`SIDES`] tables,
-//! each behind its own lock, picked by a hash of the address so that threads freeing unrelated
-//! blocks seldom meet on one lock. The paths that reach them are kept out of line (`#[cold]`): the
-//! common block never takes a lock.
+//! A block is one [`Word`] in its side table's map: 16 bytes of entry and one control byte, in a
+//! map kept between 7/16 and 7/8 full, so memory per live block stays between 19 and 39 bytes
+//! whatever the block's size and wherever the allocator put it. (A table indexed by address, as a
+//! shadow of the address space, costs memory in proportion to the heap's address span instead,
+//! which for blocks of a few hundred bytes and more is far more than the blocks' count calls for.)
+//!
+//! The side table of a block is picked by its page, so the blocks an allocator hands out one after
+//! another, which share a page, share a side table: a thread comes back to a lock and a map it
+//! touched moments before. Sizes too large for a word and type tags are rare and kept in maps of
+//! their own beside the blocks.
 
 use super::door::Hold;
 use super::word::{LARGE, Word};
 use super::{Block, Table};
+use crate::guard::Guard;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{MutexGuard, PoisonError, TryLockError};
 
-/// Side tables; a power of two.
+/// Side tables; a power of two. Enough that threads seldom meet on one, and that each stays
+/// small enough to be found in the cache when a thread comes back to it.
 pub(super) const SIDES: usize = 16;
 
-/// Hashes an address: a folded multiply, so the bits the side-table index and the hash maps'
-/// buckets use all depend on every address bit (blocks are 16-byte aligned, so the low bits alone
-/// say nothing).
+/// A folded multiply: every bit of the result depends on every bit of `address`.
 #[inline]
 fn mix(address: usize) -> u64 {
     let product = (address as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -39,7 +44,7 @@ impl Hasher for AddressHasher {
         }
     }
     fn write_usize(&mut self, address: usize) {
-        self.0 = mix(address);
+        self.0 = place(address);
     }
 }
 
@@ -50,14 +55,13 @@ impl BuildHasher for AddressHasher {
     }
 }
 
-/// Live blocks at addresses the shadow does not cover, keyed by address.
+/// Live blocks, keyed by address.
 type Blocks = hashbrown::HashMap<usize, Word, AddressHasher>;
 
-/// What does not fit in the shadow's words, for the addresses that map to one side table.
+/// The live blocks whose addresses map to one side table.
 pub struct Side {
-    /// Live blocks the shadow cannot hold (addresses it does not cover, see
-    /// [`Shadow`](super::Shadow)), and every live block under sampling.
-    pub(super) odd: Blocks,
+    /// Every live block of the side table's pages.
+    pub(super) blocks: Blocks,
     /// Sizes that do not fit a word, by address.
     pub(super) large: hashbrown::HashMap<usize, u64, AddressHasher>,
     /// Type tags set explicitly, by address.
@@ -67,7 +71,7 @@ pub struct Side {
 impl Side {
     pub(super) const fn new() -> Side {
         Side {
-            odd: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             large: hashbrown::HashMap::with_hasher(AddressHasher(0)),
             tags: hashbrown::HashMap::with_hasher(AddressHasher(0)),
         }
@@ -94,10 +98,30 @@ impl Side {
     }
 }
 
-/// The side table of `address`.
+/// Bits of an address below its page: blocks on one page share a side table.
+const PAGE_BITS: u32 = 12;
+/// Bits of an address below the 16-byte granule blocks start on.
+const GRANULE_BITS: u32 = 4;
+
+/// The side table of `address`: from the middle bits of its page's hash, which [`place`] leaves
+/// to the buckets.
 #[inline]
 pub(super) fn side_of(address: usize) -> usize {
-    (mix(address) >> 60) as usize % SIDES
+    (mix(address >> PAGE_BITS) >> 32) as usize % SIDES
+}
+
+/// The hash of an address in its side table's map. The blocks of one page get consecutive
+/// hashes, by their offset in the page, from a start the page's hash picks at random: a page's
+/// blocks sit in neighbouring buckets, so the blocks an allocator hands out one after another
+/// (and frees in about that order) touch a few cache lines and one page of the map, where a hash
+/// of the whole address would miss the cache on every block once the map outgrows it. The top
+/// seven bits, which the map keeps as each bucket's tag, also take the offset, so the blocks of
+/// one page in one group of buckets have different tags.
+#[inline]
+fn place(address: usize) -> u64 {
+    let granule = ((address >> GRANULE_BITS) & ((1 << (PAGE_BITS - GRANULE_BITS)) - 1)) as u64;
+    let tag = granule.wrapping_mul(0x9E37_79B9_7F4A_7C15) & (0x7f << 57);
+    mix(address >> PAGE_BITS).wrapping_add(granule) ^ tag
 }
 
 /// A held side table; [`holding_table`](super::holding_table) says so while it lives.
@@ -136,43 +160,66 @@ impl Table {
         Some(SideGuard { side, _hold })
     }
 
-    /// Stores `word` at `address` in [`Side::odd`]; returns the word that was there.
-    #[cold]
-    pub(super) fn add_odd(&self, address: usize, word: Word) -> Option<Word> {
-        let old = self.side(address).side.odd.insert(address, word);
-        if old.is_none() {
-            self.odd_blocks.fetch_add(1, Relaxed);
+    /// Stores `block`, packed in `word`, at `address`; returns the block that was there.
+    #[inline]
+    pub(super) fn add_block(&self, address: usize, word: Word, block: &Block) -> Option<Block> {
+        let mut held = self.side(address);
+        let side = &mut *held.side;
+        let old = side.blocks.insert(address, word);
+        let old = old.map(|old| side.take_entries(address, old));
+        if word.is_large() {
+            side.large.insert(address, block.size);
+        }
+        if block.tag != 0 {
+            side.tags.insert(address, block.tag);
         }
         old
     }
 
-    /// Keeps what does not fit `word` of `block`, at `address`, in the side tables.
-    #[cold]
-    pub(super) fn add_side(&self, address: usize, word: Word, block: &Block) {
-        let mut side = self.side(address);
-        if word.is_large() {
-            side.side.large.insert(address, block.size);
-        }
-        if block.tag != 0 {
-            side.side.tags.insert(address, block.tag);
-        }
+    /// Takes the block at `address` out; `None` when the table does not hold it.
+    #[inline]
+    pub(super) fn take_block(&self, address: usize) -> Option<Block> {
+        let mut held = self.side(address);
+        let side = &mut *held.side;
+        let word = side.blocks.remove(&address)?;
+        let block = side.take_entries(address, word);
+        side.shrink();
+        Some(block)
     }
+}
 
-    /// The block `word` stands for at `address`, its side-table entries cleared.
-    #[cold]
-    pub(super) fn forget_side(&self, address: usize, word: Word) -> Block {
-        let mut side = self.side(address);
-        let block = side.side.unpack(address, word);
-        side.side.large.remove(&address);
-        side.side.tags.remove(&address);
+impl Side {
+    /// The block `word`, just taken out of [`Side::blocks`], stands for at `address`, with what it
+    /// kept beside it taken out too.
+    #[inline]
+    pub(super) fn take_entries(&mut self, address: usize, word: Word) -> Block {
+        if !word.has_side() {
+            return word.block();
+        }
+        let block = self.unpack(address, word);
+        self.large.remove(&address);
+        self.tags.remove(&address);
         block
     }
 
-    /// Takes the word at `address` out of [`Side::odd`].
+    /// Gives memory back once the blocks fill less than an eighth of their map (a large one: the
+    /// small ones cost too little to be worth the copy), so memory follows the live blocks when
+    /// their number falls.
+    #[inline]
+    fn shrink(&mut self) {
+        let capacity = self.blocks.capacity();
+        if capacity > 1024 && self.blocks.len() < capacity / 8 {
+            self.shrink_now();
+        }
+    }
+
+    /// Shrinks the map. The free path comes here outside the reentrancy guard: the new array is
+    /// the table's own memory, so it is made inside it, unrecorded (recording it would intern a
+    /// stack while this side table is held, against the order in which `fork` takes the locks).
     #[cold]
-    pub(super) fn take_odd(&self, address: usize) -> Option<Word> {
-        let word = self.side(address).side.odd.remove(&address)?;
-        self.odd_blocks.fetch_sub(1, Relaxed);
-        Some(word)
+    #[inline(never)]
+    fn shrink_now(&mut self) {
+        let _guard = Guard::enter();
+        self.blocks.shrink_to(self.blocks.len() * 4);
     }
 }

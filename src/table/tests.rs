@@ -36,10 +36,10 @@ fn frames(stack: u8) -> Vec<ReturnAddress> {
         .collect()
 }
 
-/// Addresses: slot `s` lives at one of two places, so reallocs move blocks, between the shadow
-/// (16-byte aligned) and the side map (8-byte aligned).
+/// Addresses: slot `s` lives at one of two places, so reallocs move blocks, between 16-byte and
+/// 8-byte aligned addresses, and between pages (so between side tables).
 fn address(slot: u8, generation: bool) -> usize {
-    0x10_0000 + usize::from(slot) * 0x100 + if generation { 0x88 } else { 0 }
+    0x10_0000 + usize::from(slot) * 0x1100 + if generation { 0x88 } else { 0 }
 }
 
 proptest! {
@@ -299,8 +299,8 @@ fn live(table: &Table) -> Vec<(usize, u64, u32)> {
 }
 
 /// Frees made while their thread is inside the table (a signal handler that interrupted a
-/// change) take their blocks out at once: from the shadow, with a tag in a side table, and from
-/// the side tables alone (an address the shadow does not cover).
+/// change) take their blocks out at once: plain blocks, a block with a tag, a block at an
+/// address that is not 16-byte aligned.
 #[test]
 fn frees_nested_in_a_change_are_applied() {
     let table = Table::new();
@@ -339,7 +339,7 @@ fn a_nested_free_into_a_held_side_table_is_deferred() {
     table.insert(held, 600, &frames(2));
     let inside = table.enter().expect("outside the table");
     let side = table.side(held);
-    // The shadow lets the block go at once; its tag waits for the side table.
+    // The block waits for the side table, which this thread holds.
     table.remove(tagged);
     drop(side);
     drop(inside);
@@ -349,4 +349,33 @@ fn a_nested_free_into_a_held_side_table_is_deferred() {
     // The tag went with the block: a new block there has none.
     table.insert(tagged, 700, &frames(1));
     assert_eq!(live(&table), vec![(tagged, 700, 0), (held, 600, 0)]);
+}
+
+/// A side table gives memory back once most of its blocks are gone (down to a small map, which it
+/// keeps), and keeps the blocks that remain.
+#[test]
+fn side_tables_shrink_when_blocks_go() {
+    let table = Table::new();
+    let addresses: Vec<usize> = (0..40_000).map(|i| 0x40_0000 + i * 0x30).collect();
+    for &a in &addresses {
+        table.insert(a, 32, &frames(1));
+    }
+    let capacity = |table: &Table| -> usize {
+        (0..side::SIDES)
+            .map(|i| table.sides[i].lock().unwrap().blocks.capacity())
+            .sum()
+    };
+    let full = capacity(&table);
+    for &a in &addresses[100..] {
+        table.remove(a);
+    }
+    let left = capacity(&table);
+    assert!(
+        full > side::SIDES * 2048 && left <= side::SIDES * 1024,
+        "{left} of {full}"
+    );
+    let kept: Vec<(usize, u64, u32)> = addresses[..100].iter().map(|&a| (a, 32, 0)).collect();
+    assert_eq!(live(&table), kept);
+    let stats = table.stats();
+    assert_eq!((stats.live_blocks, stats.live_bytes), (100, 3200));
 }

@@ -1,16 +1,17 @@
 //! How a block is packed into one word: the size and the stack id side by side, with two escapes
-//! to the side tables ([`super::side`]) for what does not fit.
+//! to maps beside the blocks ([`super::side`]) for what does not fit.
 //!
-//! One word per block is what lets the shadow hold a block in a single atomic store, and lets the
-//! allocation and free paths skip the side tables for all but the rare blocks that need them.
+//! One word per block keeps a block's entry in its side table at 16 bytes with its address, and
+//! lets the allocation and free paths skip the maps beside it for all but the rare blocks that
+//! need them.
 
 use super::{Block, StackId};
 
-/// How a block is stored: one word, in the shadow or in [`Side::odd`]. The low half is the size
+/// How a block is stored: one word, in [`Side::blocks`]. The low half is the size
 /// plus one (so a stored word is never 0), or [`LARGE`] when the size is kept in [`Side::large`];
 /// the high half is the stack id, with [`TAGGED`] set when the block has a tag in [`Side::tags`].
 ///
-/// [`Side::odd`]: super::side::Side::odd
+/// [`Side::blocks`]: super::side::Side::blocks
 /// [`Side::large`]: super::side::Side::large
 /// [`Side::tags`]: super::side::Side::tags
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -184,3 +184,128 @@ pub fn wait_within(
         stderr: stderr.join().unwrap(),
     }
 }
+
+/// pprof built from Debian's `golang-github-google-pprof-dev` sources, cached under `target/`.
+pub fn pprof_binary() -> Option<std::path::PathBuf> {
+    if std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_err()
+    {
+        missing_tool(
+            "pprof check",
+            "apt-get install -y golang-go golang-github-google-pprof-dev",
+        );
+        return None;
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pprof");
+    let binary = dir.join("pprof");
+    if binary.exists() {
+        return Some(binary);
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let building = dir.join(format!("pprof.{}", std::process::id()));
+    let output = std::process::Command::new("go")
+        .args(["build", "-o"])
+        .arg(&building)
+        .arg("github.com/google/pprof")
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOCACHE", dir.join("gocache"))
+        .env("GOFLAGS", "")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "building pprof failed (apt-get install -y golang-go golang-github-google-pprof-dev): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(&building, &binary).unwrap();
+    Some(binary)
+}
+
+/// A response read by [`http_get`].
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// The head: status line and headers.
+    pub head: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// `GET target` (a path with its query) from the server at `address`, over a connection of its
+/// own that the server closes after its response.
+pub fn http_get(address: std::net::SocketAddr, target: &str) -> std::io::Result<HttpResponse> {
+    http_request(
+        address,
+        &format!("GET {target} HTTP/1.1\r\nHost: {address}\r\n\r\n"),
+    )
+}
+
+/// Sends `request` as it is to the server at `address` and reads its response to the end.
+pub fn http_request(address: std::net::SocketAddr, request: &str) -> std::io::Result<HttpResponse> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(120)))?;
+    stream.write_all(request.as_bytes())?;
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes)?;
+    let split = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of head"))?;
+    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))?;
+    Ok(HttpResponse {
+        status,
+        head,
+        body: bytes[split + 4..].to_vec(),
+    })
+}
+
+/// The heap profile of `gz`, a gzip-compressed `profile.proto`.
+pub fn decode_pprof(gz: &[u8]) -> memprof::export::pprof::proto::Profile {
+    use prost::Message;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_end(&mut bytes)
+        .expect("a gzip stream");
+    memprof::export::pprof::proto::Profile::decode(&bytes[..]).expect("a profile")
+}
+
+/// Per sample type (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`, in the
+/// profile's order), the sum of the values of the samples whose stack names `function`.
+pub fn pprof_cumulative(
+    profile: &memprof::export::pprof::proto::Profile,
+    function: &str,
+) -> Vec<i64> {
+    let s = |i: i64| profile.string_table[i as usize].as_str();
+    let named: std::collections::HashSet<u64> = profile
+        .function
+        .iter()
+        .filter(|f| s(f.name) == function)
+        .map(|f| f.id)
+        .collect();
+    let locations: std::collections::HashSet<u64> = profile
+        .location
+        .iter()
+        .filter(|l| l.line.iter().any(|line| named.contains(&line.function_id)))
+        .map(|l| l.id)
+        .collect();
+    let mut sums = vec![0; profile.sample_type.len()];
+    for sample in &profile.sample {
+        if sample.location_id.iter().any(|l| locations.contains(l)) {
+            for (sum, value) in sums.iter_mut().zip(&sample.value) {
+                *sum += value;
+            }
+        }
+    }
+    sums
+}

@@ -1,0 +1,297 @@
+//! `memprof summary`: what `heaptrack_print` answers first, from one replay of the whole trace
+//! and one to its peak: totals, the peak, what was leaked at the end, the call sites with the
+//! most allocations and the most temporary ones, the largest at the peak, and how long blocks
+//! lived.
+
+use crate::Failure;
+use indicatif::ProgressBar;
+use memprof::ReportOptions;
+use memprof::trace::replay::{Event, Heap, Moment, Trace};
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+
+/// Lifetime buckets: upper bounds in nanoseconds, powers of ten from 1 µs to 10 s.
+const BUCKETS: [(u64, &str); 8] = [
+    (1_000, "< 1 µs"),
+    (10_000, "< 10 µs"),
+    (100_000, "< 100 µs"),
+    (1_000_000, "< 1 ms"),
+    (10_000_000, "< 10 ms"),
+    (100_000_000, "< 100 ms"),
+    (1_000_000_000, "< 1 s"),
+    (10_000_000_000, "< 10 s"),
+];
+
+/// Counters of one call site (a context as reports print it).
+#[derive(Clone, Debug, Default)]
+pub struct Site {
+    /// The context, innermost first.
+    pub context: Vec<String>,
+    /// Allocations (a reallocation's new block counts).
+    pub allocations: u64,
+    /// Bytes allocated.
+    pub bytes: u64,
+    /// Allocations freed before the thread allocated again.
+    pub temporary: u64,
+    /// Bytes live at the peak.
+    pub peak_bytes: u64,
+    /// Blocks live at the peak.
+    pub peak_blocks: u64,
+}
+
+/// The summary of a trace.
+#[derive(Debug, Default)]
+pub struct Summary {
+    path: String,
+    pid: u32,
+    executable: String,
+    closed: bool,
+    lost: u64,
+    duration: u64,
+    allocations: u64,
+    bytes: u64,
+    frees: u64,
+    temporary: u64,
+    markers: u64,
+    peak_bytes: u64,
+    peak_blocks: u64,
+    peak_time: u64,
+    leaked_bytes: u64,
+    leaked_blocks: u64,
+    /// Blocks freed per lifetime bucket; the last counts those of 10 s and more.
+    lifetimes: [u64; BUCKETS.len() + 1],
+    sites: Vec<Site>,
+    top: usize,
+}
+
+impl Summary {
+    /// Replays `trace` to its end, then to its peak.
+    pub fn of(
+        trace: &Trace,
+        options: &ReportOptions,
+        top: usize,
+        bar: &dyn Fn(u64, &str) -> ProgressBar,
+    ) -> Result<Summary, Failure> {
+        let header = trace.header();
+        let mut summary = Summary {
+            path: trace.path().display().to_string(),
+            pid: header.pid,
+            executable: header.executable.clone(),
+            closed: trace.end_record().is_some(),
+            lost: trace.end_record().map_or(0, |(_, lost)| lost),
+            top,
+            ..Summary::default()
+        };
+        let stacks = trace.stacks().len();
+        // Per stack: allocations, bytes, temporary.
+        let mut per_stack = vec![(0u64, 0u64, 0u64); stacks];
+        let mut heap = Heap::default();
+        // Per thread: the address of its last allocation, until it is freed or another comes.
+        let mut last: HashMap<u32, u64> = HashMap::new();
+        let (mut events, mut peak_events) = (0u64, 0u64);
+        let progress = bar(trace.events(), "summary");
+        trace.for_each_event(
+            &mut |timed| {
+                events += 1;
+                summary.duration = timed.time;
+                match timed.event {
+                    Event::Alloc {
+                        address,
+                        size,
+                        stack,
+                        ..
+                    } => {
+                        summary.allocations += 1;
+                        summary.bytes += size;
+                        let site = &mut per_stack[stack as usize];
+                        site.0 += 1;
+                        site.1 += size;
+                        last.insert(timed.thread, address);
+                    }
+                    Event::Free { address, .. } => {
+                        summary.frees += 1;
+                        if let Some(block) = heap.live.get(&address) {
+                            let lifetime = timed.time.saturating_sub(block.time);
+                            let bucket = BUCKETS
+                                .iter()
+                                .position(|&(bound, _)| lifetime < bound)
+                                .unwrap_or(BUCKETS.len());
+                            summary.lifetimes[bucket] += 1;
+                            if last.get(&timed.thread) == Some(&address) {
+                                summary.temporary += 1;
+                                per_stack[block.stack as usize].2 += 1;
+                                last.remove(&timed.thread);
+                            }
+                        }
+                    }
+                    Event::Mark { .. } => summary.markers += 1,
+                }
+                heap.apply(timed);
+                if heap.live_bytes > summary.peak_bytes {
+                    summary.peak_bytes = heap.live_bytes;
+                    summary.peak_blocks = heap.live.len() as u64;
+                    summary.peak_time = timed.time;
+                    peak_events = events;
+                }
+                if events.is_multiple_of(65536) {
+                    progress.set_position(events);
+                }
+                ControlFlow::Continue(())
+            },
+            &mut |_| {},
+        )?;
+        progress.finish_and_clear();
+        summary.leaked_bytes = heap.live_bytes;
+        summary.leaked_blocks = heap.live.len() as u64;
+        drop(heap);
+
+        let (at_peak, _) = crate::replay(trace, &Moment::Events(peak_events))?;
+        let mut peak_per_stack = vec![(0u64, 0u64); stacks];
+        for block in at_peak.live.values() {
+            let entry = &mut peak_per_stack[block.stack as usize];
+            entry.0 += 1;
+            entry.1 += block.size;
+        }
+        drop(at_peak);
+
+        // Stacks grouped by the context a report prints for them.
+        let mut resolver = trace.resolver();
+        let mut sites: HashMap<Vec<String>, Site> = HashMap::new();
+        for (id, frames) in trace.stacks().iter().enumerate() {
+            let (allocations, bytes, temporary) = per_stack[id];
+            let (peak_blocks, peak_bytes) = peak_per_stack[id];
+            if allocations == 0 && peak_blocks == 0 {
+                continue;
+            }
+            let addresses: Vec<memprof::ReturnAddress> = frames
+                .iter()
+                .map(|&a| memprof::ReturnAddress(a as usize))
+                .collect();
+            let context = memprof::context_of(&addresses, &mut resolver, options);
+            let site = sites.entry(context.clone()).or_insert_with(|| Site {
+                context,
+                ..Site::default()
+            });
+            site.allocations += allocations;
+            site.bytes += bytes;
+            site.temporary += temporary;
+            site.peak_blocks += peak_blocks;
+            site.peak_bytes += peak_bytes;
+        }
+        summary.sites = sites.into_values().collect();
+        summary.sites.sort_by(|a, b| a.context.cmp(&b.context));
+        Ok(summary)
+    }
+
+    /// Writes the summary as text.
+    pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "trace: {}", self.path)?;
+        writeln!(out, "process: {} ({})", self.pid, self.executable)?;
+        writeln!(
+            out,
+            "recorded: {} ({})",
+            seconds(self.duration),
+            if self.closed {
+                format!("closed normally, {} events lost", self.lost)
+            } else {
+                "cut short: no END record".to_owned()
+            }
+        )?;
+        writeln!(
+            out,
+            "allocations: {} ({} bytes), frees: {}, markers: {}",
+            self.allocations, self.bytes, self.frees, self.markers
+        )?;
+        writeln!(
+            out,
+            "temporary allocations: {} ({:.1}% of allocations)",
+            self.temporary,
+            percent(self.temporary, self.allocations)
+        )?;
+        writeln!(
+            out,
+            "peak: {} bytes in {} blocks at {}",
+            self.peak_bytes,
+            self.peak_blocks,
+            seconds(self.peak_time)
+        )?;
+        writeln!(
+            out,
+            "leaked at end: {} bytes in {} blocks",
+            self.leaked_bytes, self.leaked_blocks
+        )?;
+
+        let mut sites: Vec<&Site> = self.sites.iter().collect();
+        sites.sort_by(|a, b| {
+            b.allocations
+                .cmp(&a.allocations)
+                .then(b.bytes.cmp(&a.bytes))
+        });
+        self.table(out, "most allocations", &sites, |s| {
+            (s.allocations, format!("{} bytes", s.bytes))
+        })?;
+        sites.sort_by_key(|s| std::cmp::Reverse(s.temporary));
+        sites.retain(|s| s.temporary > 0);
+        self.table(out, "most temporary allocations", &sites, |s| {
+            (
+                s.temporary,
+                format!(
+                    "{:.1}% of its {}",
+                    percent(s.temporary, s.allocations),
+                    s.allocations
+                ),
+            )
+        })?;
+        let mut sites: Vec<&Site> = self.sites.iter().filter(|s| s.peak_bytes > 0).collect();
+        sites.sort_by_key(|s| std::cmp::Reverse(s.peak_bytes));
+        self.table(out, "largest at the peak", &sites, |s| {
+            (s.peak_bytes, format!("bytes in {} blocks", s.peak_blocks))
+        })?;
+
+        writeln!(out, "\nlifetimes of freed blocks:")?;
+        let freed: u64 = self.lifetimes.iter().sum();
+        for (i, &count) in self.lifetimes.iter().enumerate() {
+            let label = BUCKETS.get(i).map_or(">= 10 s", |&(_, label)| label);
+            writeln!(
+                out,
+                "{label:>10}  {count:>12}  {:5.1}%",
+                percent(count, freed)
+            )?;
+        }
+        writeln!(out, "{:>10}  {:>12}", "never", self.leaked_blocks)
+    }
+
+    fn table(
+        &self,
+        out: &mut dyn Write,
+        title: &str,
+        sites: &[&Site],
+        value: impl Fn(&Site) -> (u64, String),
+    ) -> io::Result<()> {
+        writeln!(out, "\n{title}:")?;
+        if sites.is_empty() {
+            return writeln!(out, "  none");
+        }
+        for site in sites.iter().take(self.top) {
+            let (number, detail) = value(site);
+            writeln!(out, "{number:>12}  {detail}")?;
+            for frame in &site.context {
+                writeln!(out, "              {frame}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn seconds(ns: u64) -> String {
+    format!("{:.6} s", ns as f64 / 1e9)
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}

@@ -1,0 +1,446 @@
+//! `memprof` on a trace written event by event with the format's encoder, so every figure is
+//! known: `summary`'s totals, peak, temporary allocations, leaks and lifetimes; `report` at the
+//! peak, at a time and at a marker, with the threads' chunks out of time order in the file; and
+//! a file cut short, a file with a damaged chunk and a file that is not a trace, each a one-line
+//! error naming the file and the byte offset, never a panic.
+
+use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const LEAKY: u64 = 0x1000;
+const TEMP: u64 = 0x2000;
+
+/// The trace, and the offset of each chunk in it.
+fn known_trace() -> (Vec<u8>, Vec<usize>) {
+    let mut out = Vec::new();
+    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let mut offsets = Vec::new();
+    let mut chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
+        offsets.push(out.len());
+        encoder
+            .finish(Some(&mut Compressor::new(3).unwrap()), out)
+            .unwrap();
+    };
+    let mut definitions = ChunkEncoder::new(0);
+    definitions.stack(0, [LEAKY + 1].into_iter());
+    definitions.stack(7, [TEMP + 1].into_iter());
+    definitions.thread(1, 100, "main");
+    definitions.thread(2, 101, "worker");
+    definitions.label(3, "m");
+    chunk(&mut definitions, &mut out);
+    // Thread 2's chunk comes first in the file, though its events are in the middle of thread
+    // 1's.
+    let mut worker = ChunkEncoder::new(2);
+    worker.alloc(550, 0xb000, 5000, 0);
+    worker.free(650, 0xb000);
+    chunk(&mut worker, &mut out);
+    let mut main = ChunkEncoder::new(1);
+    main.alloc(100, 0xa100, 1000, 0);
+    main.alloc(200, 0xa200, 10, 7);
+    main.free(300, 0xa200);
+    main.alloc(400, 0xa200, 20, 7);
+    main.alloc(500, 0xa300, 1000, 0);
+    main.free(600, 0xa200);
+    main.mark(700, 3);
+    main.free(2_000_700, 0xa300);
+    chunk(&mut main, &mut out);
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function, line) in [(LEAKY + 1, "app::leaky", 10), (TEMP + 1, "app::temp", 20)] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                file: Some("src/app.rs".into()),
+                line,
+                column: 5,
+            }],
+        );
+    }
+    symbols.end(10, 0);
+    chunk(&mut symbols, &mut out);
+    (out, offsets)
+}
+
+fn memprof_cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let output = memprof_cli(args);
+    assert!(
+        output.status.success(),
+        "memprof {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs `memprof args`, which must fail with one line on stderr; returns it.
+fn failure_of(args: &[&str]) -> String {
+    let output = memprof_cli(args);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn memprof_reads_a_known_trace() {
+    let dir = std::env::temp_dir().join(format!("memprof-cli-known-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bytes, offsets) = known_trace();
+    let trace = write(&dir, "known.mptrace", &bytes);
+    let trace = trace.to_str().unwrap();
+
+    let summary = stdout_of(&["summary", trace]);
+    for line in [
+        "process: 42 (/bin/app)",
+        "recorded: 0.002001 s (closed normally, 0 events lost)",
+        "allocations: 5 (7030 bytes), frees: 4, markers: 1",
+        "temporary allocations: 3 (60.0% of allocations)",
+        "peak: 7020 bytes in 4 blocks at 0.000001 s",
+        "leaked at end: 1000 bytes in 1 blocks",
+        "    < 1 µs             3   75.0%",
+        "   < 10 ms             1   25.0%",
+        "     never             1",
+    ] {
+        assert!(summary.lines().any(|l| l == line), "{line:?} in\n{summary}");
+    }
+    // The busiest site first. Temporary (freed before its thread allocated again): the first
+    // block of 10 bytes, the worker's block, and the second block of 1000 bytes (only a free
+    // came between it and its own free).
+    let most = summary.split("\nmost allocations:\n").nth(1).unwrap();
+    assert!(
+        most.starts_with("           3  7000 bytes\n              src/app.rs:10:5 in 'app::leaky'\n           2  30 bytes\n"),
+        "{summary}"
+    );
+    let temporary = summary
+        .split("\nmost temporary allocations:\n")
+        .nth(1)
+        .unwrap();
+    assert!(
+        temporary.starts_with("           2  66.7% of its 3\n              src/app.rs:10:5 in 'app::leaky'\n           1  50.0% of its 2\n"),
+        "{summary}"
+    );
+    let peak = summary.split("\nlargest at the peak:\n").nth(1).unwrap();
+    assert!(
+        peak.starts_with("        7000  bytes in 3 blocks\n              src/app.rs:10:5 in 'app::leaky'\n          20  bytes in 1 blocks\n"),
+        "{summary}"
+    );
+
+    let tsv = |at: &str| {
+        stdout_of(&[
+            "report",
+            trace,
+            "--at",
+            at,
+            "--format",
+            "tsv",
+            "--min-bytes",
+            "0",
+        ])
+    };
+    let at_peak =
+        "2\n3\t7000\tsrc/app.rs:10:5 in 'app::leaky'\n1\t20\tsrc/app.rs:20:5 in 'app::temp'\n";
+    assert_eq!(tsv("peak"), at_peak);
+    assert_eq!(tsv("0.00000055"), at_peak);
+    assert_eq!(
+        tsv("marker:m"),
+        "1\n2\t2000\tsrc/app.rs:10:5 in 'app::leaky'\n"
+    );
+    assert_eq!(tsv("end"), "1\n1\t1000\tsrc/app.rs:10:5 in 'app::leaky'\n");
+    assert_eq!(tsv("0"), "0\n");
+
+    convert_every_format(&dir, trace);
+
+    // Cut inside the third chunk: read up to the second, with a warning naming the cut.
+    let cut = write(&dir, "cut.mptrace", &bytes[..offsets[2] + 30]);
+    let output = memprof_cli(&["summary", cut.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "memprof: warning: {}: at byte {}: the trace ends here, cut short; read up to there",
+            cut.display(),
+            offsets[2]
+        )
+    );
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("allocations: 1 (5000 bytes), frees: 1"),
+        "{summary}"
+    );
+    assert!(summary.contains("cut short: no END record"), "{summary}");
+
+    // A damaged byte in the main thread's chunk: its checksum fails, at its offset.
+    let mut damaged = bytes.clone();
+    damaged[offsets[2] + 50] ^= 0x40;
+    let damaged = write(&dir, "damaged.mptrace", &damaged);
+    let message = failure_of(&["report", damaged.to_str().unwrap()]);
+    assert_eq!(
+        message,
+        format!(
+            "memprof: {}: at byte {}: corrupt trace: chunk checksum mismatch\n",
+            damaged.display(),
+            offsets[2]
+        )
+    );
+
+    let text = write(&dir, "notes.txt", b"just some text, not a trace\n");
+    let message = failure_of(&["summary", text.to_str().unwrap()]);
+    assert_eq!(
+        message,
+        format!(
+            "memprof: {}: at byte 0: not a memprof trace (no trace header)\n",
+            text.display()
+        )
+    );
+    let missing = dir.join("missing.mptrace");
+    let message = failure_of(&["summary", missing.to_str().unwrap()]);
+    assert!(message.contains("missing.mptrace"), "{message}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `memprof convert --at marker:m` to every format, each read back: there, two blocks of 1000
+/// bytes from `app::leaky` are live, which allocated 3 blocks (7000 bytes) so far.
+fn convert_every_format(dir: &Path, trace: &str) {
+    let out = |ending: &str| {
+        let path = dir.join(format!("at-m{ending}"));
+        stdout_of(&[
+            "convert",
+            trace,
+            "--at",
+            "marker:m",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        path
+    };
+    let text = |ending: &str| std::fs::read_to_string(out(ending)).unwrap();
+    assert_eq!(text(".folded"), "app::leaky 2000\n");
+    assert_eq!(
+        text(".md"),
+        stdout_of(&["report", trace, "--at", "marker:m"])
+    );
+    assert_eq!(
+        text(".tsv"),
+        "1\n2\t2000\tsrc/app.rs:10:5 in 'app::leaky'\n"
+    );
+    let dhat: serde_json::Value = serde_json::from_str(&text(".dhat.json")).unwrap();
+    let leaky = &dhat["pps"][0];
+    assert_eq!(
+        (&leaky["tb"], &leaky["tbk"]),
+        (&7000.into(), &3.into()),
+        "{dhat}"
+    );
+    assert_eq!(
+        (&leaky["eb"], &leaky["ebk"]),
+        (&2000.into(), &2.into()),
+        "{dhat}"
+    );
+    assert_eq!(dhat["pid"], 42);
+    // The peak before the marker (7020 bytes at 550 ns): 3 blocks of app::leaky.
+    assert_eq!(
+        (&leaky["gb"], &leaky["gbk"]),
+        (&7000.into(), &3.into()),
+        "{dhat}"
+    );
+    assert_eq!(
+        (&leaky["mb"], &leaky["mbk"]),
+        (&7000.into(), &3.into()),
+        "{dhat}"
+    );
+
+    // Alys's event list up to the marker: ids link an allocation to its free.
+    let events: serde_json::Value = serde_json::from_str(&text(".json")).unwrap();
+    let events: Vec<(u64, &str, u64)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_u64().unwrap(),
+                e["kind"].as_str().unwrap(),
+                e["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (1, "alloc", 1000),
+            (2, "alloc", 10),
+            (2, "free", 10),
+            (3, "alloc", 20),
+            (4, "alloc", 1000),
+            (5, "alloc", 5000),
+            (3, "free", 20),
+            (5, "free", 5000),
+        ]
+    );
+
+    #[cfg(feature = "flamegraph")]
+    assert!(text(".svg").contains("app::leaky"));
+
+    let heaptrack = out(".heaptrack.gz");
+    match Command::new("heaptrack_print").arg(&heaptrack).output() {
+        Ok(printed) => {
+            let printed = String::from_utf8_lossy(&printed.stdout);
+            assert!(printed.contains("app::leaky"), "{printed}");
+            assert!(printed.contains("total memory leaked: 2.00K"), "{printed}");
+        }
+        Err(_) => missing_tool("heaptrack_print", "apt-get install -y heaptrack"),
+    }
+
+    let pprof_file = out(".pb.gz");
+    let Some(pprof) = pprof_binary() else {
+        return;
+    };
+    let top = |index: &str| {
+        let output = Command::new(&pprof)
+            .args(["-top", "-unit=B", "-nodefraction=0"])
+            .arg(format!("-sample_index={index}"))
+            .arg(&pprof_file)
+            .env("PPROF_TMPDIR", dir)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let top = String::from_utf8(output.stdout).unwrap();
+        let line = top
+            .lines()
+            .find(|l| l.trim_end().ends_with("app::leaky"))
+            .unwrap_or_else(|| panic!("{top}"))
+            .to_owned();
+        line.split_whitespace()
+            .nth(3)
+            .unwrap()
+            .trim_end_matches('B')
+            .to_owned()
+    };
+    assert_eq!(top("inuse_space"), "2000");
+    assert_eq!(top("alloc_space"), "7000");
+    assert_eq!(top("inuse_objects"), "2");
+}
+
+/// Says a reader is missing: a failure under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`), a
+/// skip with a message otherwise (as `tests/common::missing_tool` does for the crate's tests).
+fn missing_tool(check: &str, install: &str) {
+    let message =
+        format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
+    if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    eprintln!("SKIPPED {message}");
+}
+
+/// pprof built from Debian's sources, cached under `target/` (as `tests/export_readers.rs` does).
+fn pprof_binary() -> Option<PathBuf> {
+    if Command::new("go").arg("version").output().is_err() {
+        missing_tool(
+            "pprof check",
+            "apt-get install -y golang-go golang-github-google-pprof-dev",
+        );
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pprof");
+    let binary = dir.join("pprof");
+    if binary.exists() {
+        return Some(binary);
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let building = dir.join(format!("pprof.{}", std::process::id()));
+    let output = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&building)
+        .arg("github.com/google/pprof")
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOCACHE", dir.join("gocache"))
+        .env("GOFLAGS", "")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "building pprof failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(&building, &binary).unwrap();
+    Some(binary)
+}
+
+/// The known trace with bytes changed, cut or spliced at random: the reader replays what it can
+/// or says where it stopped, never panics.
+#[test]
+fn damaged_traces_never_panic() {
+    use memprof::trace::replay::{Moment, Trace};
+    let (bytes, _) = known_trace();
+    let dir = std::env::temp_dir().join(format!("memprof-cli-damaged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("damaged.mptrace");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = move |below: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % below as u64) as usize
+    };
+    let rounds: usize = std::env::var("MEMPROF_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    let (mut opened, mut replayed) = (0, 0);
+    for _ in 0..rounds {
+        let mut damaged = bytes.clone();
+        match random(3) {
+            0 => {
+                for _ in 0..1 + random(4) {
+                    let at = random(damaged.len());
+                    damaged[at] ^= 1 << random(8);
+                }
+            }
+            1 => damaged.truncate(random(damaged.len())),
+            _ => {
+                let (from, to) = (random(damaged.len()), random(damaged.len()));
+                let piece = damaged[from..].to_vec();
+                damaged.splice(to..to, piece.into_iter().take(64));
+            }
+        }
+        std::fs::write(&path, &damaged).unwrap();
+        let Ok(trace) = Trace::open(&path) else {
+            continue;
+        };
+        opened += 1;
+        for moment in [Moment::Peak, Moment::End, Moment::Marker("m".into())] {
+            if let Ok((heap, _)) = trace.replay(&moment, &mut |_| {}) {
+                replayed += 1;
+                let snapshot = trace.snapshot(&heap, heap.live_bytes);
+                assert_eq!(snapshot.blocks.len(), heap.live.len());
+            }
+        }
+    }
+    // Most damage leaves something to read (a byte changed in the symbols, a cut at the end).
+    assert!(
+        opened > rounds / 10 && replayed > 0,
+        "{opened} opened, {replayed} replayed"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
