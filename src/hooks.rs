@@ -13,8 +13,6 @@
 pub mod c_abi;
 mod fork;
 pub mod global_alloc;
-#[cfg(feature = "trace")]
-pub mod native;
 mod triggers;
 
 pub use global_alloc::{MemProf, Settings};

@@ -113,6 +113,7 @@ mod fence;
 mod frames;
 mod guard;
 mod modules;
+mod native;
 mod sampling;
 
 // The pipeline, in the order data flows: the front doors, the allocation path's stack capture,

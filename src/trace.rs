@@ -34,7 +34,7 @@ pub use format::{
 };
 
 #[cfg(feature = "trace")]
-use crate::hooks::native;
+use crate::native::clock;
 #[cfg(feature = "trace")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -47,7 +47,7 @@ static ON: AtomicBool = AtomicBool::new(false);
 pub(crate) fn start(spec: &str, sample_interval: u64) {
     #[cfg(feature = "trace")]
     {
-        native::init_clock();
+        clock::init_clock();
         if writer::start(spec, sample_interval) {
             ON.store(true, Ordering::Release);
         }
@@ -67,7 +67,7 @@ pub(crate) fn start(spec: &str, sample_interval: u64) {
 pub(crate) fn alloc(address: usize, size: usize, stack: crate::table::StackId) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
-        let ticks = native::ticks();
+        let ticks = clock::ticks();
         match buffer::take_pending() {
             None => buffer::append(&[
                 ticks << 3 | buffer::ALLOC,
@@ -94,7 +94,7 @@ pub(crate) fn alloc(address: usize, size: usize, stack: crate::table::StackId) {
 pub(crate) fn free(address: usize) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
-        buffer::append(&[native::ticks() << 3 | buffer::FREE, address as u64]);
+        buffer::append(&[clock::ticks() << 3 | buffer::FREE, address as u64]);
     }
     #[cfg(not(feature = "trace"))]
     let _ = address;
@@ -107,7 +107,7 @@ pub(crate) fn free(address: usize) {
 pub(crate) fn realloc_start(old_address: usize, recorded: bool) {
     #[cfg(feature = "trace")]
     if recorded && ON.load(Ordering::Relaxed) {
-        buffer::set_pending(old_address as u64, native::ticks());
+        buffer::set_pending(old_address as u64, clock::ticks());
     }
     #[cfg(not(feature = "trace"))]
     let _ = (old_address, recorded);
@@ -143,7 +143,7 @@ pub fn mark(label: &str) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
         let id = crate::guard::untracked(|| writer::label_id(label));
-        buffer::append(&[native::ticks() << 3 | buffer::MARK, u64::from(id)]);
+        buffer::append(&[clock::ticks() << 3 | buffer::MARK, u64::from(id)]);
     }
     #[cfg(not(feature = "trace"))]
     let _ = label;

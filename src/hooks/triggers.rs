@@ -13,7 +13,7 @@
 
 use crate::config::{Config, warn};
 use crate::guard;
-use std::ffi::c_void;
+use crate::native;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -63,11 +63,8 @@ impl Drop for Turn {
 
 /// Sets up what `config` asks for. Runs once, when the profiler starts, inside the guard.
 pub fn install(config: &Config) {
-    if config.print_at_exit || config.output.is_some() {
-        // SAFETY: `at_exit` is an `extern "C" fn()` that never unwinds.
-        if unsafe { libc::atexit(at_exit) } != 0 {
-            warn(format_args!("cannot register the at-exit report"));
-        }
+    if (config.print_at_exit || config.output.is_some()) && !native::at_exit(at_exit) {
+        warn(format_args!("cannot register the at-exit report"));
     }
     if let Some(signal) = config.toggle_signal {
         handle(signal, on_toggle, "MEMPROF_TOGGLE_SIGNAL");
@@ -94,16 +91,10 @@ pub fn install(config: &Config) {
 /// allocation path that starts the profiler only creates it, and binds no socket.
 #[cfg(feature = "http")]
 fn start_http(address: std::net::SocketAddr) {
-    extern "C" fn http_thread(_: *mut c_void) -> *mut c_void {
-        // SAFETY: names the calling thread with a NUL-terminated name of fewer than 16 bytes.
-        unsafe {
-            libc::pthread_setname_np(libc::pthread_self(), c"memprof-http".as_ptr());
-        }
-        let _ = std::panic::catch_unwind(|| guard::untracked(crate::http::serve_configured));
-        std::ptr::null_mut()
+    fn http_thread() {
+        guard::untracked(crate::http::serve_configured);
     }
-    let error = spawn_detached(http_thread, 0, DUMP_THREAD_STACK);
-    if error != 0 {
+    if let Err(error) = native::spawn(c"memprof-http", DUMP_THREAD_STACK, http_thread) {
         warn(format_args!(
             "MEMPROF_HTTP={address}: cannot start the endpoint's thread: {}",
             std::io::Error::from_raw_os_error(error)
@@ -116,32 +107,6 @@ fn start_http(address: std::net::SocketAddr) {
     warn(format_args!(
         "MEMPROF_HTTP={address} needs memprof built with the `http` feature; no endpoint"
     ));
-}
-
-/// Creates a detached plain `pthread` with a stack of `stack` bytes that runs `entry(arg)`;
-/// returns 0, or the error number.
-///
-/// Not a `std::thread`: this runs on the allocation path that starts the profiler, and in a
-/// forked child's fork handler, where only what the C library makes safe after `fork` may run;
-/// creating the thread allocates nothing through the global allocator and takes no lock of the
-/// Rust runtime.
-fn spawn_detached(
-    entry: extern "C" fn(*mut c_void) -> *mut c_void,
-    arg: usize,
-    stack: usize,
-) -> libc::c_int {
-    // SAFETY: `attr` is initialized before use and destroyed after; `entry` takes `arg`, passed
-    // by value in the pointer argument, and never unwinds.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        libc::pthread_attr_setstacksize(&mut attr, stack);
-        let mut thread: libc::pthread_t = 0;
-        let error = libc::pthread_create(&mut thread, &attr, entry, arg as *mut c_void);
-        libc::pthread_attr_destroy(&mut attr);
-        error
-    }
 }
 
 /// Writes what the configuration asks for at exit: the TSV log to stderr, the output files.
@@ -248,9 +213,10 @@ fn start_dump_thread(loud: bool) -> bool {
     unsafe {
         libc::fcntl(read_end, libc::F_SETFL, 0);
     }
-    // `dump_thread` takes the read end.
-    let error = spawn_detached(dump_thread, read_end as usize, DUMP_THREAD_STACK);
-    if error != 0 {
+    // `dump_thread` reads the read end from `DUMP_READ`.
+    DUMP_READ.store(read_end, Ordering::Relaxed);
+    if let Err(error) = native::spawn(c"memprof-dump", DUMP_THREAD_STACK, dump_thread) {
+        DUMP_READ.store(-1, Ordering::Relaxed);
         // SAFETY: the pipe's descriptors, which no thread reads or writes.
         unsafe {
             libc::close(read_end);
@@ -264,18 +230,14 @@ fn start_dump_thread(loud: bool) -> bool {
         }
         return false;
     }
-    DUMP_READ.store(read_end, Ordering::Relaxed);
     DUMP_PIPE.store(write_end, Ordering::Relaxed);
     true
 }
 
-/// The dump thread: a dump for each byte read from the pipe whose read end is `read_end`.
-extern "C" fn dump_thread(read_end: *mut c_void) -> *mut c_void {
-    let read_end = read_end as usize as libc::c_int;
-    // SAFETY: names the calling thread with a NUL-terminated name of fewer than 16 bytes.
-    unsafe {
-        libc::pthread_setname_np(libc::pthread_self(), c"memprof-dump".as_ptr());
-    }
+/// The dump thread: a dump for each byte read from the pipe whose read end is in `DUMP_READ`
+/// when it starts.
+fn dump_thread() {
+    let read_end = DUMP_READ.load(Ordering::Relaxed);
     let mut byte = 0u8;
     loop {
         // SAFETY: reads at most one byte into `byte` from the pipe's read end, which only this
@@ -284,7 +246,7 @@ extern "C" fn dump_thread(read_end: *mut c_void) -> *mut c_void {
         match n {
             1 => guard::untracked(dump),
             -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return std::ptr::null_mut(),
+            _ => return,
         }
     }
 }

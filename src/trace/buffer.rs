@@ -22,7 +22,7 @@
 #![forbid(unsafe_code)]
 
 use crate::guard::Guard;
-use crate::hooks::native;
+use crate::native;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};

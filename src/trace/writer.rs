@@ -10,7 +10,7 @@
 //!
 //! Times: the allocation path stores clock ticks; the writer turns them into nanoseconds since
 //! the trace started with one conversion for the whole trace, measured once against the
-//! monotonic clock (`native::calibrate`), so that times keep the ticks' order.
+//! monotonic clock (`clock::calibrate`), so that times keep the ticks' order.
 
 #![forbid(unsafe_code)]
 
@@ -19,8 +19,8 @@ use super::format::{ChunkEncoder, Compressor, Header, ModuleEntry, SymbolFrame};
 use crate::address::ReturnAddress;
 use crate::config::warn;
 use crate::guard::Guard;
-use crate::hooks::native::{self, Calibration};
 use crate::modules::{self, Generation};
+use crate::native::{self, clock, clock::Calibration};
 use crate::table::{StackId, TABLE};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -146,7 +146,7 @@ pub fn start(spec: &str, sample_interval: u64) -> bool {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
-    let origin = native::origin();
+    let origin = clock::origin();
     let config = crate::config::get();
     let executable = std::env::current_exe()
         .map(|p| p.to_string_lossy().into_owned())
@@ -357,7 +357,7 @@ impl Sink {
             return Ok(());
         }
         if self.calibration.is_none() {
-            self.calibration = Some(native::calibrate(self.origin, CALIBRATION));
+            self.calibration = Some(clock::calibrate(self.origin, CALIBRATION));
         }
         for (buffer, full) in ready {
             let (thread, tid, seq) = buffer.owner();

@@ -1,5 +1,4 @@
-//! What trace mode needs from the processor and the C library: the allocation path's clock, and
-//! the background thread that writes the trace.
+//! Trace mode's clock, read on the allocation path.
 //!
 //! The clock is the processor's time-stamp counter where it runs at a constant rate whatever the
 //! core's frequency and sleep state (an "invariant" TSC, which every x86-64 processor of the last
@@ -7,7 +6,6 @@
 //! Elsewhere it is `CLOCK_MONOTONIC` in nanoseconds. The trace writer turns ticks into
 //! nanoseconds ([`calibrate`]).
 
-use std::ffi::{CStr, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -119,47 +117,4 @@ pub fn calibrate(origin: (u64, Instant), over: Duration) -> Calibration {
         origin: origin.0,
         mult: ((ns << 32) / elapsed).min(u128::from(u64::MAX)) as u64,
     }
-}
-
-/// The body of a thread started by [`spawn`]: the function pointer passed as its argument.
-extern "C" fn run(body: *mut c_void) -> *mut c_void {
-    // SAFETY: `spawn` passes a `fn()` cast to a pointer, and nothing else.
-    let body: fn() = unsafe { std::mem::transmute::<*mut c_void, fn()>(body) };
-    let _ = std::panic::catch_unwind(body);
-    std::ptr::null_mut()
-}
-
-/// Starts a detached thread named `name` (at most 15 bytes) that runs `body`. A plain `pthread`
-/// rather than a `std::thread`: it is started from the allocation path when the profiler starts,
-/// where the Rust runtime may not be ready, and creating it allocates nothing through the global
-/// allocator. Returns the error number when it cannot.
-pub fn spawn(name: &CStr, stack: usize, body: fn()) -> Result<(), i32> {
-    // SAFETY: `attr` is initialized before use and destroyed after; `run` takes the function
-    // pointer passed by value as its argument. The name is NUL-terminated and short enough.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        libc::pthread_attr_setstacksize(&mut attr, stack);
-        let mut thread: libc::pthread_t = 0;
-        let error = libc::pthread_create(&mut thread, &attr, run, body as *mut c_void);
-        libc::pthread_attr_destroy(&mut attr);
-        if error != 0 {
-            return Err(error);
-        }
-        libc::pthread_setname_np(thread, name.as_ptr());
-    }
-    Ok(())
-}
-
-/// Registers `f` to run at exit (also through `std::process::exit`); `false` when it cannot.
-pub fn at_exit(f: extern "C" fn()) -> bool {
-    // SAFETY: `f` is an `extern "C" fn()`; the caller's functions never unwind.
-    unsafe { libc::atexit(f) == 0 }
-}
-
-/// The calling thread's id in the operating system.
-pub fn thread_id() -> u64 {
-    // SAFETY: `gettid` takes no argument and cannot fail.
-    unsafe { libc::gettid() as u64 }
 }
