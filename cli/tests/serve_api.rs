@@ -582,6 +582,25 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         .collect();
     assert_eq!(deltas, [(1, -20, -1), (0, -5000, -1)]);
     assert_eq!(diff["flame"], tree(0, &[]));
+    // The later moment first: the shrinkage the other way round.
+    let diff = server.json("/api/diff?from=end&to=peak");
+    let deltas: Vec<(u64, i64, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["delta_bytes"].as_i64().unwrap(),
+                s["delta_blocks"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(deltas, [(0, 6000, 2), (1, 20, 1)]);
+    assert_eq!(
+        (diff["from_ns"].as_u64(), diff["to_ns"].as_u64()),
+        (Some(2_000_700), Some(550))
+    );
     let diff = server.json("/api/diff?from=start&to=end&func=temp");
     assert_eq!(diff["sites"], json!([]));
 

@@ -853,7 +853,17 @@ fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
 }
 
 fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
-    let mut q = Query::parse(state, params)?;
+    // `from` and `to` are the two moments (either may come first), not a range.
+    let moments = ["from", "to", "marker_from", "marker_to"];
+    let rest = Params(
+        params
+            .0
+            .iter()
+            .filter(|(name, _)| !moments.contains(&name.as_str()))
+            .cloned()
+            .collect(),
+    );
+    let mut q = Query::parse(state, &rest)?;
     let from = match (params.get("from"), params.get("marker_from")) {
         (_, Some(label)) => marker(state, "marker_from", label)?,
         (Some(text), None) => moment(state, "from", text)?,
