@@ -205,7 +205,6 @@ fn sites(server: &Server, query: &str) -> (u64, Vec<Value>) {
 
 /// A site row: id, then allocations, allocated, frees, freed, live bytes/blocks, leaked
 /// bytes/blocks, peak bytes/blocks, temporary count/bytes, mean lifetime.
-#[allow(clippy::too_many_arguments)]
 fn row(id: u64, counts: [u64; 14]) -> Value {
     let [a, ab, f, fb, lb, lk, kb, kk, pb, pk, t, tb, life] = [
         counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], counts[7],
@@ -294,6 +293,12 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         [(0, 2000, 2), (1, 0, 0)]
     );
     assert_eq!(live("at=5"), [(0, 1000, 1), (1, 0, 0)]);
+
+    let from = |query: &str| server.json(&format!("/api/sites?{query}"))["exact_from"].clone();
+    assert_eq!(from("at=marker:m&thread=1"), "index");
+    assert_eq!(from("at=0.0000005&func=leaky"), "index+scan");
+    assert_eq!(from("size_min=1"), "scan");
+    assert_eq!(from("from=0.0000005"), "scan");
 
     // Filters on whole classes (the index): threads, frames.
     assert_eq!(

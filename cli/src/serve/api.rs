@@ -206,6 +206,8 @@ struct View<'a> {
     agg: ViewAgg<'a>,
     mask: Option<Vec<bool>>,
     last_time: u64,
+    /// With the index: a scan to the moments it does not hold.
+    extra: Option<Arc<Agg>>,
 }
 
 enum ViewAgg<'a> {
@@ -234,7 +236,14 @@ impl View<'_> {
     /// Live per class at a moment the view answers.
     fn live(&self, at: &At, classes: usize) -> Vec<Live> {
         let agg = self.agg();
+        let point = match at {
+            At::Time(t) => Point::Time(*t),
+            At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+            At::End => Point::Events(u64::MAX),
+        };
+        let from_extra = self.extra.as_ref().and_then(|e| e.points.get(&point));
         let mut live = match (at, self.is_index()) {
+            _ if from_extra.is_some() => from_extra.cloned().unwrap_or_default(),
             (At::End, _) => agg.end.clone(),
             (At::Time(t), _) if self.is_index() && *t >= self.last_time => agg.end.clone(),
             (At::Time(t), true) => agg.live_through(agg.edges.ending_at(*t).unwrap_or(0), classes),
@@ -322,15 +331,30 @@ fn view<'a>(
     timeline_edges: Option<&[u64]>,
 ) -> Result<View<'a>, ApiError> {
     let last_time = state.index.totals.last_time;
-    if q.filters.by_class_only()
-        && ats.iter().all(|at| index_has(state, at))
-        && index_has_range(state, q.lo, q.hi)
-        && timeline_edges.is_none()
-    {
+    if q.filters.by_class_only() && index_has_range(state, q.lo, q.hi) && timeline_edges.is_none() {
+        // The index, and a scan up to the moments it does not hold (if any).
+        let mut missing: Vec<Point> = Vec::new();
+        for at in ats.iter().filter(|at| !index_has(state, at)) {
+            missing.push(match at {
+                At::Time(t) => Point::Time(*t),
+                At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+                At::End => continue,
+            });
+        }
+        let extra = if missing.is_empty() {
+            None
+        } else {
+            missing.sort_unstable_by_key(|p| format!("{p:?}"));
+            missing.dedup();
+            let key = format!("points {:?}|{missing:?}", q.classes);
+            let selection = q.filters.selection(q.classes.clone());
+            Some(scan(state, key, None, selection, missing)?)
+        };
         return Ok(View {
             agg: ViewAgg::Index(&state.index),
             mask: q.classes.clone(),
             last_time,
+            extra,
         });
     }
     let mut edges: Vec<u64> = timeline_edges.map(<[u64]>::to_vec).unwrap_or_default();
@@ -353,11 +377,12 @@ fn view<'a>(
     points.dedup();
     let selection = q.filters.selection(q.classes.clone());
     let key = format!("{:?}|{edges:?}|{points:?}", selection_key(&selection));
-    let agg = scan(state, key, edges, selection, points)?;
+    let agg = scan(state, key, Some(edges), selection, points)?;
     Ok(View {
         agg: ViewAgg::Scan(agg),
         mask: None,
         last_time,
+        extra: None,
     })
 }
 
@@ -368,11 +393,12 @@ fn selection_key(selection: &Selection) -> String {
     )
 }
 
-/// A scan of the trace for a query, or the same scan made for an earlier query.
+/// A scan of the trace for a query, or the same scan made for an earlier query; without edges,
+/// a scan for the live heap at `points` only, which stops after the last of them.
 fn scan(
     state: &State,
     key: String,
-    edges: Vec<u64>,
+    edges: Option<Vec<u64>>,
     selection: Selection,
     points: Vec<Point>,
 ) -> Result<Arc<Agg>, ApiError> {
@@ -393,11 +419,17 @@ fn scan(
     if let Some(agg) = cached(state) {
         return Ok(agg);
     }
-    let mut builder = Builder::scan(&state.classes, edges, selection, points);
+    let mut builder = match edges {
+        Some(edges) => Builder::scan(&state.classes, edges, selection, points),
+        None => Builder::points_only(&state.classes, selection, points),
+    };
     state
         .trace
         .for_each_event(
             &mut |timed| {
+                if builder.past(timed) {
+                    return ControlFlow::Break(());
+                }
                 builder.event(timed);
                 ControlFlow::Continue(())
             },
@@ -470,6 +502,7 @@ fn timeline(
                 agg: ViewAgg::Index(index),
                 mask: None,
                 last_time,
+                extra: None,
             },
             groups,
         )
@@ -505,6 +538,7 @@ fn timeline(
                 agg,
                 mask: None,
                 last_time,
+                extra: None,
             },
             groups,
         )
@@ -715,7 +749,11 @@ fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
         .take(limit as usize)
         .collect();
     Ok(
-        json!({ "total_sites": total, "exact_from": if v.is_index() { "index" } else { "scan" }, "sites": page }),
+        json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
+        (true, false) => "index",
+        (true, true) => "index+scan",
+        _ => "scan",
+    }, "sites": page }),
     )
 }
 

@@ -287,6 +287,8 @@ pub struct Builder<'a> {
     fixed: Option<&'a Classes>,
     selection: Selection,
     scan_points: Vec<Point>,
+    /// A scan that only needs its points stops after the last of them.
+    stop_early: bool,
     live: HashMap<u64, Pending, BuildHasherDefault<AddressHasher>>,
     last_alloc: HashMap<u32, u64>,
     cell_count: usize,
@@ -328,6 +330,26 @@ impl<'a> Builder<'a> {
         )
     }
 
+    /// A scan for the live heap at `points` only: it stops after the last of them.
+    pub fn points_only(
+        classes: &'a Classes,
+        selection: Selection,
+        points: Vec<Point>,
+    ) -> Builder<'a> {
+        let mut builder = Builder::scan(classes, Vec::new(), selection, points);
+        builder.stop_early = true;
+        builder
+    }
+
+    /// Whether a points-only scan has passed every point: `next` is not needed.
+    pub fn past(&self, next: &Timed) -> bool {
+        self.stop_early
+            && self.scan_points.iter().all(|point| match *point {
+                Point::Time(t) => next.time > t,
+                Point::Events(n) => self.agg.totals.events >= n,
+            })
+    }
+
     fn new(
         edges: Edges,
         index: bool,
@@ -356,6 +378,7 @@ impl<'a> Builder<'a> {
             fixed,
             selection,
             scan_points,
+            stop_early: false,
             live: HashMap::default(),
             last_alloc: HashMap::new(),
             cell_count: 0,
