@@ -2,7 +2,8 @@
 //! endpoint and filter against a trace whose every figure is known, answers from the index and
 //! from scans alike; the exports equal `memprof report`'s; garbage queries answer 400 or 404 with
 //! a message and leave the server running; 50 clients at once (`MEMPROF_SERVE_STRESS_SECS`,
-//! 3 s by default) all get their answers and the server's memory stays bounded; a trace received
+//! 3 s by default; `MEMPROF_SERVE_STRESS_TRACE` serves another trace than the known one) all get
+//! their answers and the server's memory stays under 2 GiB; a trace received
 //! over TCP is served as it arrives.
 
 mod support;
@@ -750,8 +751,11 @@ fn garbage(server: &Server) {
 
 #[test]
 fn fifty_clients_at_once() {
-    let path = known_trace_file("stress");
+    // Any trace may stand in for the known one (a big one, to see the memory stay bounded).
+    let path = std::env::var_os("MEMPROF_SERVE_STRESS_TRACE")
+        .map_or_else(|| known_trace_file("stress"), PathBuf::from);
     let server = Server::start(&[path.to_str().unwrap()]);
+    let events = server.json("/api/summary")["events"].clone();
     let seconds: f64 = std::env::var("MEMPROF_SERVE_STRESS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -763,7 +767,7 @@ fn fifty_clients_at_once() {
         "/api/sites?size_min=100",
         "/api/sites?at=0.0000005&func=leaky",
         "/api/flame?what=allocated",
-        "/api/diff?from=marker:m&to=end",
+        "/api/diff?from=0.0000005&to=end",
         "/api/export/pprof?at=peak",
         "/api/sites?func=(",
         "/",
@@ -801,8 +805,8 @@ fn fifty_clients_at_once() {
         started.elapsed().as_secs_f64()
     );
     assert!(total >= 50, "{total}");
-    assert!(highest < 200 * 1024, "{highest} KiB");
-    assert_eq!(server.json("/api/summary")["events"], 10);
+    assert!(highest < 2 * 1024 * 1024, "{highest} KiB");
+    assert_eq!(server.json("/api/summary")["events"], events);
 }
 
 #[test]
