@@ -984,7 +984,30 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         ));
     }
     let trace = &state.trace;
-    let totals = &state.index.totals;
+    let stem = trace
+        .path()
+        .file_stem()
+        .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
+    let reply = |body: Vec<u8>| Reply {
+        status: 200,
+        content_type,
+        body,
+        file_name: Some(format!("{stem}.{ending}")),
+    };
+    let key = format!(
+        "{format} {:?} {:?} {:?} {} {:?}",
+        q.classes, q.filters.size, q.at, q.hi, q.lo
+    );
+    let cached = |state: &State| {
+        state.exports.lock().ok().and_then(|e| {
+            e.iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, body)| body.as_ref().clone())
+        })
+    };
+    if let Some(body) = cached(state) {
+        return Ok(reply(body));
+    }
     // Blocks live at the moment, with their thread: a replay up to it.
     let (stop_events, stop_time) = match q.at {
         At::End => (u64::MAX, u64::MAX),
@@ -995,6 +1018,9 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         .scanning
         .lock()
         .map_err(|_| ApiError::internal("a scan failed"))?;
+    if let Some(body) = cached(state) {
+        return Ok(reply(body));
+    }
     let mut live: HashMap<u64, (Block, u32)> = HashMap::new();
     let mut allocated = vec![(0u64, 0u64); trace.stacks().len()];
     let mut events = 0u64;
@@ -1080,17 +1106,13 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         }
     };
     written.map_err(|e| ApiError::internal(format!("export {format}: {e}")))?;
-    let _ = totals;
-    let stem = trace
-        .path()
-        .file_stem()
-        .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
-    Ok(Reply {
-        status: 200,
-        content_type,
-        body,
-        file_name: Some(format!("{stem}.{ending}")),
-    })
+    if let Ok(mut exports) = state.exports.lock() {
+        if exports.len() >= CACHED_SCANS {
+            exports.remove(0);
+        }
+        exports.push((key, Arc::new(body.clone())));
+    }
+    Ok(reply(body))
 }
 
 /// Whether a block passes an export's filters.

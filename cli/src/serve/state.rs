@@ -62,6 +62,8 @@ pub struct State {
     pub labels: HashMap<u32, String>,
     /// Recent scans by their query.
     pub scans: Mutex<Vec<(String, Arc<Agg>)>>,
+    /// Recent exports' bodies by their query.
+    pub exports: Mutex<Vec<(String, Arc<Vec<u8>>)>>,
     /// Held while a scan runs: one at a time, so memory stays that of one replay.
     pub scanning: Mutex<()>,
 }
@@ -154,6 +156,7 @@ impl State {
             sites,
             labels,
             scans: Mutex::new(Vec::new()),
+            exports: Mutex::new(Vec::new()),
             scanning: Mutex::new(()),
         })
     }
