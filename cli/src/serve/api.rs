@@ -142,7 +142,7 @@ struct Query {
 impl Query {
     fn parse(state: &State, params: &Params) -> Result<Query, ApiError> {
         let filters = Filters::parse(params)?;
-        let classes = filters.classes(&state.classes, &|s| state.stack_frames(s));
+        let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames);
         let totals = &state.index.totals;
         let at = match params.get("at") {
             Some(text) => moment(state, "at", text)?,
@@ -791,9 +791,8 @@ fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
     let stacks: Vec<Value> = per_stack
         .iter()
         .map(|(&stack, (cell, live))| {
-            let frames: Vec<Value> = state.stacks[stack as usize]
-                .frames
-                .iter()
+            let frames: Vec<Value> = state
+                .stack_frames(stack)
                 .map(|f| {
                     json!({"function": f.function, "file": f.file, "line": f.line,
                            "address": format!("{:#x}", f.address)})
@@ -815,31 +814,32 @@ fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
     }))
 }
 
-/// A flame-graph node.
+/// A flame-graph node; children by name (an index into [`State::names`]).
 #[derive(Default)]
 struct Node {
     value: u64,
-    children: BTreeMap<String, Node>,
+    children: BTreeMap<u32, Node>,
 }
 
 impl Node {
-    fn add(&mut self, path: &[String], value: u64) {
+    fn add(&mut self, path: &[u32], value: u64) {
         self.value += value;
         if let Some((first, rest)) = path.split_first() {
-            self.children
-                .entry(first.clone())
-                .or_default()
-                .add(rest, value);
+            self.children.entry(*first).or_default().add(rest, value);
         }
     }
 
-    fn json(&self, name: &str) -> Value {
-        let mut children: Vec<(&String, &Node)> = self.children.iter().collect();
+    fn json(&self, name: &str, names: &[String]) -> Value {
+        let mut children: Vec<(&str, &Node)> = self
+            .children
+            .iter()
+            .map(|(id, node)| (names[*id as usize].as_str(), node))
+            .collect();
         children.sort_by(|a, b| b.1.value.cmp(&a.1.value).then(a.0.cmp(b.0)));
         json!({
             "name": name,
             "value": self.value,
-            "children": children.iter().map(|(n, c)| c.json(n)).collect::<Vec<_>>(),
+            "children": children.iter().map(|(n, c)| c.json(n, names)).collect::<Vec<_>>(),
         })
     }
 }
@@ -852,7 +852,7 @@ fn tree(state: &State, values: impl Iterator<Item = (usize, u64)>) -> Value {
             root.add(&state.stacks[stack as usize].path, value);
         }
     }
-    root.json("all")
+    root.json("all", &state.names)
 }
 
 fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
