@@ -26,7 +26,8 @@ until grep -q 'serving on' "$log"; do
 done
 ready=$(date +%s.%N)
 grep -v 'serving on' "$log" | tr '\r' '\n' | tail -1
-printf 'index built in %.1f s\n' "$(echo "$ready - $start" | bc)"
+printf 'index built in %.1f s, resident then: %s\n' "$(echo "$ready - $start" | bc)" \
+    "$(grep VmRSS "/proc/$(pgrep -P "$server")/status" | tr -s ' ' | cut -d' ' -f2-)"
 
 url=http://127.0.0.1:$port
 ask() {

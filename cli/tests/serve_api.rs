@@ -587,7 +587,13 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         })
         .collect();
     assert_eq!(deltas, [(1, -20, -1), (0, -5000, -1)]);
+    assert_eq!(diff["total_sites"], 2);
     assert_eq!(diff["flame"], tree(0, &[]));
+    let diff = server.json("/api/diff?from=peak&marker_to=m&limit=1");
+    assert_eq!(diff["total_sites"], 2);
+    assert_eq!(diff["sites"].as_array().unwrap().len(), 1);
+    assert_eq!(diff["sites"][0]["id"], 1);
+    server.error("/api/diff?limit=0", 400);
     // The later moment first: the shrinkage the other way round.
     let diff = server.json("/api/diff?from=end&to=peak");
     let deltas: Vec<(u64, i64, i64)> = diff["sites"]

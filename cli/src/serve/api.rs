@@ -707,6 +707,29 @@ fn site_json(state: &State, id: usize, row: &Row) -> Value {
     })
 }
 
+/// A site's figure named `key` (one of [`SITE_KEYS`]).
+fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
+    let c = &row.cell;
+    match key {
+        "id" => id as u64,
+        "line" => u64::from(state.sites[id].frame.line),
+        "allocations" => c.allocs,
+        "allocated_bytes" => c.alloc_bytes,
+        "frees" => c.frees,
+        "freed_bytes" => c.free_bytes,
+        "live_bytes" => row.live.0,
+        "live_blocks" => row.live.1,
+        "leaked_bytes" => row.leaked.0,
+        "leaked_blocks" => row.leaked.1,
+        "peak_bytes" => row.peak.0,
+        "peak_blocks" => row.peak.1,
+        "temporary" => c.temporary,
+        "temporary_bytes" => c.temporary_bytes,
+        "mean_lifetime_ns" => c.life_sum.checked_div(c.life_count).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let q = Query::parse(state, params)?;
     let sort = params.get("sort").unwrap_or("allocated_bytes");
@@ -728,25 +751,25 @@ fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let offset = params.number("offset")?.unwrap_or(0);
     let v = view(state, &q, &[&q.at], None)?;
     let rows = rows(state, &v, &q);
-    let mut listed: Vec<Value> = rows
+    let mut listed: Vec<(u64, usize)> = rows
         .iter()
         .enumerate()
         .filter(|(_, r)| {
             r.cell != Cell::default() || r.live != (0, 0) || r.leaked != (0, 0) || r.peak != (0, 0)
         })
-        .map(|(id, row)| site_json(state, id, row))
+        .map(|(id, row)| (sort_key(state, id, row, sort), id))
         .collect();
     let total = listed.len();
     listed.sort_by(|a, b| {
-        let key = |v: &Value| v[sort].as_u64().unwrap_or(0);
-        let order = key(a).cmp(&key(b));
+        let order = a.0.cmp(&b.0);
         let order = if desc { order.reverse() } else { order };
-        order.then(a["id"].as_u64().cmp(&b["id"].as_u64()))
+        order.then(a.1.cmp(&b.1))
     });
     let page: Vec<Value> = listed
         .into_iter()
         .skip(usize::try_from(offset).unwrap_or(usize::MAX))
         .take(limit as usize)
+        .map(|(_, id)| site_json(state, id, &rows[id]))
         .collect();
     Ok(
         json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
@@ -814,45 +837,52 @@ fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
     }))
 }
 
-/// A flame-graph node; children by name (an index into [`State::names`]).
-#[derive(Default)]
-struct Node {
-    value: u64,
-    children: BTreeMap<u32, Node>,
-}
-
-impl Node {
-    fn add(&mut self, path: &[u32], value: u64) {
-        self.value += value;
-        if let Some((first, rest)) = path.split_first() {
-            self.children.entry(*first).or_default().add(rest, value);
-        }
-    }
-
-    fn json(&self, name: &str, names: &[String]) -> Value {
-        let mut children: Vec<(&str, &Node)> = self
-            .children
-            .iter()
-            .map(|(id, node)| (names[*id as usize].as_str(), node))
-            .collect();
-        children.sort_by(|a, b| b.1.value.cmp(&a.1.value).then(a.0.cmp(b.0)));
-        json!({
-            "name": name,
-            "value": self.value,
-            "children": children.iter().map(|(n, c)| c.json(n, names)).collect::<Vec<_>>(),
-        })
-    }
-}
-
+/// The flame graph of per-class values: each stack's path (outermost first), merged by common
+/// prefix. Frames below 1/10,000 of the whole are left out (their bytes stay in their parent's
+/// value), so the tree stays small whatever the number of stacks.
 fn tree(state: &State, values: impl Iterator<Item = (usize, u64)>) -> Value {
-    let mut root = Node::default();
+    let mut paths: Vec<(&[u32], u64)> = Vec::new();
     for (class, value) in values {
         if value > 0 {
             let (stack, _) = state.classes.list[class];
-            root.add(&state.stacks[stack as usize].path, value);
+            paths.push((&state.stacks[stack as usize].path, value));
         }
     }
-    root.json("all", &state.names)
+    paths.sort_unstable();
+    let total: u64 = paths.iter().map(|p| p.1).sum();
+    let threshold = (total / 10_000).max(1);
+    json!({
+        "name": "all",
+        "value": total,
+        "children": children(state, &paths, 0, threshold),
+    })
+}
+
+/// The nodes at `depth` of `paths` (sorted, all sharing their first `depth` frames).
+fn children(state: &State, paths: &[(&[u32], u64)], depth: usize, threshold: u64) -> Vec<Value> {
+    let mut nodes: Vec<(u64, &str, Value)> = Vec::new();
+    let mut start = paths.partition_point(|p| p.0.len() <= depth);
+    while start < paths.len() {
+        let name = paths[start].0[depth];
+        let end = start + paths[start..].partition_point(|p| p.0[depth] == name);
+        let group = &paths[start..end];
+        let value: u64 = group.iter().map(|p| p.1).sum();
+        if value >= threshold {
+            let label = state.names[name as usize].as_str();
+            nodes.push((
+                value,
+                label,
+                json!({
+                    "name": label,
+                    "value": value,
+                    "children": children(state, group, depth + 1, threshold),
+                }),
+            ));
+        }
+        start = end;
+    }
+    nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    nodes.into_iter().map(|(_, _, node)| node).collect()
 }
 
 fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
@@ -912,6 +942,11 @@ fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
         (Some(text), None) => moment(state, "to", text)?,
         (None, None) => At::End,
     };
+    let limit = params.number("limit")?.unwrap_or(1000);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::bad(format!("limit={limit}: 1 to {MAX_LIMIT}")));
+    }
+    let limit = limit as usize;
     // The two moments are the question; no range.
     (q.lo, q.hi) = (None, u64::MAX);
     let classes = state.classes.list.len();
@@ -925,33 +960,38 @@ fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
         entry.1.0 += b[class].0;
         entry.1.1 += b[class].1;
     }
-    let mut sites: Vec<(i128, Value)> = per_site
+    let mut changed: Vec<(i128, u32, Live, Live)> = per_site
         .into_iter()
         .filter(|(_, (a, b))| a != b)
-        .map(|(id, (a, b))| {
+        .map(|(id, (a, b))| (i128::from(b.0) - i128::from(a.0), id, a, b))
+        .collect();
+    changed.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+    let total_sites = changed.len();
+    // The largest growth first, then the largest shrinkage: a long list keeps both ends.
+    if changed.len() > limit {
+        let tail = changed.split_off(changed.len() - limit / 2);
+        changed.truncate(limit - limit / 2);
+        changed.extend(tail);
+    }
+    let sites: Vec<Value> = changed
+        .into_iter()
+        .map(|(delta, id, a, b)| {
             let frame = &state.sites[id as usize].frame;
-            let delta = i128::from(b.0) - i128::from(a.0);
-            (
-                delta,
-                json!({
-                    "id": id, "function": frame.function, "file": frame.file, "line": frame.line,
-                    "from_bytes": a.0, "to_bytes": b.0, "delta_bytes": delta as i64,
-                    "from_blocks": a.1, "to_blocks": b.1,
-                    "delta_blocks": (i128::from(b.1) - i128::from(a.1)) as i64,
-                }),
-            )
+            json!({
+                "id": id, "function": frame.function, "file": frame.file, "line": frame.line,
+                "from_bytes": a.0, "to_bytes": b.0, "delta_bytes": delta as i64,
+                "from_blocks": a.1, "to_blocks": b.1,
+                "delta_blocks": (i128::from(b.1) - i128::from(a.1)) as i64,
+            })
         })
         .collect();
-    sites.sort_by(|x, y| {
-        y.0.cmp(&x.0)
-            .then(x.1["id"].as_u64().cmp(&y.1["id"].as_u64()))
-    });
     let growth = (0..classes).map(|c| (c, b[c].0.saturating_sub(a[c].0)));
     let totals = &state.index.totals;
     Ok(json!({
         "from_ns": from.time(totals),
         "to_ns": to.time(totals),
-        "sites": sites.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        "total_sites": total_sites,
+        "sites": sites,
         "flame": tree(state, growth),
     }))
 }
