@@ -112,7 +112,7 @@ impl State {
         let mut whole = options.clone().depth(usize::MAX);
         whole.skip = 0;
         let mut resolver = trace.resolver();
-        let mut site_ids: HashMap<Vec<String>, u32> = HashMap::new();
+        let mut site_ids: HashMap<Vec<u32>, u32> = HashMap::new();
         let mut sites: Vec<SiteInfo> = Vec::new();
         let mut stacks = Vec::with_capacity(trace.stacks().len());
         let mut frames: HashMap<u64, Arc<[FrameInfo]>> = HashMap::new();
@@ -137,17 +137,22 @@ impl State {
                     .entry(address)
                     .or_insert_with(|| resolved.iter().map(|f| frame_info(f, address)).collect());
             }
-            let mut path: Vec<u32> = memprof::context_of(&returns, &mut resolver, &whole)
-                .into_iter()
-                .map(|name| {
-                    let next = names.len() as u32;
-                    *name_ids.entry(name).or_insert_with_key(|name| {
-                        names.push(name.clone());
-                        next
+            let mut intern = |frames: Vec<String>| -> Vec<u32> {
+                frames
+                    .into_iter()
+                    .map(|name| {
+                        let next = names.len() as u32;
+                        *name_ids.entry(name).or_insert_with_key(|name| {
+                            names.push(name.clone());
+                            next
+                        })
                     })
-                })
-                .collect();
+                    .collect()
+            };
+            let mut path = intern(memprof::context_of(&returns, &mut resolver, &whole));
             path.reverse();
+            // Contexts by their frames' ids: a trace of 200,000 deep stacks has 200,000 of them.
+            let context = intern(context);
             let next = sites.len() as u32;
             let site = *site_ids.entry(context).or_insert(next);
             if site == next {
