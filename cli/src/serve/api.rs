@@ -415,7 +415,8 @@ fn scan(
     let _one_at_a_time = state
         .scanning
         .lock()
-        .map_err(|_| ApiError::internal("a scan failed"))?;
+        // A scan that failed (a 500) leaves nothing half-made behind the lock.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(agg) = cached(state) {
         return Ok(agg);
     }
@@ -1057,7 +1058,8 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
     let _one_at_a_time = state
         .scanning
         .lock()
-        .map_err(|_| ApiError::internal("a scan failed"))?;
+        // A scan that failed (a 500) leaves nothing half-made behind the lock.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(body) = cached(state) {
         return Ok(reply(body));
     }
