@@ -9,6 +9,8 @@
 //! - `buffer`: the allocation path's half, per-thread buffers of raw events;
 //! - `replay`: the trace's events merged across threads in time order, replayed to a moment
 //!   into a [`Snapshot`](crate::Snapshot) that every report and export takes;
+//! - `symbols`: offline symbolization, from the binaries the trace's module records name, and
+//!   the trace written again with that symbol section (`memprof symbolize`);
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
 //!   stacks, modules, threads and labels before their first use, and at close adds the symbols.
 //!
@@ -24,6 +26,8 @@ mod buffer;
 pub mod format;
 #[cfg(feature = "trace")]
 pub mod replay;
+#[cfg(feature = "trace")]
+pub mod symbols;
 #[cfg(feature = "trace")]
 mod writer;
 
