@@ -8,6 +8,7 @@
 mod alys;
 mod summary;
 mod symbolize;
+mod timeline;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -467,7 +468,22 @@ fn convert(
                 .time(Duration::from_nanos(
                     header.start_unix_ns.saturating_add(position.time),
                 ));
-            memprof::export::write(format, &snapshot, &mut resolver, &export, &mut out)
+            // The events up to the moment (a sampled trace's are not the program's: its
+            // exports keep the snapshot's estimates).
+            let mut events = timeline::TraceEvents {
+                trace,
+                events: position.events,
+            };
+            let events = (header.sample_interval == 0)
+                .then_some(&mut events as &mut dyn memprof::export::Events);
+            memprof::export::write_with_events(
+                format,
+                &snapshot,
+                &mut resolver,
+                &export,
+                events,
+                &mut out,
+            )
         }
     };
     result
