@@ -118,11 +118,14 @@ pub(crate) fn realloc_start(old_address: usize, recorded: bool) {
 }
 
 /// The end of a reallocation: when it `failed`, the old block stays and nothing is written;
-/// otherwise a free not joined to a recorded allocation is written alone.
+/// otherwise a free not joined to a recorded allocation is written alone. Tracing off, nothing
+/// was made pending ([`realloc_start`]) and the thread-local is not touched; tracing stopped in
+/// between, what is pending is never written.
 #[inline(always)]
 pub(crate) fn realloc_end(failed: bool) {
     #[cfg(feature = "trace")]
-    if let Some((old, freed)) = buffer::take_pending()
+    if ON.load(Ordering::Relaxed)
+        && let Some((old, freed)) = buffer::take_pending()
         && !failed
     {
         buffer::append(&[freed << 3 | buffer::FREE, old]);
