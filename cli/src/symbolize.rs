@@ -9,26 +9,47 @@ use memprof::trace::symbols::{OfflineSymbolizer, write_symbolized};
 use std::path::{Path, PathBuf};
 
 /// Resolves every return address of `trace`'s stacks and writes the trace with those symbols to
-/// `output` (the trace itself when `None`). A module that cannot be read leaves its addresses
-/// unknown with a warning naming it; the executable's is an error, since nearly every frame a
-/// report shows is its code.
+/// `output` (the trace itself when `None`). An address that nothing on disk names keeps the
+/// frames the trace gave it, if any. A module that cannot be read leaves its addresses
+/// unknown with a warning naming it; the executable's is an error when the trace has no symbols
+/// of its own, since nearly every frame a report shows is its code.
 pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Result<(), Failure> {
     let mut addresses: Vec<u64> = trace.stacks().iter().flatten().copied().collect();
     addresses.sort_unstable();
     addresses.dedup();
     let mut symbolizer = OfflineSymbolizer::new(trace, debug_dirs, std::env::current_dir().ok());
+    // What the trace says already, kept for the addresses nothing on disk names.
+    let old = trace.resolver();
+    let mut kept = 0;
     let progress = crate::bar(addresses.len() as u64, "resolving");
     let symbols: Vec<(u64, Vec<SymbolFrame>)> = addresses
         .iter()
         .map(|&address| {
             progress.inc(1);
-            (address, symbolizer.resolve(address))
+            let mut frames = symbolizer.resolve(address);
+            let unnamed = frames.iter().all(|f| f.function.is_none() && f.line == 0);
+            if unnamed
+                && let Some(known) = old.get(&memprof::ReturnAddress(address as usize))
+                && known.iter().any(|f| f.function.is_some())
+            {
+                kept += 1;
+                frames = known
+                    .iter()
+                    .map(|f| SymbolFrame {
+                        function: f.function.clone(),
+                        file: f.file.clone(),
+                        line: f.line,
+                        column: f.column,
+                    })
+                    .collect();
+            }
+            (address, frames)
         })
         .collect();
     progress.finish_and_clear();
     let trace_name = trace.path().display();
     for module in symbolizer.unresolved() {
-        if module.executable {
+        if module.executable && !trace.has_symbols() {
             return Err(Failure(
                 format!(
                     "{trace_name}: cannot symbolize: the traced executable {}: {} ({} return \
@@ -47,10 +68,14 @@ pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Re
     let output = output.unwrap_or(trace.path());
     write_symbolized(trace, &symbols, output)?;
     eprintln!(
-        "memprof: {}: {} return addresses symbolized from {} files",
+        "memprof: {}: {} return addresses symbolized from {} files{}",
         output.display(),
-        symbols.len(),
-        symbolizer.files_read().len()
+        symbols.len() - kept,
+        symbolizer.files_read().len(),
+        match kept {
+            0 => String::new(),
+            _ => format!(", {kept} named as the trace named them (not found on disk)"),
+        }
     );
     Ok(())
 }

@@ -171,6 +171,30 @@ fn memprof_reads_a_known_trace() {
 
     convert_every_format(&dir, trace);
 
+    // Symbolized again, from no module at all: the symbols the trace had are kept, the END
+    // record stays last.
+    let symbolized = dir.join("symbolized.mptrace");
+    let output = memprof_cli(&["symbolize", trace, "-o", symbolized.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let symbolized = symbolized.to_str().unwrap();
+    assert_eq!(
+        stdout_of(&[
+            "report",
+            symbolized,
+            "--at",
+            "peak",
+            "--format",
+            "tsv",
+            "--min-bytes",
+            "0"
+        ]),
+        at_peak
+    );
+    assert_eq!(
+        stdout_of(&["summary", symbolized]).replace("symbolized.mptrace", "known.mptrace"),
+        summary
+    );
+
     // Cut inside the third chunk: read up to the second, with a warning naming the cut.
     let cut = write(&dir, "cut.mptrace", &bytes[..offsets[2] + 30]);
     let output = memprof_cli(&["summary", cut.to_str().unwrap()]);

@@ -147,15 +147,20 @@ fn symbolize_a_killed_program() {
             .arg(&debug_file),
     );
     common::run(Command::new("strip").arg("--strip-all").arg(&program));
-    // In place, replacing the symbols written above: the stripped binary names nothing.
-    let (ok, stderr) = symbolize(&[], &symbolized);
+    // The stripped binary names nothing.
+    let stripped_trace = dir.join("stripped.mptrace");
+    let (ok, stderr) = symbolize(&["-o", stripped_trace.to_str().unwrap()], &trace);
     assert!(ok, "{stderr}");
-    let stripped = report(&symbolized);
+    let stripped = report(&stripped_trace);
     assert!(!stripped.contains("symbolize_me_forever"), "{stripped}");
     assert_eq!(blocks(&before), blocks(&stripped));
-    let (ok, stderr) = symbolize(&["--debug-dir", debug_dir.to_str().unwrap()], &symbolized);
+    // In place, replacing that symbol section with the debug file's names.
+    let (ok, stderr) = symbolize(
+        &["--debug-dir", debug_dir.to_str().unwrap()],
+        &stripped_trace,
+    );
     assert!(ok, "{stderr}");
-    let from_debug = report(&symbolized);
+    let from_debug = report(&stripped_trace);
     assert!(
         from_debug.contains("symbolize_kill9::symbolize_me_forever"),
         "{from_debug}"
