@@ -1,7 +1,9 @@
 //! `memprof` on a trace written event by event with the format's encoder, so every figure is
 //! known: `summary`'s totals, peak, temporary allocations, leaks and lifetimes; `report` at the
-//! peak, at a time and at a marker, with the threads' chunks out of time order in the file; and
-//! a file cut short, a file with a damaged chunk and a file that is not a trace, each a one-line
+//! peak, at a time and at a marker, with the threads' chunks out of time order in the file;
+//! `convert` to every format, read back by its own reader (DHAT's lifetimes and peak time in
+//! `dh_view.html`, heaptrack's temporary allocations and consumption over time in
+//! `heaptrack_print`); `symbolize` keeping the trace's own symbols; and a file cut short, a file with a damaged chunk and a file that is not a trace, each a one-line
 //! error naming the file and the byte offset, never a panic.
 
 #[path = "../../tests/common/mod.rs"]
