@@ -283,7 +283,8 @@ function drawExports() {
 // ---------------------------------------------------------------------------------------------
 // Charts
 
-const MARGIN = { left: 64, right: 56, top: 18, bottom: 24 };
+const MARGIN = { left: 64, right: 48, top: 30, bottom: 24 };
+const compact = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
 
 function chartWidth(container) {
   return Math.max(320, Math.floor(container.clientWidth || 800));
@@ -336,9 +337,14 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
 
   const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "timeline", "data-points": points.length });
   axes(root, x0, x1, y0, y1, from, to, xOf, maxBytes, yOf);
-  const blocksLabel = svg("text", { x: x1 + 4, y: y0 + 4, class: "tick blocks" });
-  blocksLabel.textContent = `${fmtCount(maxBlocks)} blocks`;
-  root.append(blocksLabel);
+  for (let i = 0; i <= 4; i++) {
+    const label = svg("text", { x: x1 + 4, y: yBlocks((maxBlocks * i) / 4) + 4, class: "tick blocks" });
+    label.textContent = compact.format(Math.round((maxBlocks * i) / 4));
+    root.append(label);
+  }
+  const legend = svg("text", { x: x0, y: 12, class: "legend" });
+  legend.innerHTML = `<tspan class="bytes">■ live bytes</tspan>  <tspan class="blocks">— live blocks (right)</tspan>`;
+  root.append(legend);
 
   if (points.length) {
     // A step line: live_* hold from a point's time to the next one's.
