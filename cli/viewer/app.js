@@ -156,9 +156,23 @@ function selectedRange() {
 
 class ApiError extends Error {}
 
+// Answers already had, by URL: a click that changes only what is shown (a sort, an open site, a
+// zoom) redraws without asking the server again. A trace does not change while it is served.
+const answers = new Map();
+const ANSWERS_KEPT = 32;
+
 async function api(view, path, params) {
   const ticket = (latest[view] = (latest[view] || 0) + 1);
   const url = `api/${path}${params && params.toString() ? "?" + params : ""}`;
+  if (answers.has(url)) return ticket === latest[view] ? answers.get(url) : null;
+  const body = await fetchJson(url);
+  answers.set(url, body);
+  if (answers.size > ANSWERS_KEPT) answers.delete(answers.keys().next().value);
+  if (ticket !== latest[view]) return null; // a newer request replaced this one
+  return body;
+}
+
+async function fetchJson(url) {
   let response;
   try {
     response = await fetch(url);
@@ -177,7 +191,6 @@ async function api(view, path, params) {
     throw new ApiError(`${url}: ${response.status} ${message}`);
   }
   if (body === null) throw new ApiError(`${url}: the answer is not JSON`);
-  if (ticket !== latest[view]) return null; // a newer request replaced this one
   return body;
 }
 
@@ -471,8 +484,11 @@ function drawRates(container, data, height = 160) {
   }
   root.append(svg("path", { d: up, class: "allocs" }), svg("path", { d: down, class: "frees" }));
   root.append(svg("line", { x1: x0, x2: x1, y1: mid, y2: mid, class: "axis" }));
-  for (const [y, text] of [[y0 + 10, `allocations ↑ (max ${fmtCount(max)} per interval)`], [y1 - 4, "frees ↓"]]) {
-    const label = svg("text", { x: x0 + 4, y, class: "tick" });
+  const scaleLabel = svg("text", { x: x0, y: y0 - 10, class: "tick" });
+  scaleLabel.textContent = `bars up to ${fmtCount(max)} per interval of ${fmtDuration(Math.round((to - from) / Math.max(1, points.length)))}`;
+  root.append(scaleLabel);
+  for (const [y, text] of [[mid - 6, "allocs ↑"], [mid + 14, "frees ↓"]]) {
+    const label = svg("text", { x: x0 - 4, y, class: "tick", "text-anchor": "end" });
     label.textContent = text;
     root.append(label);
   }
@@ -511,7 +527,7 @@ async function drawTimeline() {
       drawRates(document.getElementById("rates"), data);
       const body = document.querySelector("#markers tbody");
       body.replaceChildren(...(data.markers || []).map((m) => {
-        const row = el("tr", {}, el("td", { text: fmtSeconds(m.time_ns) }), el("td", { text: m.label }));
+        const row = el("tr", {}, el("td", { text: fmtSeconds(m.time_ns) }), el("td", { class: "text", text: m.label }));
         const pick = el("button", { type: "button", text: "pick" });
         pick.addEventListener("click", () => navigate({ at: `marker:${m.label}` }));
         row.append(el("td", {}, pick));
