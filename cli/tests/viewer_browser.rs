@@ -185,8 +185,14 @@ fn get(address: SocketAddr, target: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// The page's DOM once its scripts ran for up to five seconds of virtual time.
-fn dump_dom(chromium: &str, profile: &Path, url: &str) -> String {
+/// A page's DOM once its scripts ran for up to five seconds of virtual time, and the file it is
+/// kept in (the failure messages name the file rather than print pages of SVG).
+struct Dom {
+    html: String,
+    file: PathBuf,
+}
+
+fn dump_dom(chromium: &str, profile: &Path, url: &str) -> Dom {
     let output = Command::new(chromium)
         .args(CHROMIUM_FLAGS)
         .arg("--dump-dom")
@@ -200,16 +206,21 @@ fn dump_dom(chromium: &str, profile: &Path, url: &str) -> String {
         "chromium --dump-dom {url}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8(output.stdout).unwrap()
+    let html = String::from_utf8(output.stdout).unwrap();
+    let dir = profile.parent().unwrap();
+    let count = std::fs::read_dir(dir).unwrap().count();
+    let file = dir.join(format!("dom-{count}.html"));
+    std::fs::write(&file, format!("<!-- {url} -->\n{html}")).unwrap();
+    Dom { html, file }
 }
 
 /// The rows of the call-site table: each row's function names, in order.
 fn site_rows(dom: &str) -> Vec<String> {
     let body = dom
-        .split_once("<table id=\"sites\">")
+        .split_once("<table id=\"sites\"")
         .and_then(|(_, rest)| rest.split_once("</table>"))
         .map(|(table, _)| table)
-        .unwrap_or_else(|| panic!("no call-site table in {dom}"));
+        .expect("the page has a call-site table");
     body.split("<tr data-site=")
         .skip(1)
         .map(|row| {
@@ -219,26 +230,30 @@ fn site_rows(dom: &str) -> Vec<String> {
         .collect()
 }
 
-/// The values of the flame graph's frames whose name starts with `name`.
-fn flame_values(dom: &str, name: &str) -> Vec<u64> {
-    let needle = format!("data-name=\"{name}");
-    dom.match_indices(&needle)
-        .map(|(at, _)| {
-            let tag = &dom[at..at + dom[at..].find('>').unwrap()];
-            let value = tag.split_once("data-value=\"").unwrap().1;
-            value[..value.find('"').unwrap()].parse().unwrap()
+/// The values of the flame graph's frames of function `function` (a frame's name is its function,
+/// or its location and function as the Markdown report writes it).
+fn flame_values(dom: &str, function: &str) -> Vec<u64> {
+    dom.split("data-name=\"")
+        .skip(1)
+        .filter_map(|tag| {
+            let (name, rest) = tag.split_once('"')?;
+            let named = name == function || name.ends_with(&format!(" in '{function}'"));
+            let value = rest.split_once("data-value=\"")?.1.split_once('"')?.0;
+            named.then(|| value.parse().unwrap())
         })
         .collect()
 }
 
-fn assert_ready(dom: &str, url: &str) {
+fn assert_ready(dom: &Dom) {
     assert!(
-        dom.contains("data-state=\"ready\""),
-        "{url}: the page did not finish: {dom}"
+        dom.html.contains("data-state=\"ready\""),
+        "the page did not finish: {}",
+        dom.file.display()
     );
     assert!(
-        !dom.contains("class=\"error\""),
-        "{url}: the page shows an error: {dom}"
+        !dom.html.contains("class=\"error\""),
+        "the page shows an error: {}",
+        dom.file.display()
     );
 }
 
@@ -395,26 +410,37 @@ fn the_viewer_page_in_chromium() {
 
     // The page loads; the timeline has points, the marker and the peak; the flame graph of what
     // was allocated over the run has every site under its callers.
-    let url = server.url("/?view=flame&what=allocated");
-    let dom = dump_dom(chromium, &profile, &url);
-    assert_ready(&dom, &url);
-    assert!(dom.contains("class=\"timeline\""), "{dom}");
-    assert!(!dom.contains("data-points=\"0\""), "{dom}");
-    assert!(dom.contains("data-label=\"loaded\""), "{dom}");
-    assert!(dom.contains("class=\"peak\""), "{dom}");
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=flame&what=allocated"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    for expected in [
+        "class=\"timeline\"",
+        "data-label=\"loaded\"",
+        "class=\"peak\"",
+    ] {
+        assert!(dom.html.contains(expected), "no {expected} in {file}");
+    }
+    assert!(!dom.html.contains("data-points=\"0\""), "{file}");
     for (name, bytes) in [
         ("app::leaky", 2000),
         ("app::temp", 30),
         ("net::buffer", 5300),
     ] {
         assert_eq!(
-            flame_values(&dom, name),
+            flame_values(&dom.html, name),
             [bytes],
-            "{name} in the flame graph: {dom}"
+            "{name} in the flame graph of {file}"
         );
     }
     for caller in ["app::main", "app::worker"] {
-        assert!(!flame_values(&dom, caller).is_empty(), "{caller}: {dom}");
+        assert!(
+            !flame_values(&dom.html, caller).is_empty(),
+            "no {caller} in the flame graph of {file}"
+        );
     }
 
     // The call-site table, then the same table with filters from the URL (the worker thread
@@ -428,33 +454,33 @@ fn the_viewer_page_in_chromium() {
         .find(|t| t["name"] == "worker")
         .unwrap_or_else(|| panic!("no worker thread in {summary}"))["id"]
         .clone();
-    let url = server.url("/?view=sites&sort=allocated_bytes&desc=1");
-    let dom = dump_dom(chromium, &profile, &url);
-    assert_ready(&dom, &url);
-    assert_eq!(
-        site_rows(&dom),
-        ["net::buffer", "app::leaky", "app::temp"],
-        "{dom}"
-    );
     for (query, expected) in [
-        ("size_min=1000", &["net::buffer", "app::leaky"][..]),
-        ("size_min=2000", &["net::buffer"][..]),
-        ("func=%5Eapp%3A%3Amain%24", &["app::leaky", "app::temp"][..]),
-        ("nofile=net", &["app::leaky", "app::temp"][..]),
-        ("life=never", &["app::leaky", "net::buffer"][..]),
-        (&format!("thread={worker}"), &["net::buffer"][..]),
+        ("", &["net::buffer", "app::leaky", "app::temp"][..]),
+        ("&size_min=1000", &["net::buffer", "app::leaky"][..]),
+        ("&size_min=2000", &["net::buffer"][..]),
+        (
+            "&func=%5Eapp%3A%3Amain%24",
+            &["app::leaky", "app::temp"][..],
+        ),
+        ("&nofile=net", &["app::leaky", "app::temp"][..]),
+        ("&life=never", &["app::leaky", "net::buffer"][..]),
+        (&format!("&thread={worker}"), &["net::buffer"][..]),
     ] {
-        let url = server.url(&format!("/?view=sites&sort=allocated_bytes&desc=1&{query}"));
+        let url = server.url(&format!("/?view=sites&sort=allocated_bytes&desc=1{query}"));
         let dom = dump_dom(chromium, &profile, &url);
-        assert_ready(&dom, &url);
-        assert_eq!(site_rows(&dom), expected, "{url}: {dom}");
+        assert_ready(&dom);
+        assert_eq!(site_rows(&dom.html), expected, "{}", dom.file.display());
     }
 
     // A query the API refuses shows its message in the page, not a blank page.
-    let url = server.url("/?view=sites&func=%28");
-    let dom = dump_dom(chromium, &profile, &url);
-    assert!(dom.contains("class=\"error\""), "{url}: {dom}");
-    assert!(dom.contains("400"), "{url}: {dom}");
+    let dom = dump_dom(chromium, &profile, &server.url("/?view=sites&func=%28"));
+    let error = dom
+        .html
+        .split_once("<div class=\"error\"><span>")
+        .and_then(|(_, rest)| rest.split_once("</span>"))
+        .map(|(message, _)| message)
+        .unwrap_or_else(|| panic!("no error shown in {}", dom.file.display()));
+    assert!(error.contains("400") && error.contains("func"), "{error}");
 
     // A click on a row opens the site's stack with its files and lines; a drag on the timeline
     // selects a range, kept in the URL.

@@ -630,6 +630,13 @@ async function drawSite() {
 // ---------------------------------------------------------------------------------------------
 // Flame graphs
 
+// A frame's function for its box: the server names frames as the Markdown report writes them,
+// `FILE:LINE:COLUMN in 'FUNCTION'`, and the function is what the eye looks for.
+function frameLabel(name) {
+  const m = /^(.*) in '(.*)'$/.exec(name);
+  return m ? m[2] : name;
+}
+
 function hue(name) {
   let h = 0;
   for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0;
@@ -661,7 +668,7 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
   const box = (node, level, x, w, path, dim) => {
     const y = height - (level + 1) * rowHeight;
     const g = svg("g", { class: dim ? "frame ancestor" : "frame", "data-name": node.name, "data-value": node.value });
-    const h = hue(node.name);
+    const h = hue(frameLabel(node.name));
     const color = palette === "growth"
       ? `hsl(${110 + (h % 40)}, 55%, ${55 + (h % 15)}%)`
       : `hsl(${(h % 55)}, ${70 + (h % 20)}%, ${55 + (h % 12)}%)`;
@@ -672,7 +679,8 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
     if (w > charWidth * 3) {
       const text = svg("text", { x: (x + 4).toFixed(2), y: y + rowHeight - 5 });
       const fit = Math.floor((w - 8) / charWidth);
-      text.textContent = node.name.length > fit ? node.name.slice(0, Math.max(1, fit - 1)) + "…" : node.name;
+      const label = frameLabel(node.name);
+      text.textContent = label.length > fit ? label.slice(0, Math.max(1, fit - 1)) + "…" : label;
       g.append(text);
     }
     g.addEventListener("click", () => onZoom && onZoom(path));
