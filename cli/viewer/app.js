@@ -53,17 +53,27 @@ function momentOf(ns) {
   return (ns / 1e9).toFixed(9).replace(/0+$/, "").replace(/\.$/, "");
 }
 
+// A time for the eye: six significant digits at most (the URL keeps the exact moment).
 function fmtSeconds(ns) {
-  return `${momentOf(ns)} s`;
+  return `${Number((ns / 1e9).toPrecision(6))} s`;
 }
 
 function siteName(site) {
   return site.function || "(unknown function)";
 }
 
+// A source file as the reports write it: the standard library's from its crate's directory on
+// (`/rustc/<commit>/library/core/...` is `core/...`), a registry crate's from `name-version/` on.
+function shortFile(file) {
+  return file
+    .replace(/^\/rustc\/[0-9a-f]+\/library\//, "")
+    .replace(/^.*\/\.cargo\/registry\/src\/[^/]+\//, "");
+}
+
 function siteLocation(site) {
   if (!site.file) return "";
-  return site.line ? `${site.file}:${site.line}` : site.file;
+  const file = shortFile(site.file);
+  return site.line ? `${file}:${site.line}` : file;
 }
 
 function el(tag, attrs = {}, ...children) {
@@ -246,7 +256,7 @@ function drawSummary() {
     }
   }
   const threadSelect = form.elements.thread;
-  threadSelect.size = Math.min(4, Math.max(1, s.threads.length));
+  threadSelect.size = Math.min(4, Math.max(2, s.threads.length));
   for (const t of s.threads) {
     threadSelect.append(el("option", { value: String(t.id), text: t.name ? `${t.id} ${t.name}` : String(t.id) }));
   }
@@ -545,9 +555,9 @@ function sitesSort() {
 
 function siteRow(s) {
   const row = el("tr", { "data-site": s.id, tabindex: 0 });
-  row.append(el("td", { class: "text" },
+  row.append(el("td", { class: "text", title: s.file ? `${s.file}:${s.line}` : null },
     el("div", { class: "function", text: siteName(s) }),
-    el("div", { class: "location", text: siteLocation(s) })));
+    el("div", { class: "location" }, el("span", { class: "site-id", text: `#${s.id} ` }), siteLocation(s))));
   const cells = [
     [fmtCount(s.allocations), null],
     [fmtBytes(s.allocated_bytes), s.allocated_bytes],
@@ -613,12 +623,12 @@ async function drawSite() {
     const data = await api("site", `site/${encodeURIComponent(id)}`, apiParams([]));
     if (!data) return;
     panel.dataset.site = data.id;
-    title.textContent = `${siteName(data)} ${siteLocation(data)}`;
+    title.textContent = `#${data.id} ${siteName(data)} ${siteLocation(data)}`;
     drawLive(document.getElementById("site-timeline"), data.timeline, { height: 140, selection: false });
     stacks.replaceChildren(...data.stacks.map((stack, i) => {
       const frames = el("ol", { class: "frames" }, ...stack.frames.map((f) => el("li", {},
         el("span", { class: "function", text: f.function || (f.address ? `0x${Number(f.address).toString(16)}` : "??") }),
-        el("span", { class: "location", text: f.file ? `${f.file}${f.line ? ":" + f.line : ""}` : "" }))));
+        el("span", { class: "location", title: f.file || "", text: f.file ? `${shortFile(f.file)}${f.line ? ":" + f.line : ""}` : "" }))));
       return el("div", { class: "stack" },
         el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${fmtBytes(stack.bytes)} in ${fmtCount(stack.blocks)} blocks` }),
         frames);
@@ -674,7 +684,7 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
       : `hsl(${(h % 55)}, ${70 + (h % 20)}%, ${55 + (h % 12)}%)`;
     g.append(svg("rect", { x: x.toFixed(2), y, width: Math.max(0.5, w - 0.5).toFixed(2), height: rowHeight - 1, fill: color, rx: 2 }));
     const title = svg("title");
-    title.textContent = `${node.name}: ${fmtBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
+    title.textContent = `${shortFile(node.name)}: ${fmtBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
     g.append(title);
     if (w > charWidth * 3) {
       const text = svg("text", { x: (x + 4).toFixed(2), y: y + rowHeight - 5 });
@@ -684,7 +694,7 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
       g.append(text);
     }
     g.addEventListener("click", () => onZoom && onZoom(path));
-    g.addEventListener("mousemove", (event) => tooltip(event, [node.name, `${fmtBytes(node.value)} (${fmtCount(node.value)} bytes)`,
+    g.addEventListener("mousemove", (event) => tooltip(event, [shortFile(node.name), `${fmtBytes(node.value)} (${fmtCount(node.value)} bytes)`,
       `${((node.value / total) * 100).toFixed(2)}% of all, ${((node.value / (focus.value || 1)) * 100).toFixed(2)}% of the zoomed frame`]));
     g.addEventListener("mouseleave", () => tooltip(null));
     root.append(g);
@@ -762,7 +772,8 @@ async function drawDiff() {
       const cls = s.delta_bytes > 0 ? "grew" : s.delta_bytes < 0 ? "shrank" : "";
       const sign = (v) => (v > 0 ? "+" : "");
       return el("tr", { class: cls, "data-site": s.id },
-        el("td", { class: "text" }, el("div", { class: "function", text: siteName(s) }), el("div", { class: "location", text: siteLocation(s) })),
+        el("td", { class: "text" }, el("div", { class: "function", text: siteName(s) }),
+          el("div", { class: "location" }, el("span", { class: "site-id", text: `#${s.id} ` }), siteLocation(s))),
         el("td", { text: fmtBytes(s.from_bytes) }), el("td", { text: fmtBytes(s.to_bytes) }),
         el("td", { class: "delta", text: sign(s.delta_bytes) + fmtBytes(s.delta_bytes) }),
         el("td", { text: fmtCount(s.from_blocks) }), el("td", { text: fmtCount(s.to_blocks) }),
