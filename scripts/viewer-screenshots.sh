@@ -32,10 +32,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-MEMPROF_TRACE="$work/workload.mptrace" "$target_dir/release/examples/workload" "$scenario" "$size" >/dev/null
+MEMPROF_TRACE="$work/$scenario.mptrace" "$target_dir/release/examples/workload" "$scenario" "$size" >/dev/null
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$target_dir/release/memprof" serve "$work/workload.mptrace" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
+"$target_dir/release/memprof" serve "$work/$scenario.mptrace" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
 for _ in $(seq 600); do
@@ -59,4 +59,4 @@ shot() {
 }
 shot timeline "view=timeline&at=peak" 900
 shot sites "view=sites&at=peak&sort=allocated_bytes&desc=1${site:+&site=$site}" 1300
-shot flame "view=flame&what=allocated" 900
+shot flame "view=flame&what=live&at=peak" 1000

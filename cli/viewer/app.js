@@ -608,25 +608,40 @@ async function drawSites() {
   await drawSite();
 }
 
+// The open site's panel: under its row when the row is shown, else under the table. The table
+// is redrawn often, so the panel is held here rather than looked up in the document.
+let sitePanel = null;
+
 async function drawSite() {
   const id = state().get("site");
-  const panel = document.getElementById("site");
+  const panel = sitePanel || (sitePanel = document.getElementById("site"));
   for (const row of document.querySelectorAll("#sites tr[data-site]")) row.classList.toggle("open", row.dataset.site === id);
+  for (const detail of document.querySelectorAll("#sites tr.detail")) detail.remove();
   if (!id) {
     panel.hidden = true;
     return;
   }
+  const row = document.querySelector(`#sites tr[data-site="${CSS.escape(id)}"]`);
+  if (row) {
+    const cell = el("td", { colspan: row.children.length });
+    cell.append(panel);
+    row.after(el("tr", { class: "detail" }, cell));
+  } else {
+    document.getElementById("more-sites").after(panel);
+  }
   panel.hidden = false;
-  const stacks = document.getElementById("site-stacks");
-  const title = document.getElementById("site-title");
+  const stacks = panel.querySelector("#site-stacks");
+  const title = panel.querySelector("#site-title");
   await guarded(stacks, async () => {
     const data = await api("site", `site/${encodeURIComponent(id)}`, apiParams([]));
     if (!data) return;
     panel.dataset.site = data.id;
     title.textContent = `#${data.id} ${siteName(data)} ${siteLocation(data)}`;
-    drawLive(document.getElementById("site-timeline"), data.timeline, { height: 140, selection: false });
+    drawLive(panel.querySelector("#site-timeline"), data.timeline, { height: 140, selection: false });
     stacks.replaceChildren(...data.stacks.map((stack, i) => {
-      const frames = el("ol", { class: "frames" }, ...stack.frames.map((f) => el("li", {},
+      // The frames above the site's own (the allocator, the profiler) are shown dimmed.
+      const own = stack.frames.findIndex((f) => f.function === data.function && f.line === data.line);
+      const frames = el("ol", { class: "frames" }, ...stack.frames.map((f, j) => el("li", { class: j < own ? "inner" : null },
         el("span", { class: "function", text: f.function || (f.address ? `0x${Number(f.address).toString(16)}` : "??") }),
         el("span", { class: "location", title: f.file || "", text: f.file ? `${shortFile(f.file)}${f.line ? ":" + f.line : ""}` : "" }))));
       return el("div", { class: "stack" },
