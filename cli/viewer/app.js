@@ -15,6 +15,7 @@ const MOMENTS = ["at", "from", "to"];
 const VIEWS = ["timeline", "sites", "flame", "diff"];
 const MAX_POINTS = 10000;
 const SITES_PAGE = 100;
+const LIVE_POLL_MS = 2000;
 const SVG = "http://www.w3.org/2000/svg";
 
 let summary = null;
@@ -51,6 +52,13 @@ function fmtDuration(ns) {
 // A moment as the API reads it: seconds since the start, without trailing zeros.
 function momentOf(ns) {
   return (ns / 1e9).toFixed(9).replace(/0+$/, "").replace(/\.$/, "");
+}
+
+// A time picked on a chart, on the nearest edge of the server's index buckets: the index answers
+// such moments without reading the trace again (docs/viewer-api.md).
+function snapped(ns) {
+  const bucket = summary && summary.bucket_ns;
+  return bucket ? Math.round(ns / bucket) * bucket : ns;
 }
 
 // A time for the eye: six significant digits at most (the URL keeps the exact moment).
@@ -164,7 +172,12 @@ function selectedRange() {
 // ---------------------------------------------------------------------------------------------
 // The API
 
-class ApiError extends Error {}
+class ApiError extends Error {
+  constructor(message, status = 0) {
+    super(message);
+    this.status = status;
+  }
+}
 
 // Answers already had, by URL: a click that changes only what is shown (a sort, an open site, a
 // zoom) redraws without asking the server again. A trace does not change while it is served.
@@ -198,7 +211,7 @@ async function fetchJson(url) {
   }
   if (!response.ok) {
     const message = body && body.error ? body.error : text.slice(0, 300) || response.statusText;
-    throw new ApiError(`${url}: ${response.status} ${message}`);
+    throw new ApiError(`${url}: ${response.status} ${message}`, response.status);
   }
   if (body === null) throw new ApiError(`${url}: the answer is not JSON`);
   return body;
@@ -248,6 +261,9 @@ function drawSummary() {
     el("span", { text: `${fmtCount(s.totals.allocations)} allocations (${fmtBytes(s.totals.allocated_bytes)}), ${fmtCount(s.totals.frees)} frees, ${fmtCount(s.totals.temporary)} temporary` }),
     el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}${s.sample_interval ? `, sampled every ${fmtBytes(s.sample_interval)}` : ""}` }),
   );
+  if (s.complete === false) {
+    document.getElementById("summary").append(el("span", { class: "live", text: "still arriving, or cut short: followed every 2 s" }));
+  }
   const form = document.getElementById("filters");
   for (const name of ["marker_from", "marker_to"]) {
     const select = form.elements[name];
@@ -298,8 +314,16 @@ function resetForm() {
 
 function drawExports() {
   const params = apiParams(MOMENTS);
+  // A live block's lifetime is not known at the moment: the exports take no lifetime filter.
+  const refused = ["life", "life_min", "life_max"].some((name) => params.has(name));
   for (const a of document.querySelectorAll("#exports a")) {
-    a.href = `api/export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
+    if (refused) {
+      a.removeAttribute("href");
+      a.title = "the exports take no lifetime filter";
+    } else {
+      a.href = `api/export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
+      a.removeAttribute("title");
+    }
   }
 }
 
@@ -466,9 +490,9 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
     start = null;
     drag.setAttribute("visibility", "hidden");
     if (moved < 4) {
-      navigate({ at: momentOf(a) });
+      navigate({ at: momentOf(snapped(a)) });
     } else {
-      navigate({ from: momentOf(Math.min(a, b)), to: momentOf(Math.max(a, b)), marker_from: null, marker_to: null });
+      navigate({ from: momentOf(snapped(Math.min(a, b))), to: momentOf(snapped(Math.max(a, b))), marker_from: null, marker_to: null });
     }
   });
 }
@@ -566,7 +590,8 @@ function siteRow(s) {
     [fmtBytes(s.leaked_bytes), `${fmtCount(s.leaked_bytes)} bytes in ${fmtCount(s.leaked_blocks)} blocks`],
     [fmtBytes(s.peak_bytes), s.peak_bytes],
     [fmtCount(s.temporary), null],
-    [fmtDuration(s.mean_lifetime_ns), s.mean_lifetime_ns === null ? "never freed" : `${fmtCount(s.mean_lifetime_ns)} ns`],
+    // 0 (or none) when no block of the range was freed.
+    s.mean_lifetime_ns ? [fmtDuration(s.mean_lifetime_ns), `${fmtCount(s.mean_lifetime_ns)} ns`] : ["—", "none freed"],
   ];
   for (const [text, title] of cells) row.append(el("td", { text, title: title === null ? null : String(title) }));
   const open = () => navigate({ site: s.id });
@@ -633,11 +658,13 @@ async function drawSite() {
   const stacks = panel.querySelector("#site-stacks");
   const title = panel.querySelector("#site-title");
   await guarded(stacks, async () => {
-    const data = await api("site", `site/${encodeURIComponent(id)}`, apiParams([]));
+    const chart = panel.querySelector("#site-timeline");
+    const data = await api("site", `site/${encodeURIComponent(id)}`, apiParams(MOMENTS, { points: pointsFor(chart) }));
     if (!data) return;
     panel.dataset.site = data.id;
     title.textContent = `#${data.id} ${siteName(data)} ${siteLocation(data)}`;
-    drawLive(panel.querySelector("#site-timeline"), data.timeline, { height: 140, selection: false });
+    drawLive(chart, data.timeline, { height: 140, selection: false });
+    const at = state().get("at") || "end";
     stacks.replaceChildren(...data.stacks.map((stack, i) => {
       // The frames above the site's own (the allocator, the profiler) are shown dimmed.
       const own = stack.frames.findIndex((f) => f.function === data.function && f.line === data.line);
@@ -645,7 +672,8 @@ async function drawSite() {
         el("span", { class: "function", text: f.function || (f.address ? `0x${Number(f.address).toString(16)}` : "??") }),
         el("span", { class: "location", title: f.file || "", text: f.file ? `${shortFile(f.file)}${f.line ? ":" + f.line : ""}` : "" }))));
       return el("div", { class: "stack" },
-        el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${fmtBytes(stack.bytes)} in ${fmtCount(stack.blocks)} blocks` }),
+        el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${fmtBytes(stack.bytes)} in ${fmtCount(stack.blocks)} blocks live at ${at}` +
+          (stack.allocations !== undefined ? `; ${fmtCount(stack.allocations)} allocations (${fmtBytes(stack.allocated_bytes)}) in the range` : "") }),
         frames);
     }));
     if (!data.stacks.length) stacks.append(el("p", { text: "no stack of this site matches the filters" }));
@@ -851,16 +879,50 @@ async function start() {
     resizeTimer = setTimeout(render, 200);
   });
 
-  try {
-    summary = await api("summary", "summary", null);
-  } catch (e) {
-    showError(e.message);
-    document.getElementById("summary").textContent = "the trace's summary is not available";
-    document.body.dataset.state = "failed";
-    return;
+  for (;;) {
+    try {
+      summary = await api("summary", "summary", null);
+      break;
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 503) {
+        // A live server before the trace's first chunk.
+        document.getElementById("summary").textContent = "waiting for the trace to arrive…";
+        await new Promise((resolve) => setTimeout(resolve, LIVE_POLL_MS));
+        continue;
+      }
+      showError(e.message);
+      document.getElementById("summary").textContent = "the trace's summary is not available";
+      document.body.dataset.state = "failed";
+      return;
+    }
   }
   drawSummary();
   await render();
+  if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
+}
+
+// A trace still arriving (or cut short): its summary is asked again, and while it changes the
+// views are drawn again from fresh answers, so the timeline grows as the program runs.
+async function followLive() {
+  let fresh;
+  try {
+    fresh = await fetchJson("api/summary");
+  } catch (e) {
+    showError(e.message);
+    return;
+  }
+  if (fresh.events !== summary.events || fresh.complete !== summary.complete) {
+    summary = fresh;
+    answers.clear();
+    for (const name of ["marker_from", "marker_to"]) {
+      const select = document.getElementById("filters").elements[name];
+      while (select.options.length > 1) select.remove(1);
+    }
+    document.getElementById("filters").elements.thread.replaceChildren();
+    drawSummary();
+    await render();
+  }
+  if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
 }
 
 start();
