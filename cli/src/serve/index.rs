@@ -290,6 +290,7 @@ pub struct Builder<'a> {
     live: HashMap<u64, Pending, BuildHasherDefault<AddressHasher>>,
     last_alloc: HashMap<u32, u64>,
     cell_count: usize,
+    cell_limit: usize,
     // The index's running heap, per class and whole, and the peak's copy.
     current: Vec<Live>,
     now: Live,
@@ -358,6 +359,7 @@ impl<'a> Builder<'a> {
             live: HashMap::default(),
             last_alloc: HashMap::new(),
             cell_count: 0,
+            cell_limit: INDEX_CELLS,
             current: Vec::new(),
             now: (0, 0),
             peak_live: Vec::new(),
@@ -427,11 +429,14 @@ impl<'a> Builder<'a> {
     fn bucket(&mut self, time: u64) -> u32 {
         let mut bucket = self.agg.edges.bucket(time);
         if self.index {
-            while bucket >= INDEX_BUCKETS || self.cell_count > INDEX_CELLS {
+            while bucket >= INDEX_BUCKETS || self.cell_count > self.cell_limit {
+                let before = self.cell_count;
                 self.coarsen();
                 bucket = self.agg.edges.bucket(time);
-                if bucket < INDEX_BUCKETS && self.cell_count <= INDEX_CELLS / 2 {
-                    break;
+                if self.cell_count * 4 > before * 3 {
+                    // So many classes that halving the resolution barely helps: a higher limit,
+                    // rather than coarsening again at each event.
+                    self.cell_limit = self.cell_limit.max(self.cell_count * 2);
                 }
             }
             if self.agg.peaks.len() <= bucket {
