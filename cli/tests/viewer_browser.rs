@@ -472,6 +472,41 @@ fn the_viewer_page_in_chromium() {
         assert_eq!(site_rows(&dom.html), expected, "{}", dom.file.display());
     }
 
+    // The diff between the start and the end: what is left grew, and only that is in the flame
+    // graph of the growth.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=diff&from=start&to=end"),
+    );
+    assert_ready(&dom);
+    let diff = dom
+        .html
+        .split_once("<table id=\"diff\">")
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .expect("the page has a diff table");
+    let grown: Vec<&str> = diff
+        .split("<div class=\"function\">")
+        .skip(1)
+        .map(|cell| cell.split_once("</div>").unwrap().0)
+        .collect();
+    assert_eq!(
+        grown,
+        ["app::leaky", "net::buffer"],
+        "{}",
+        dom.file.display()
+    );
+    for (name, bytes) in [("app::leaky", 1000), ("net::buffer", 300)] {
+        assert_eq!(
+            flame_values(&dom.html, name),
+            [bytes],
+            "{name} in the growth of {}",
+            dom.file.display()
+        );
+    }
+    assert!(flame_values(&dom.html, "app::temp").is_empty());
+
     // A query the API refuses shows its message in the page, not a blank page.
     let dom = dump_dom(chromium, &profile, &server.url("/?view=sites&func=%28"));
     let error = dom
