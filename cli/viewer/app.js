@@ -761,9 +761,15 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
   return focus;
 }
 
+// The zoomed frame's path from the root, as a JSON array of names (names may hold any
+// character, `;` included: `<[T; 4] as Trait>::f`).
 function zoomPath() {
-  const z = state().get("zoom");
-  return z ? z.split(";") : [];
+  try {
+    const path = JSON.parse(state().get("zoom") || "[]");
+    return Array.isArray(path) ? path.map(String) : [];
+  } catch {
+    return [];
+  }
 }
 
 async function drawFlameView() {
@@ -789,7 +795,7 @@ async function drawFlameView() {
       return;
     }
     const zoom = zoomPath();
-    const focus = drawFlame(container, tree, { zoom, onZoom: (path) => navigate({ zoom: path.length ? path.join(";") : null }) });
+    const focus = drawFlame(container, tree, { zoom, onZoom: (path) => navigate({ zoom: path.length ? JSON.stringify(path) : null }) });
     caption.textContent = `${fmtBytes(tree.value)} ${describe}${focus !== tree ? `; showing ${focus.name} (${fmtBytes(focus.value)})` : ""}`;
     reset.hidden = focus === tree;
     container.dataset.rendered = "1";
