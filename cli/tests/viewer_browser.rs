@@ -1,9 +1,10 @@
 //! The viewer's page in a real browser: `memprof serve` on a trace written event by event with
 //! the format's encoder (so every site, size and time is known), and headless Chromium on its
-//! page. `--dump-dom` covers loading and the filters read from the URL; the clicks go through
-//! the DevTools protocol, as a user's mouse would, over its WebSocket (`tungstenite`: a small
-//! synchronous client, where a full browser-driver crate would bring an async runtime and
-//! hundreds of dependencies for four commands).
+//! page. `--dump-dom` covers loading, the filters read from the URL and the diff; the clicks (a
+//! site's row, a drag on the timeline, a frame of the flame graph) go through the DevTools
+//! protocol as a user's mouse would, over its WebSocket: `tungstenite` is a small synchronous
+//! client, and the test needs only five of the protocol's commands, where a browser-driver crate
+//! brings a whole browser-management layer.
 //!
 //! Chromium missing fails the test under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`) and skips
 //! it with a message otherwise.
@@ -570,6 +571,31 @@ fn the_viewer_page_in_chromium() {
     assert!(
         0.0003 < from && from < 0.0007 && 0.0008 < to && to < 0.0012,
         "a drag over the second quarter of a 2 ms run selected {range}"
+    );
+
+    // A click on a frame of the flame graph zooms into it: its callee then fills the width.
+    browser.call(
+        "Page.navigate",
+        json!({ "url": server.url("/?view=flame&what=allocated") }),
+    );
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && !!document.querySelector('#flame svg')",
+    );
+    let frame = "[...document.querySelectorAll('#flame g.frame')].find(g => g.dataset.name.endsWith(\"'app::main'\") || g.dataset.name === 'app::main')";
+    let (x, y) = centre_of(&mut browser, frame);
+    browser.click(x, y);
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && new URLSearchParams(location.search).has('zoom')",
+    );
+    let widths = browser.eval(
+        "(() => { const svg = document.querySelector('#flame svg'); \
+         const leaky = [...svg.querySelectorAll('g.frame')].find(g => g.dataset.name.includes('app::leaky')); \
+         return [Number(leaky.querySelector('rect').getAttribute('width')), Number(svg.getAttribute('width'))]; })()",
+    );
+    let (leaky, whole) = (widths[0].as_f64().unwrap(), widths[1].as_f64().unwrap());
+    assert!(
+        leaky > whole - 2.0,
+        "app::leaky is {leaky} of {whole} pixels wide after zooming into app::main"
     );
     drop(browser);
     drop(server);
