@@ -552,8 +552,16 @@ function pointsFor(container) {
 
 async function drawTimeline() {
   const container = document.getElementById("timeline");
+  // `tzoom=1` draws the selected range only (the whole run otherwise).
+  const range = selectedRange();
+  const zoomed = state().get("tzoom") === "1" && range !== null;
+  const zoomButton = document.getElementById("timeline-zoom");
+  zoomButton.hidden = range === null && !zoomed;
+  zoomButton.textContent = zoomed ? "show the whole run" : "zoom to the selection";
+  const extra = { points: pointsFor(container) };
+  if (zoomed) Object.assign(extra, { from: momentOf(range[0]), to: momentOf(range[1]) });
   await guarded(container, async () => {
-    const data = await api("timeline", "timeline", apiParams([], { points: pointsFor(container) }));
+    const data = await api("timeline", "timeline", apiParams([], extra));
     if (!data) return;
     drawLive(container, data, { interactive: true });
     container.dataset.rendered = "1";
@@ -876,6 +884,7 @@ async function start() {
     });
   }
   document.getElementById("close-site").addEventListener("click", () => navigate({ site: null }));
+  document.getElementById("timeline-zoom").addEventListener("click", () => navigate({ tzoom: state().get("tzoom") === "1" ? null : "1" }));
   document.getElementById("what").addEventListener("change", (e) => navigate({ what: e.target.value, zoom: null }));
   document.getElementById("flame-reset").addEventListener("click", () => navigate({ zoom: null }));
   window.addEventListener("popstate", render);
