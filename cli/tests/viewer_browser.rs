@@ -349,10 +349,13 @@ impl Browser {
         result["result"]["value"].clone()
     }
 
-    /// Waits up to 30 s for `expression` to be true in the page.
+    /// Waits up to 30 s for `expression` to be true in the page (a document still loading, whose
+    /// body is not there yet, counts as not yet).
     fn wait_for(&mut self, expression: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.eval(expression) != json!(true) {
+        let guarded =
+            format!("(() => {{ try {{ return !!({expression}); }} catch {{ return false; }} }})()");
+        while self.eval(&guarded) != json!(true) {
             assert!(
                 Instant::now() < deadline,
                 "the page never had {expression}: {}",
@@ -579,7 +582,8 @@ fn the_viewer_page_in_chromium() {
         json!({ "url": server.url("/?view=flame&what=allocated") }),
     );
     browser.wait_for(
-        "document.body.dataset.state === 'ready' && !!document.querySelector('#flame svg')",
+        "location.search.includes('view=flame') && document.body.dataset.state === 'ready' \
+         && !!document.querySelector('#flame svg')",
     );
     let frame = "[...document.querySelectorAll('#flame g.frame')].find(g => g.dataset.name.endsWith(\"'app::main'\") || g.dataset.name === 'app::main')";
     let (x, y) = centre_of(&mut browser, frame);
