@@ -560,8 +560,12 @@ async function drawTimeline() {
   zoomButton.textContent = zoomed ? "show the whole run" : "zoom to the selection";
   const extra = { points: pointsFor(container) };
   if (zoomed) Object.assign(extra, { from: momentOf(range[0]), to: momentOf(range[1]) });
+  // A marker range is a selection like from/to: shaded on the whole run unless zoomed.
+  const params = apiParams([], extra);
+  params.delete("marker_from");
+  params.delete("marker_to");
   await guarded(container, async () => {
-    const data = await api("timeline", "timeline", apiParams([], extra));
+    const data = await api("timeline", "timeline", params);
     if (!data) return;
     drawLive(container, data, { interactive: true });
     container.dataset.rendered = "1";
