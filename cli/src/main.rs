@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod alys;
+mod serve;
 mod summary;
 mod symbolize;
 mod timeline;
@@ -102,6 +103,17 @@ enum Command {
         /// The program and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
+    },
+    /// The viewer: a web page and a REST API over a trace (docs/viewer-api.md).
+    Serve {
+        /// The trace file (with --listen-trace: where the received trace is written).
+        trace: Option<PathBuf>,
+        /// The address to serve on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Receives a trace sent to `MEMPROF_TRACE=tcp://HOST:PORT` and serves it as it arrives.
+        #[arg(long)]
+        listen_trace: Option<String>,
     },
     /// Receives one trace sent to `MEMPROF_TRACE=tcp://HOST:PORT` and saves it.
     Receive {
@@ -210,6 +222,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             debug_dir,
             output,
         } => symbolize::run(&open(&trace)?, debug_dir, output.as_deref())?,
+        Command::Serve {
+            trace,
+            listen,
+            listen_trace,
+        } => {
+            drop(out);
+            return serve::serve(trace, &listen, listen_trace.as_deref());
+        }
         Command::Receive { listen, output } => {
             drop(out);
             return receive(&listen, &output);

@@ -1,0 +1,64 @@
+//! Embeds the viewer's page: every file of `viewer/` becomes an entry of `VIEWER_FILES` (its
+//! name, its bytes, its content type), so `memprof serve` serves whatever files the page is made
+//! of, from the binary, with nothing fetched at run time.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+fn content_type(name: &str) -> &'static str {
+    match name.rsplit('.').next().unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "json" => "application/json",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "txt" | "md" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+fn main() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("viewer");
+    println!("cargo::rerun-if-changed={}", dir.display());
+    let mut files = Vec::new();
+    let mut pending = vec![dir.clone()];
+    while let Some(current) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            println!("cargo::rerun-if-changed={}", path.display());
+            if path.is_dir() {
+                pending.push(path);
+            } else if let Ok(relative) = path.strip_prefix(&dir) {
+                let name = relative.to_string_lossy().replace('\\', "/");
+                // Tests and tooling of the page stay out of the binary.
+                if !name.starts_with('.')
+                    && !name.contains("node_modules")
+                    && !name.contains("test")
+                {
+                    files.push((name, path.clone()));
+                }
+            }
+        }
+    }
+    files.sort();
+    let mut code = String::from(
+        "/// The viewer's files: name, bytes, content type.\npub const VIEWER_FILES: &[(&str, &[u8], &str)] = &[\n",
+    );
+    for (name, path) in &files {
+        let _ = writeln!(
+            code,
+            "    ({name:?}, include_bytes!({:?}), {:?}),",
+            path.display().to_string(),
+            content_type(name)
+        );
+    }
+    code.push_str("];\n");
+    let out =
+        Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("viewer_files.rs");
+    std::fs::write(out, code).expect("OUT_DIR is writable");
+}

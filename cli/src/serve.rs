@@ -1,0 +1,237 @@
+//! `memprof serve`: the viewer. A small synchronous HTTP server (tiny_http, a fixed pool of
+//! worker threads) serves the page embedded in the binary and the REST API over a trace's index
+//! (docs/viewer-api.md). With `--listen-trace`, it receives a trace sent to
+//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, indexing it again as it grows.
+
+#![forbid(unsafe_code)]
+
+mod api;
+mod index;
+mod query;
+mod state;
+
+use crate::Failure;
+use memprof::trace::replay::Trace;
+use query::ApiError;
+use state::State;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+include!(concat!(env!("OUT_DIR"), "/viewer_files.rs"));
+
+/// Worker threads answering requests: enough for a page's parallel requests and a few clients,
+/// few enough that scans and exports cannot multiply memory.
+const WORKERS: usize = 8;
+/// A request line longer than this is refused (a page's URL is far shorter).
+const MAX_URL: usize = 16 * 1024;
+
+/// The trace being served; replaced as a live trace grows.
+type Shared = Arc<RwLock<Option<Arc<State>>>>;
+
+/// Runs the server until the process is stopped.
+pub fn serve(
+    trace: Option<PathBuf>,
+    listen: &str,
+    listen_trace: Option<&str>,
+) -> Result<(), Failure> {
+    let shared: Shared = Arc::new(RwLock::new(None));
+    match (trace, listen_trace) {
+        (Some(path), None) => {
+            let trace = crate::open(&path)?;
+            let state = State::build(trace, false)?;
+            eprintln!(
+                "memprof: {}: {} events, {} call sites, {} classes indexed",
+                path.display(),
+                state.trace.events(),
+                state.sites.len(),
+                state.classes.list.len()
+            );
+            *shared.write().map_err(|_| Failure("lock".into(), 1))? = Some(Arc::new(state));
+        }
+        (path, Some(address)) => {
+            let path = path.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("memprof-live-{}.mptrace", std::process::id()))
+            });
+            receive_live(address, path, shared.clone())?;
+        }
+        (None, None) => {
+            return Err(Failure(
+                "serve: give a TRACE, or --listen-trace ADDR to receive one".into(),
+                2,
+            ));
+        }
+    }
+    let server = tiny_http::Server::http(listen)
+        .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
+    let server = Arc::new(server);
+    match server.server_addr().to_ip() {
+        Some(address) => eprintln!("memprof: serving on http://{address}/"),
+        None => eprintln!("memprof: serving on {listen}"),
+    }
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let server = server.clone();
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                while let Ok(request) = server.recv() {
+                    handle(&shared, request);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        let _ = worker.join();
+    }
+    Ok(())
+}
+
+fn handle(shared: &Shared, request: tiny_http::Request) {
+    let url = request.url().to_owned();
+    let reply = if *request.method() != tiny_http::Method::Get
+        && *request.method() != tiny_http::Method::Head
+    {
+        api::Reply::error(&ApiError {
+            status: 405,
+            message: format!("{} {url}: only GET", request.method()),
+        })
+    } else if url.len() > MAX_URL {
+        api::Reply::error(&ApiError {
+            status: 414,
+            message: format!("a URL of {} bytes: at most {MAX_URL}", url.len()),
+        })
+    } else {
+        let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+        let current = shared.read().ok().and_then(|s| s.clone());
+        // A bug in one query answers 500 and leaves the server running.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route(current, path, query)))
+            .unwrap_or_else(|_| {
+                api::Reply::error(&ApiError::internal(format!("{path}: internal error")))
+            })
+    };
+    let mut response = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
+    let mut headers = vec![("Content-Type", reply.content_type.to_owned())];
+    headers.push(("Cache-Control", "no-store".to_owned()));
+    if let Some(name) = reply.file_name {
+        headers.push((
+            "Content-Disposition",
+            format!("attachment; filename=\"{name}\""),
+        ));
+    }
+    for (name, value) in headers {
+        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            response.add_header(header);
+        }
+    }
+    // A client gone before its answer is no concern of the server's.
+    let _ = request.respond(response);
+}
+
+fn route(state: Option<Arc<State>>, path: &str, query: &str) -> api::Reply {
+    if path == "/" || path == "/index.html" {
+        return file("index.html");
+    }
+    if let Some(name) = path.strip_prefix("/static/") {
+        return file(name);
+    }
+    if !path.starts_with("/api/") {
+        return api::Reply::error(&ApiError::not_found(format!("no page {path}")));
+    }
+    let Some(state) = state else {
+        return api::Reply::error(&ApiError {
+            status: 503,
+            message: "no trace yet: waiting for the traced program to connect".into(),
+        });
+    };
+    api::answer(&state, path, query).unwrap_or_else(|e| api::Reply::error(&e))
+}
+
+fn file(name: &str) -> api::Reply {
+    match VIEWER_FILES.iter().find(|(n, _, _)| *n == name) {
+        Some((_, bytes, content_type)) => api::Reply {
+            status: 200,
+            content_type,
+            body: bytes.to_vec(),
+            file_name: None,
+        },
+        None => api::Reply::error(&ApiError::not_found(format!("no file {name}"))),
+    }
+}
+
+/// Receives a trace in the background, writing it to `path`, and indexes it again whenever it
+/// grew (at most once a second), replacing the state served.
+fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Failure> {
+    let listener = std::net::TcpListener::bind(address)
+        .map_err(|e| Failure(format!("--listen-trace {address}: {e}"), 1))?;
+    if let Ok(local) = listener.local_addr() {
+        eprintln!("memprof: waiting for a trace on {local}");
+    }
+    std::thread::spawn(move || {
+        let (mut stream, peer) = match listener.accept() {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("memprof: --listen-trace: {e}");
+                return;
+            }
+        };
+        eprintln!(
+            "memprof: receiving a trace from {peer} into {}",
+            path.display()
+        );
+        let file = match std::fs::File::create(&path) {
+            Ok(file) => file,
+            Err(e) => {
+                eprintln!("memprof: {}: {e}", path.display());
+                return;
+            }
+        };
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let indexer = {
+            let (path, shared, done) = (path.clone(), shared.clone(), done.clone());
+            std::thread::spawn(move || reindex(&path, &shared, &done))
+        };
+        if let Err(e) = copy(&mut stream, file) {
+            eprintln!("memprof: receiving the trace: {e}");
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = indexer.join();
+    });
+    Ok(())
+}
+
+/// Copies the stream to the file, flushing each read so the indexer sees whole chunks soon.
+fn copy(stream: &mut impl Read, mut file: std::fs::File) -> io::Result<()> {
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let n = stream.read(&mut buffer)?;
+        if n == 0 {
+            return file.flush();
+        }
+        file.write_all(&buffer[..n])?;
+    }
+}
+
+fn reindex(path: &Path, shared: &Shared, done: &std::sync::atomic::AtomicBool) {
+    let mut indexed = 0;
+    loop {
+        let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+        let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if len != indexed {
+            // The header may not have arrived yet: try again later.
+            if let Ok(trace) = Trace::open(path)
+                && let Ok(state) = State::build(trace, true)
+            {
+                indexed = len;
+                if let Ok(mut current) = shared.write() {
+                    *current = Some(Arc::new(state));
+                }
+            }
+        }
+        if finished {
+            eprintln!("memprof: the trace is complete: {len} bytes");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(if finished { 10 } else { 1000 }));
+    }
+}

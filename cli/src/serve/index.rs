@@ -1,0 +1,694 @@
+//! The viewer's aggregates of a trace: per-class counters over time buckets, and the live heap
+//! per class at chosen moments. One pass over the events builds them, either once for the whole
+//! trace (the index: uniform buckets that coarsen as the run grows, no filter, the peak and the
+//! markers captured) or for one query the index cannot answer (a scan: the query's own bucket
+//! edges and moments, with its filter), so both answer through the same lookups.
+//!
+//! A class is an allocating (stack, thread) pair: the filters on threads and on a stack's frames
+//! select whole classes, so the index answers them exactly. A bucket `i` holds the events with
+//! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
+//! sum of buckets `0..=i`.
+
+use memprof::trace::replay::{AddressHasher, Event, Timed};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+/// Counters of one class within one bucket. Allocation-side counters (`allocs` to `life_*`)
+/// belong to the bucket of the allocation; `frees` and `free_bytes` to the bucket of the free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cell {
+    /// Blocks allocated.
+    pub allocs: u64,
+    /// Bytes allocated.
+    pub alloc_bytes: u64,
+    /// Blocks freed.
+    pub frees: u64,
+    /// Bytes freed.
+    pub free_bytes: u64,
+    /// Allocations freed before their thread allocated again.
+    pub temporary: u64,
+    /// Bytes of those.
+    pub temporary_bytes: u64,
+    /// Allocations freed (their lifetime known).
+    pub life_count: u64,
+    /// Sum of their lifetimes, ns.
+    pub life_sum: u64,
+}
+
+impl Cell {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Cell) {
+        self.allocs += other.allocs;
+        self.alloc_bytes += other.alloc_bytes;
+        self.frees += other.frees;
+        self.free_bytes += other.free_bytes;
+        self.temporary += other.temporary;
+        self.temporary_bytes += other.temporary_bytes;
+        self.life_count += other.life_count;
+        self.life_sum = self.life_sum.saturating_add(other.life_sum);
+    }
+}
+
+/// Live bytes and blocks.
+pub type Live = (u64, u64);
+
+/// Where the buckets end.
+#[derive(Clone, Debug)]
+pub enum Edges {
+    /// Bucket `i` ends at `i * width` (bucket 0 holds the events at time 0).
+    Uniform(u64),
+    /// Bucket `i` ends at `edges[i]`; the last bucket, after every edge, never ends.
+    Explicit(Vec<u64>),
+}
+
+impl Edges {
+    /// The bucket of an event at `time`.
+    pub fn bucket(&self, time: u64) -> usize {
+        match self {
+            Edges::Uniform(width) => time.div_ceil(*width) as usize,
+            Edges::Explicit(edges) => edges.partition_point(|&e| e < time),
+        }
+    }
+
+    /// The bucket that ends exactly at `time`, when one does.
+    pub fn ending_at(&self, time: u64) -> Option<usize> {
+        match self {
+            Edges::Uniform(width) => time.is_multiple_of(*width).then(|| (time / width) as usize),
+            Edges::Explicit(edges) => edges.binary_search(&time).ok(),
+        }
+    }
+
+    /// The end of bucket `i`.
+    pub fn end(&self, i: usize) -> u64 {
+        match self {
+            Edges::Uniform(width) => i as u64 * width,
+            Edges::Explicit(edges) => edges.get(i).copied().unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// A moment a scan keeps the live heap of, per class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Point {
+    /// After every event at or before this time.
+    Time(u64),
+    /// After this many events.
+    Events(u64),
+}
+
+/// What a scan keeps: which allocations count.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Classes selected (by thread and frames); `None`: all.
+    pub classes: Option<Vec<bool>>,
+    /// Inclusive size range.
+    pub size: (u64, u64),
+    /// Inclusive lifetime range in ns, when given; blocks never freed have none.
+    pub life: Option<(u64, u64)>,
+    /// Only blocks never freed.
+    pub never: bool,
+    /// Only temporary blocks.
+    pub temporary: bool,
+}
+
+impl Selection {
+    /// Everything.
+    pub fn all() -> Selection {
+        Selection {
+            size: (0, u64::MAX),
+            ..Selection::default()
+        }
+    }
+
+    fn class(&self, class: u32) -> bool {
+        self.classes
+            .as_ref()
+            .is_none_or(|c| c.get(class as usize).copied().unwrap_or(false))
+    }
+
+    /// Whether a block resolved with this outcome counts (`life`: `None` when never freed).
+    fn outcome(&self, life: Option<u64>, temporary: bool) -> bool {
+        if self.never && life.is_some() {
+            return false;
+        }
+        if self.temporary && !temporary {
+            return false;
+        }
+        match (self.life, life) {
+            (Some((lo, hi)), Some(l)) => (lo..=hi).contains(&l),
+            (Some(_), None) => false,
+            _ => true,
+        }
+    }
+}
+
+/// A live block during the pass.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    size: u64,
+    class: u32,
+    time: u64,
+    /// Events replayed up to and with its allocation.
+    events: u64,
+    bucket: u32,
+}
+
+/// (stack, thread) pairs, numbered in order of first allocation.
+#[derive(Clone, Debug, Default)]
+pub struct Classes {
+    /// Each class's stack (an index into the trace's stacks) and thread.
+    pub list: Vec<(u32, u32)>,
+    ids: HashMap<(u32, u32), u32>,
+}
+
+impl Classes {
+    fn intern(&mut self, stack: u32, thread: u32) -> u32 {
+        let next = self.list.len() as u32;
+        let id = *self.ids.entry((stack, thread)).or_insert(next);
+        if id == next {
+            self.list.push((stack, thread));
+        }
+        id
+    }
+
+    /// The class of a pair, when it allocated.
+    pub fn get(&self, stack: u32, thread: u32) -> Option<u32> {
+        self.ids.get(&(stack, thread)).copied()
+    }
+}
+
+/// A global figure of one bucket of the index: the highest live bytes reached within it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BucketPeak {
+    /// Live bytes at the highest.
+    pub bytes: u64,
+    /// Live blocks then.
+    pub blocks: u64,
+    /// When.
+    pub time: u64,
+}
+
+/// Whole-run figures the index keeps besides its buckets.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    /// Allocation events (a reallocation's new block too).
+    pub allocations: u64,
+    /// Reallocations.
+    pub reallocs: u64,
+    /// Free events (a reallocation's old block too).
+    pub frees: u64,
+    /// Bytes allocated.
+    pub allocated_bytes: u64,
+    /// Temporary allocations.
+    pub temporary: u64,
+    /// Events replayed.
+    pub events: u64,
+    /// Time of the last event.
+    pub last_time: u64,
+    /// The peak: events up to it, its time, bytes and blocks.
+    pub peak_events: u64,
+    /// Its time.
+    pub peak_time: u64,
+    /// Live bytes and blocks there.
+    pub peak: Live,
+    /// Live at the end.
+    pub end: Live,
+    /// Markers in order: time, events up to and with it, label id.
+    pub markers: Vec<(u64, u64, u32)>,
+}
+
+/// Aggregates of one pass.
+#[derive(Debug)]
+pub struct Agg {
+    /// The buckets' ends.
+    pub edges: Edges,
+    /// Buckets in use.
+    pub buckets: usize,
+    /// Per class, its non-empty buckets in order: (bucket, counters).
+    pub cells: Vec<Vec<(u32, Cell)>>,
+    /// The index's highest live bytes within each bucket (empty for a scan).
+    pub peaks: Vec<BucketPeak>,
+    /// Live per class at each point asked for (a scan) or captured (the index: the peak, then
+    /// the first marker of each label, by label id in `marker_live`).
+    pub points: HashMap<Point, Vec<Live>>,
+    /// The index's live per class at the first marker of each label.
+    pub marker_live: HashMap<u32, Vec<Live>>,
+    /// Live per class at the end.
+    pub end: Vec<Live>,
+    /// Whole-run figures (the index's; a scan's count only what it selects).
+    pub totals: Totals,
+}
+
+impl Agg {
+    /// Live per class after bucket `last` (a prefix sum of the cells).
+    pub fn live_through(&self, last: usize, classes: usize) -> Vec<Live> {
+        let mut live = vec![(0u64, 0u64); classes];
+        for (class, cells) in self.cells.iter().enumerate() {
+            let (mut bytes, mut blocks) = (0i128, 0i128);
+            for (bucket, cell) in cells {
+                if *bucket as usize > last {
+                    break;
+                }
+                bytes += i128::from(cell.alloc_bytes) - i128::from(cell.free_bytes);
+                blocks += i128::from(cell.allocs) - i128::from(cell.frees);
+            }
+            live[class] = (bytes.max(0) as u64, blocks.max(0) as u64);
+        }
+        live
+    }
+
+    /// Per class, the counters summed over buckets `first..=last`.
+    pub fn sum(&self, first: usize, last: usize, classes: usize) -> Vec<Cell> {
+        let mut sums = vec![Cell::default(); classes];
+        for (class, cells) in self.cells.iter().enumerate() {
+            let start = cells.partition_point(|(b, _)| (*b as usize) < first);
+            for (bucket, cell) in &cells[start..] {
+                if *bucket as usize > last {
+                    break;
+                }
+                sums[class].add(cell);
+            }
+        }
+        sums
+    }
+}
+
+const INDEX_BUCKETS: usize = 4096;
+/// Cells the index keeps before it halves its resolution (about 64 bytes each).
+const INDEX_CELLS: usize = 6 << 20;
+
+/// The pass: the index when `index` is set, else a scan.
+#[derive(Debug)]
+pub struct Builder<'a> {
+    agg: Agg,
+    index: bool,
+    classes: Classes,
+    /// A scan's classes come from the index; it interns none.
+    fixed: Option<&'a Classes>,
+    selection: Selection,
+    scan_points: Vec<Point>,
+    live: HashMap<u64, Pending, BuildHasherDefault<AddressHasher>>,
+    last_alloc: HashMap<u32, u64>,
+    cell_count: usize,
+    cell_limit: usize,
+    // The index's running heap, per class and whole, and the peak's copy.
+    current: Vec<Live>,
+    now: Live,
+    peak_live: Vec<Live>,
+    dirty: Vec<u32>,
+    is_dirty: Vec<bool>,
+    labels_seen: usize,
+}
+
+impl<'a> Builder<'a> {
+    /// The index of a whole trace.
+    pub fn index() -> Builder<'static> {
+        Builder::new(
+            Edges::Uniform(1024),
+            true,
+            None,
+            Selection::all(),
+            Vec::new(),
+        )
+    }
+
+    /// A scan with its bucket edges (sorted), its selection and the moments to keep.
+    pub fn scan(
+        classes: &'a Classes,
+        edges: Vec<u64>,
+        selection: Selection,
+        points: Vec<Point>,
+    ) -> Builder<'a> {
+        Builder::new(
+            Edges::Explicit(edges),
+            false,
+            Some(classes),
+            selection,
+            points,
+        )
+    }
+
+    fn new(
+        edges: Edges,
+        index: bool,
+        fixed: Option<&'a Classes>,
+        selection: Selection,
+        scan_points: Vec<Point>,
+    ) -> Builder<'a> {
+        let classes = fixed.map_or(0, |c| c.list.len());
+        let mut points = HashMap::new();
+        for point in &scan_points {
+            points.insert(*point, vec![(0, 0); classes]);
+        }
+        Builder {
+            agg: Agg {
+                edges,
+                buckets: 1,
+                cells: vec![Vec::new(); classes],
+                peaks: Vec::new(),
+                points,
+                marker_live: HashMap::new(),
+                end: Vec::new(),
+                totals: Totals::default(),
+            },
+            index,
+            classes: Classes::default(),
+            fixed,
+            selection,
+            scan_points,
+            live: HashMap::default(),
+            last_alloc: HashMap::new(),
+            cell_count: 0,
+            cell_limit: INDEX_CELLS,
+            current: Vec::new(),
+            now: (0, 0),
+            peak_live: Vec::new(),
+            dirty: Vec::new(),
+            is_dirty: Vec::new(),
+            labels_seen: 0,
+        }
+    }
+
+    fn cell(&mut self, class: u32, bucket: u32) -> &mut Cell {
+        let cells = &mut self.agg.cells[class as usize];
+        let at = match cells.last() {
+            Some((b, _)) if *b == bucket => cells.len() - 1,
+            Some((b, _)) if *b > bucket => match cells.binary_search_by_key(&bucket, |(b, _)| *b) {
+                Ok(at) => at,
+                Err(at) => {
+                    cells.insert(at, (bucket, Cell::default()));
+                    self.cell_count += 1;
+                    at
+                }
+            },
+            _ => {
+                cells.push((bucket, Cell::default()));
+                self.cell_count += 1;
+                cells.len() - 1
+            }
+        };
+        &mut cells[at].1
+    }
+
+    /// Halves the index's resolution: buckets `2j - 1` and `2j` become bucket `j`.
+    fn coarsen(&mut self) {
+        let Edges::Uniform(width) = self.agg.edges else {
+            return;
+        };
+        self.agg.edges = Edges::Uniform(width * 2);
+        let merge = |b: u32| b.div_ceil(2);
+        self.cell_count = 0;
+        for cells in &mut self.agg.cells {
+            let mut merged: Vec<(u32, Cell)> = Vec::with_capacity(cells.len() / 2 + 1);
+            for (bucket, cell) in cells.drain(..) {
+                let bucket = merge(bucket);
+                match merged.last_mut() {
+                    Some((b, c)) if *b == bucket => c.add(&cell),
+                    _ => merged.push((bucket, cell)),
+                }
+            }
+            self.cell_count += merged.len();
+            *cells = merged;
+        }
+        let mut peaks: Vec<BucketPeak> = Vec::with_capacity(self.agg.peaks.len() / 2 + 1);
+        for (i, peak) in self.agg.peaks.iter().enumerate() {
+            let bucket = merge(i as u32) as usize;
+            if peaks.len() <= bucket {
+                peaks.push(*peak);
+            } else if peak.bytes > peaks[bucket].bytes {
+                peaks[bucket] = *peak;
+            }
+        }
+        self.agg.peaks = peaks;
+        for pending in self.live.values_mut() {
+            pending.bucket = merge(pending.bucket);
+        }
+        self.agg.buckets = self.agg.peaks.len().max(1);
+    }
+
+    fn bucket(&mut self, time: u64) -> u32 {
+        let mut bucket = self.agg.edges.bucket(time);
+        if self.index {
+            while bucket >= INDEX_BUCKETS || self.cell_count > self.cell_limit {
+                let before = self.cell_count;
+                self.coarsen();
+                bucket = self.agg.edges.bucket(time);
+                if self.cell_count * 4 > before * 3 {
+                    // So many classes that halving the resolution barely helps: a higher limit,
+                    // rather than coarsening again at each event.
+                    self.cell_limit = self.cell_limit.max(self.cell_count * 2);
+                }
+            }
+            if self.agg.peaks.len() <= bucket {
+                self.agg.peaks.resize(bucket + 1, BucketPeak::default());
+            }
+        }
+        self.agg.buckets = self.agg.buckets.max(bucket + 1);
+        bucket as u32
+    }
+
+    fn touch(&mut self, class: u32) {
+        let slot = class as usize;
+        if !self.is_dirty[slot] {
+            self.is_dirty[slot] = true;
+            self.dirty.push(class);
+        }
+    }
+
+    /// Takes one event (in time order).
+    pub fn event(&mut self, timed: &Timed) {
+        let totals = &mut self.agg.totals;
+        totals.events += 1;
+        totals.last_time = timed.time;
+        let events = totals.events;
+        match timed.event {
+            Event::Alloc {
+                address,
+                size,
+                stack,
+                realloc_of,
+            } => {
+                if self.index {
+                    totals.allocations += 1;
+                    totals.allocated_bytes += size;
+                    totals.reallocs += u64::from(realloc_of.is_some());
+                }
+                let class = match self.fixed {
+                    Some(classes) => classes.get(stack, timed.thread),
+                    None => {
+                        let class = self.classes.intern(stack, timed.thread);
+                        if class as usize == self.agg.cells.len() {
+                            self.agg.cells.push(Vec::new());
+                            self.current.push((0, 0));
+                            self.peak_live.push((0, 0));
+                            self.is_dirty.push(false);
+                        }
+                        Some(class)
+                    }
+                };
+                self.last_alloc.insert(timed.thread, address);
+                let bucket = self.bucket(timed.time);
+                if let Some(old) = self.live.remove(&address) {
+                    // A block allocated over a live one: the old one ends here, unseen.
+                    self.resolve(address, old, None, timed, bucket);
+                }
+                let Some(class) = class else { return };
+                if !self.selection.class(class)
+                    || !(self.selection.size.0..=self.selection.size.1).contains(&size)
+                {
+                    return;
+                }
+                self.live.insert(
+                    address,
+                    Pending {
+                        size,
+                        class,
+                        time: timed.time,
+                        events,
+                        bucket,
+                    },
+                );
+                if self.index {
+                    let cell = self.cell(class, bucket);
+                    cell.allocs += 1;
+                    cell.alloc_bytes += size;
+                    let c = &mut self.current[class as usize];
+                    c.0 += size;
+                    c.1 += 1;
+                    self.touch(class);
+                    self.now.0 += size;
+                    self.now.1 += 1;
+                    self.track_peak(timed.time, bucket as usize);
+                }
+            }
+            Event::Free { address, .. } => {
+                if self.index {
+                    totals.frees += 1;
+                }
+                let bucket = self.bucket(timed.time);
+                let temporary = self.last_alloc.get(&timed.thread) == Some(&address);
+                if temporary {
+                    self.last_alloc.remove(&timed.thread);
+                }
+                if let Some(block) = self.live.remove(&address) {
+                    self.resolve(address, block, Some(temporary), timed, bucket);
+                }
+            }
+            Event::Mark { label } => {
+                self.bucket(timed.time);
+                let totals = &mut self.agg.totals;
+                totals.markers.push((timed.time, events, label));
+                if self.index
+                    && !self.agg.marker_live.contains_key(&label)
+                    && self.labels_seen < 4096
+                {
+                    self.labels_seen += 1;
+                    self.agg.marker_live.insert(label, self.current.clone());
+                }
+            }
+        }
+    }
+
+    fn track_peak(&mut self, time: u64, bucket: usize) {
+        let (bytes, blocks) = self.now;
+        let peak = &mut self.agg.peaks[bucket];
+        if bytes > peak.bytes {
+            *peak = BucketPeak {
+                bytes,
+                blocks,
+                time,
+            };
+        }
+        let totals = &mut self.agg.totals;
+        if bytes > totals.peak.0 {
+            totals.peak = (bytes, blocks);
+            totals.peak_time = time;
+            totals.peak_events = totals.events;
+            for class in self.dirty.drain(..) {
+                self.peak_live[class as usize] = self.current[class as usize];
+                self.is_dirty[class as usize] = false;
+            }
+        }
+    }
+
+    /// A block's end: freed (`temporary` known) or overwritten (`None`).
+    fn resolve(
+        &mut self,
+        _address: u64,
+        block: Pending,
+        temporary: Option<bool>,
+        timed: &Timed,
+        bucket: u32,
+    ) {
+        let life = timed.time.saturating_sub(block.time);
+        let is_temporary = temporary.unwrap_or(false);
+        if self.index {
+            let class = block.class;
+            let c = &mut self.current[class as usize];
+            c.0 -= block.size;
+            c.1 -= 1;
+            self.touch(class);
+            self.now.0 -= block.size;
+            self.now.1 -= 1;
+            let cell = self.cell(class, bucket);
+            cell.frees += 1;
+            cell.free_bytes += block.size;
+            let cell = self.cell(class, block.bucket);
+            cell.life_count += 1;
+            cell.life_sum = cell.life_sum.saturating_add(life);
+            if is_temporary {
+                cell.temporary += 1;
+                cell.temporary_bytes += block.size;
+                self.agg.totals.temporary += 1;
+            }
+            return;
+        }
+        if !self.selection.outcome(Some(life), is_temporary) {
+            return;
+        }
+        self.count_allocation(&block);
+        let cell = self.cell(block.class, block.bucket);
+        cell.life_count += 1;
+        cell.life_sum = cell.life_sum.saturating_add(life);
+        if is_temporary {
+            cell.temporary += 1;
+            cell.temporary_bytes += block.size;
+            self.agg.totals.temporary += 1;
+        }
+        let cell = self.cell(block.class, bucket);
+        cell.frees += 1;
+        cell.free_bytes += block.size;
+        self.agg.totals.frees += 1;
+        for point in &self.scan_points {
+            let live = match *point {
+                Point::Time(t) => block.time <= t && timed.time > t,
+                Point::Events(n) => block.events <= n && self.agg.totals.events > n,
+            };
+            if live {
+                let entry =
+                    &mut self.agg.points.get_mut(point).expect("a point")[block.class as usize];
+                entry.0 += block.size;
+                entry.1 += 1;
+            }
+        }
+    }
+
+    /// A scan counts an allocation once its block's outcome passed the selection.
+    fn count_allocation(&mut self, block: &Pending) {
+        let cell = self.cell(block.class, block.bucket);
+        cell.allocs += 1;
+        cell.alloc_bytes += block.size;
+        let totals = &mut self.agg.totals;
+        totals.allocations += 1;
+        totals.allocated_bytes += block.size;
+    }
+
+    /// The aggregates, with the blocks still live counted as never freed.
+    pub fn finish(mut self) -> (Agg, Classes) {
+        let classes = self.fixed.map_or(self.agg.cells.len(), |c| c.list.len());
+        if self.index {
+            for class in self.dirty.drain(..) {
+                self.is_dirty[class as usize] = false;
+            }
+            self.agg.points.insert(
+                Point::Events(self.agg.totals.peak_events),
+                std::mem::take(&mut self.peak_live),
+            );
+            self.agg.totals.end = self.now;
+            self.agg.end = std::mem::take(&mut self.current);
+            self.agg.buckets = self.agg.buckets.max(self.agg.peaks.len());
+        } else {
+            let mut end = vec![(0u64, 0u64); classes];
+            let live: Vec<Pending> = self.live.drain().map(|(_, p)| p).collect();
+            for block in live {
+                if !self.selection.outcome(None, false) {
+                    continue;
+                }
+                self.count_allocation(&block);
+                let e = &mut end[block.class as usize];
+                e.0 += block.size;
+                e.1 += 1;
+                self.agg.totals.end.0 += block.size;
+                self.agg.totals.end.1 += 1;
+                for point in &self.scan_points {
+                    let live = match *point {
+                        Point::Time(t) => block.time <= t,
+                        Point::Events(n) => block.events <= n,
+                    };
+                    if live {
+                        let entry = &mut self.agg.points.get_mut(point).expect("a point")
+                            [block.class as usize];
+                        entry.0 += block.size;
+                        entry.1 += 1;
+                    }
+                }
+            }
+            self.agg.end = end;
+        }
+        let classes = match self.fixed {
+            Some(c) => c.clone(),
+            None => self.classes,
+        };
+        (self.agg, classes)
+    }
+}

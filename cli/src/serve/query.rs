@@ -1,0 +1,357 @@
+//! Query strings of the viewer's API: decoding, the shared moment and filter parameters, and the
+//! errors a bad value gets (status 400 with a message naming the parameter and the value).
+
+use super::index::{Classes, Selection, Totals};
+use regex_lite::{Regex, RegexBuilder};
+use std::fmt;
+
+/// An API error: its status and message.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// What went wrong, naming the parameter and its value.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400.
+    pub fn bad(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 400,
+            message: message.into(),
+        }
+    }
+
+    /// A 404.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 404,
+            message: message.into(),
+        }
+    }
+
+    /// A 500.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 500,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Decoded `name=value` pairs, in order.
+#[derive(Debug, Default)]
+pub struct Params(pub Vec<(String, String)>);
+
+/// Percent-decoding (`+` as a space).
+fn decode(text: &str) -> Result<String, ApiError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| ApiError::bad(format!("bad percent escape in {text:?}")))?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| ApiError::bad(format!("{text:?} is not UTF-8")))
+}
+
+impl Params {
+    /// Parses a query string.
+    pub fn parse(query: &str) -> Result<Params, ApiError> {
+        let mut pairs = Vec::new();
+        for part in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = part.split_once('=').unwrap_or((part, ""));
+            pairs.push((decode(name)?, decode(value)?));
+        }
+        Ok(Params(pairs))
+    }
+
+    /// The last value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of `name`.
+    pub fn all(&self, name: &str) -> impl Iterator<Item = &str> {
+        self.0
+            .iter()
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// An unsigned integer parameter.
+    pub fn number(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        self.get(name)
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    ApiError::bad(format!("{name}={v:?}: not a whole number of 0 or more"))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// A moment of the run, resolved against the index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum At {
+    /// After every event at or before this time.
+    Time(u64),
+    /// Just after the peak's event.
+    Peak { events: u64, time: u64 },
+    /// Just after the first marker with this label.
+    Marker { label: u32, events: u64, time: u64 },
+    /// After the last event.
+    End,
+}
+
+impl At {
+    /// Its time, for a range.
+    pub fn time(&self, totals: &Totals) -> u64 {
+        match *self {
+            At::Time(t) => t,
+            At::Peak { time, .. } | At::Marker { time, .. } => time,
+            At::End => totals.last_time,
+        }
+    }
+}
+
+/// Parses a moment: seconds, `start`, `peak`, `end` or `marker:LABEL`.
+pub fn moment(
+    name: &str,
+    text: &str,
+    totals: &Totals,
+    labels: &dyn Fn(&str) -> Option<u32>,
+    marker_names: &dyn Fn() -> String,
+) -> Result<At, ApiError> {
+    match text {
+        "start" => return Ok(At::Time(0)),
+        "end" => return Ok(At::End),
+        "peak" => {
+            return Ok(At::Peak {
+                events: totals.peak_events,
+                time: totals.peak_time,
+            });
+        }
+        _ => {}
+    }
+    if let Some(label) = text.strip_prefix("marker:") {
+        return marker(name, label, totals, labels, marker_names);
+    }
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            let ns = seconds * 1e9;
+            if ns >= u64::MAX as f64 {
+                Ok(At::End)
+            } else {
+                Ok(At::Time(ns.round() as u64))
+            }
+        }
+        _ => Err(ApiError::bad(format!(
+            "{name}={text:?}: not a moment (SECONDS, start, peak, end or marker:LABEL)"
+        ))),
+    }
+}
+
+/// The first marker labelled `label`.
+pub fn marker(
+    name: &str,
+    label: &str,
+    totals: &Totals,
+    labels: &dyn Fn(&str) -> Option<u32>,
+    marker_names: &dyn Fn() -> String,
+) -> Result<At, ApiError> {
+    let unknown = || {
+        ApiError::bad(format!(
+            "{name}={label:?}: no marker with this label (markers: {})",
+            marker_names()
+        ))
+    };
+    let id = labels(label).ok_or_else(unknown)?;
+    let &(time, events, _) = totals
+        .markers
+        .iter()
+        .find(|(_, _, l)| *l == id)
+        .ok_or_else(unknown)?;
+    Ok(At::Marker {
+        label: id,
+        events,
+        time,
+    })
+}
+
+/// The filters of a query, compiled.
+#[derive(Debug, Default)]
+pub struct Filters {
+    /// Threads asked for (the trace's numbers); empty: all.
+    pub threads: Vec<u32>,
+    /// Any frame's function matches.
+    pub func: Option<Regex>,
+    /// No frame's function matches.
+    pub nofunc: Option<Regex>,
+    /// Any frame's file matches.
+    pub file: Option<Regex>,
+    /// No frame's file matches.
+    pub nofile: Option<Regex>,
+    /// Inclusive size range.
+    pub size: (u64, u64),
+    /// Inclusive lifetime range.
+    pub life: Option<(u64, u64)>,
+    /// `life=never`.
+    pub never: bool,
+    /// `life=temporary`.
+    pub temporary: bool,
+}
+
+fn regex(params: &Params, name: &str) -> Result<Option<Regex>, ApiError> {
+    params
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            RegexBuilder::new(v)
+                .size_limit(1 << 20)
+                .nest_limit(64)
+                .build()
+                .map_err(|e| ApiError::bad(format!("{name}={v:?}: not a regular expression: {e}")))
+        })
+        .transpose()
+}
+
+impl Filters {
+    /// Reads the filter parameters.
+    pub fn parse(params: &Params) -> Result<Filters, ApiError> {
+        let mut threads = Vec::new();
+        for value in params.all("thread") {
+            threads.push(
+                value
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| ApiError::bad(format!("thread={value:?}: not a thread number")))?,
+            );
+        }
+        let size = (
+            params.number("size_min")?.unwrap_or(0),
+            params.number("size_max")?.unwrap_or(u64::MAX),
+        );
+        if size.0 > size.1 {
+            return Err(ApiError::bad(format!(
+                "size_min={} is above size_max={}",
+                size.0, size.1
+            )));
+        }
+        let (life_min, life_max) = (params.number("life_min")?, params.number("life_max")?);
+        let life = match (life_min, life_max) {
+            (None, None) => None,
+            (lo, hi) => Some((lo.unwrap_or(0), hi.unwrap_or(u64::MAX))),
+        };
+        if let Some((lo, hi)) = life
+            && lo > hi
+        {
+            return Err(ApiError::bad(format!(
+                "life_min={lo} is above life_max={hi}"
+            )));
+        }
+        let (mut never, mut temporary) = (false, false);
+        match params.get("life") {
+            None | Some("") => {}
+            Some("never") => never = true,
+            Some("temporary") => temporary = true,
+            Some(other) => {
+                return Err(ApiError::bad(format!(
+                    "life={other:?}: use never or temporary"
+                )));
+            }
+        }
+        Ok(Filters {
+            threads,
+            func: regex(params, "func")?,
+            nofunc: regex(params, "nofunc")?,
+            file: regex(params, "file")?,
+            nofile: regex(params, "nofile")?,
+            size,
+            life,
+            never,
+            temporary,
+        })
+    }
+
+    /// Whether only whole classes are selected (the index answers).
+    pub fn by_class_only(&self) -> bool {
+        self.size == (0, u64::MAX) && self.life.is_none() && !self.never && !self.temporary
+    }
+
+    /// Whether any frame filter is set.
+    fn by_frames(&self) -> bool {
+        self.func.is_some() || self.nofunc.is_some() || self.file.is_some() || self.nofile.is_some()
+    }
+
+    /// Whether a stack's frames `(function, file)` pass the frame filters.
+    pub fn frames_pass(&self, frames: &[(String, String)]) -> bool {
+        let any = |re: &Regex, file: bool| {
+            frames
+                .iter()
+                .any(|(function, path)| re.is_match(if file { path } else { function }))
+        };
+        self.func.as_ref().is_none_or(|re| any(re, false))
+            && self.nofunc.as_ref().is_none_or(|re| !any(re, false))
+            && self.file.as_ref().is_none_or(|re| any(re, true))
+            && self.nofile.as_ref().is_none_or(|re| !any(re, true))
+    }
+
+    /// The classes selected, given each stack's frames.
+    pub fn classes(
+        &self,
+        classes: &Classes,
+        stack_frames: &dyn Fn(u32) -> Vec<(String, String)>,
+    ) -> Option<Vec<bool>> {
+        if self.threads.is_empty() && !self.by_frames() {
+            return None;
+        }
+        let mut by_stack: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+        Some(
+            classes
+                .list
+                .iter()
+                .map(|&(stack, thread)| {
+                    (self.threads.is_empty() || self.threads.contains(&thread))
+                        && *by_stack
+                            .entry(stack)
+                            .or_insert_with(|| self.frames_pass(&stack_frames(stack)))
+                })
+                .collect(),
+        )
+    }
+
+    /// The scan's selection.
+    pub fn selection(&self, classes: Option<Vec<bool>>) -> Selection {
+        Selection {
+            classes,
+            size: self.size,
+            life: self.life,
+            never: self.never,
+            temporary: self.temporary,
+        }
+    }
+}

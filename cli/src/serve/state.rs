@@ -1,0 +1,200 @@
+//! What the server knows of one trace: the opened trace, its index, its call sites (stacks
+//! grouped by context as the reports group them) with their frames resolved once, and a small
+//! cache of the scans that answered queries the index could not.
+
+use super::index::{Agg, Builder, Classes};
+use crate::Failure;
+use indicatif::ProgressBar;
+use memprof::trace::replay::Trace;
+use memprof::{Frame, ReportOptions, Resolve, ReturnAddress};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+
+/// A frame as the API writes it.
+#[derive(Clone, Debug)]
+pub struct FrameInfo {
+    /// The function, `???` when unknown.
+    pub function: String,
+    /// The file, empty when unknown.
+    pub file: String,
+    /// The line, 0 when unknown.
+    pub line: u32,
+    /// The return address it came from.
+    pub address: u64,
+}
+
+/// One stack of the trace.
+#[derive(Debug)]
+pub struct StackInfo {
+    /// Its call site.
+    pub site: u32,
+    /// Every frame, innermost first (inlined frames expanded).
+    pub frames: Vec<FrameInfo>,
+    /// The program's frames (the report's context with no depth limit), outermost first: the
+    /// flame graph's path.
+    pub path: Vec<String>,
+}
+
+/// A call site: stacks with one context.
+#[derive(Debug)]
+pub struct SiteInfo {
+    /// Its context's first frame.
+    pub frame: FrameInfo,
+    /// Its stacks.
+    pub stacks: Vec<u32>,
+}
+
+/// A trace with its index.
+#[derive(Debug)]
+pub struct State {
+    /// The trace.
+    pub trace: Trace,
+    /// Its index.
+    pub index: Agg,
+    /// Its classes.
+    pub classes: Classes,
+    /// Its stacks.
+    pub stacks: Vec<StackInfo>,
+    /// Its call sites, by id.
+    pub sites: Vec<SiteInfo>,
+    /// Markers: label id → text.
+    pub labels: HashMap<u32, String>,
+    /// Recent scans by their query.
+    pub scans: Mutex<Vec<(String, Arc<Agg>)>>,
+    /// Held while a scan runs: one at a time, so memory stays that of one replay.
+    pub scanning: Mutex<()>,
+}
+
+fn frame_info(frame: &Frame, address: u64) -> FrameInfo {
+    FrameInfo {
+        function: frame.function.clone().unwrap_or_else(|| "???".into()),
+        file: frame.file.clone().unwrap_or_default(),
+        line: frame.line,
+        address,
+    }
+}
+
+impl State {
+    /// Opens and indexes `trace` (`quiet`: no progress bar, for the live trace's rebuilds).
+    pub fn build(trace: Trace, quiet: bool) -> Result<State, Failure> {
+        let progress = if quiet {
+            ProgressBar::hidden()
+        } else {
+            crate::bar(trace.events(), "indexing")
+        };
+        let mut builder = Builder::index();
+        let mut done = 0u64;
+        trace.for_each_event(
+            &mut |timed| {
+                builder.event(timed);
+                done += 1;
+                if done.is_multiple_of(1 << 16) {
+                    progress.set_position(done);
+                }
+                ControlFlow::Continue(())
+            },
+            &mut |_| {},
+        )?;
+        progress.finish_and_clear();
+        let (index, classes) = builder.finish();
+
+        let header = trace.header();
+        let mut options = ReportOptions::from_env();
+        if header.stack_depth > 0 {
+            options = options.depth(header.stack_depth as usize);
+        }
+        options.skip = header.stack_skip as usize;
+        let mut whole = options.clone().depth(usize::MAX);
+        whole.skip = 0;
+        let mut resolver = trace.resolver();
+        let mut site_ids: HashMap<Vec<String>, u32> = HashMap::new();
+        let mut sites: Vec<SiteInfo> = Vec::new();
+        let mut stacks = Vec::with_capacity(trace.stacks().len());
+        for (id, addresses) in trace.stacks().iter().enumerate() {
+            let returns: Vec<ReturnAddress> = addresses
+                .iter()
+                .map(|&a| ReturnAddress(a as usize))
+                .collect();
+            let mut frames = Vec::new();
+            let mut first = None;
+            let context = memprof::context_of(&returns, &mut resolver, &options);
+            for &address in addresses {
+                for frame in resolver.resolve(ReturnAddress(address as usize)).iter() {
+                    if first.is_none() && context.first() == Some(&frame.to_string()) {
+                        first = Some(frame_info(frame, address));
+                    }
+                    frames.push(frame_info(frame, address));
+                }
+            }
+            let mut path = memprof::context_of(&returns, &mut resolver, &whole);
+            path.reverse();
+            let next = sites.len() as u32;
+            let site = *site_ids.entry(context).or_insert(next);
+            if site == next {
+                sites.push(SiteInfo {
+                    frame: first.unwrap_or(FrameInfo {
+                        function: "???".into(),
+                        file: String::new(),
+                        line: 0,
+                        address: addresses.first().copied().unwrap_or(0),
+                    }),
+                    stacks: Vec::new(),
+                });
+            }
+            sites[site as usize].stacks.push(id as u32);
+            stacks.push(StackInfo { site, frames, path });
+        }
+        let labels = trace.labels().clone();
+        Ok(State {
+            trace,
+            index,
+            classes,
+            stacks,
+            sites,
+            labels,
+            scans: Mutex::new(Vec::new()),
+            scanning: Mutex::new(()),
+        })
+    }
+
+    /// The label id of a marker's text.
+    pub fn label(&self, text: &str) -> Option<u32> {
+        self.labels
+            .iter()
+            .filter(|(_, t)| *t == text)
+            .map(|(&id, _)| id)
+            .min()
+    }
+
+    /// The markers' labels, for an error message.
+    pub fn marker_names(&self) -> String {
+        let mut names: Vec<&str> = self.labels.values().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// A stack's `(function, file)` pairs, for the frame filters.
+    pub fn stack_frames(&self, stack: u32) -> Vec<(String, String)> {
+        self.stacks
+            .get(stack as usize)
+            .map(|s| {
+                s.frames
+                    .iter()
+                    .map(|f| (f.function.clone(), f.file.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The site of a class.
+    pub fn site_of_class(&self, class: usize) -> u32 {
+        let (stack, _) = self.classes.list[class];
+        self.stacks[stack as usize].site
+    }
+}

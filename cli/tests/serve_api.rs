@@ -1,0 +1,832 @@
+//! `memprof serve`'s REST API (docs/viewer-api.md), on the real binary over a real socket: every
+//! endpoint and filter against a trace whose every figure is known, answers from the index and
+//! from scans alike; the exports equal `memprof report`'s; garbage queries answer 400 or 404 with
+//! a message and leave the server running; 50 clients at once (`MEMPROF_SERVE_STRESS_SECS`,
+//! 3 s by default) all get their answers and the server's memory stays bounded; a trace received
+//! over TCP is served as it arrives.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `memprof serve`, stopped when dropped.
+struct Server {
+    child: Child,
+    address: String,
+    /// With `--listen-trace`: where the trace goes.
+    trace_address: Option<String>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut trace_address = None;
+        let address = loop {
+            let line = lines
+                .next()
+                .expect("memprof serve stopped before it served")
+                .unwrap();
+            if let Some(rest) = line.strip_prefix("memprof: waiting for a trace on ") {
+                trace_address = Some(rest.trim().to_owned());
+            }
+            if let Some(rest) = line.strip_prefix("memprof: serving on http://") {
+                break rest.trim_end_matches('/').to_owned();
+            }
+        };
+        // Keep reading its stderr, so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server {
+            child,
+            address,
+            trace_address,
+        }
+    }
+
+    /// One GET: status, headers (lower-case names), body.
+    fn get(&self, path: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        get(&self.address, path)
+    }
+
+    fn json(&self, path: &str) -> Value {
+        let (status, _, body) = self.get(path);
+        let text = shown(&body);
+        assert_eq!(status, 200, "GET {path}: {text}");
+        serde_json::from_slice(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
+    }
+
+    /// A request that must fail with `status` and a JSON error; its message.
+    fn error(&self, path: &str, status: u16) -> String {
+        let (got, _, body) = self.get(path);
+        let text = shown(&body);
+        assert_eq!(got, status, "GET {path}: {text}");
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        value["error"].as_str().unwrap().to_owned()
+    }
+
+    fn resident_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn get(address: &str, path: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("GET {path}: {}", String::from_utf8_lossy(&response)));
+    let head = String::from_utf8_lossy(&response[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let body = response[split + 4..].to_vec();
+    let body = if header(&headers, "transfer-encoding") == "chunked" {
+        unchunk(&body)
+    } else {
+        body
+    };
+    (status, headers, body)
+}
+
+/// A chunked body's bytes.
+fn unchunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = std::str::from_utf8(&body[..line]).unwrap();
+        let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
+        body = &body[line + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
+/// The start of a body, for a message.
+fn shown(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.chars().take(2000).collect()
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+fn memprof(args: &[&str]) -> Vec<u8> {
+    let output = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "memprof {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+fn known_trace_file(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-serve-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("known.mptrace");
+    std::fs::write(&path, support::known_trace().0).unwrap();
+    path
+}
+
+/// The sites of a `/api/sites` answer: id → the row without its frame fields.
+fn sites(server: &Server, query: &str) -> (u64, Vec<Value>) {
+    let answer = server.json(&format!("/api/sites?{query}"));
+    let rows = answer["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let mut row = row.clone();
+            for field in ["function", "file", "line"] {
+                row.as_object_mut().unwrap().remove(field);
+            }
+            row
+        })
+        .collect();
+    (answer["total_sites"].as_u64().unwrap(), rows)
+}
+
+/// A site row: id, then allocations, allocated, frees, freed, live bytes/blocks, leaked
+/// bytes/blocks, peak bytes/blocks, temporary count/bytes, mean lifetime.
+#[allow(clippy::too_many_arguments)]
+fn row(id: u64, counts: [u64; 14]) -> Value {
+    let [a, ab, f, fb, lb, lk, kb, kk, pb, pk, t, tb, life] = [
+        counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], counts[7],
+        counts[8], counts[9], counts[10], counts[11], counts[12],
+    ];
+    assert_eq!(counts[13], 0, "13 figures and a 0");
+    json!({
+        "id": id, "allocations": a, "allocated_bytes": ab, "frees": f, "freed_bytes": fb,
+        "live_bytes": lb, "live_blocks": lk, "leaked_bytes": kb, "leaked_blocks": kk,
+        "peak_bytes": pb, "peak_blocks": pk, "temporary": t, "temporary_bytes": tb,
+        "mean_lifetime_ns": life,
+    })
+}
+
+const LEAKY_ALL: [u64; 14] = [
+    3, 7000, 2, 6000, 1000, 1, 1000, 1, 7000, 3, 2, 6000, 1_000_150, 0,
+];
+const TEMP_ALL: [u64; 14] = [2, 30, 2, 30, 0, 0, 0, 0, 20, 1, 1, 10, 150, 0];
+
+#[test]
+fn every_endpoint_and_filter_on_a_known_trace() {
+    let path = known_trace_file("api");
+    let server = Server::start(&[path.to_str().unwrap()]);
+
+    let summary = server.json("/api/summary");
+    assert_eq!(summary["path"], path.display().to_string());
+    assert_eq!(summary["events"], 10);
+    assert_eq!(summary["duration_ns"], 2_000_700);
+    assert_eq!(summary["sample_interval"], 0);
+    assert_eq!(
+        summary["threads"],
+        json!([{"id": 1, "name": "main"}, {"id": 2, "name": "worker"}])
+    );
+    assert_eq!(summary["markers"], json!([{"time_ns": 700, "label": "m"}]));
+    assert_eq!(
+        summary["peak"],
+        json!({"time_ns": 550, "bytes": 7020, "blocks": 4})
+    );
+    assert_eq!(summary["end"], json!({"bytes": 1000, "blocks": 1}));
+    assert_eq!(
+        summary["totals"],
+        json!({"allocations": 5, "reallocs": 0, "frees": 4, "allocated_bytes": 7030,
+               "temporary": 3})
+    );
+    let bucket = summary["bucket_ns"].as_u64().unwrap();
+    assert!(bucket > 0 && 2_000_700 / bucket >= 100, "{summary}");
+
+    // Sites, from the index: the whole run, live at the end.
+    let (total, rows) = sites(&server, "");
+    assert_eq!(total, 2);
+    assert_eq!(rows, vec![row(0, LEAKY_ALL), row(1, TEMP_ALL)]);
+    let answer = server.json("/api/sites?limit=1");
+    assert_eq!(answer["sites"][0]["function"], "app::leaky");
+    assert_eq!(answer["sites"][0]["file"], "src/app.rs");
+    assert_eq!(answer["sites"][0]["line"], 10);
+    assert_eq!(answer["sites"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        sites(&server, "sort=temporary_bytes&desc=0").1,
+        vec![row(1, TEMP_ALL), row(0, LEAKY_ALL)]
+    );
+    assert_eq!(
+        sites(&server, "sort=peak_blocks&limit=5&offset=1").1,
+        vec![row(1, TEMP_ALL)]
+    );
+    // Live at the peak, at the marker, at a time between the index's buckets (a scan), at 0.
+    let live = |query: &str| -> Vec<(u64, u64, u64)> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_u64().unwrap(),
+                    r["live_bytes"].as_u64().unwrap(),
+                    r["live_blocks"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(live("at=peak"), [(0, 7000, 3), (1, 20, 1)]);
+    assert_eq!(live("at=marker:m"), [(0, 2000, 2), (1, 0, 0)]);
+    assert_eq!(live("at=0.0000005"), [(0, 2000, 2), (1, 20, 1)]);
+    assert_eq!(live("at=0.00000055"), [(0, 7000, 3), (1, 20, 1)]);
+    assert_eq!(live("at=start"), [(0, 0, 0), (1, 0, 0)]);
+    assert_eq!(
+        live(&format!("at={}", bucket as f64 / 1e9)),
+        [(0, 2000, 2), (1, 0, 0)]
+    );
+    assert_eq!(live("at=5"), [(0, 1000, 1), (1, 0, 0)]);
+
+    // Filters on whole classes (the index): threads, frames.
+    assert_eq!(
+        sites(&server, "thread=2").1,
+        vec![row(
+            0,
+            [1, 5000, 1, 5000, 0, 0, 0, 0, 5000, 1, 1, 5000, 100, 0]
+        )]
+    );
+    assert_eq!(
+        sites(&server, "thread=1&thread=2").1,
+        vec![row(0, LEAKY_ALL), row(1, TEMP_ALL)]
+    );
+    assert_eq!(
+        sites(&server, "thread=1").1,
+        vec![
+            row(
+                0,
+                [
+                    2, 2000, 1, 1000, 1000, 1, 1000, 1, 2000, 2, 1, 1000, 2_000_200, 0
+                ]
+            ),
+            row(1, TEMP_ALL)
+        ]
+    );
+    assert_eq!(sites(&server, "func=temp").1, vec![row(1, TEMP_ALL)]);
+    assert_eq!(
+        sites(&server, "func=%5Eapp%3A%3Atemp%24").1,
+        vec![row(1, TEMP_ALL)]
+    );
+    assert_eq!(sites(&server, "nofunc=temp").1, vec![row(0, LEAKY_ALL)]);
+    assert_eq!(sites(&server, "file=app%5C.rs").0, 2);
+    assert_eq!(sites(&server, "nofile=app").0, 0);
+    assert_eq!(sites(&server, "thread=3").0, 0);
+    // Filters on blocks (scans).
+    assert_eq!(sites(&server, "size_min=100").1, vec![row(0, LEAKY_ALL)]);
+    assert_eq!(
+        sites(&server, "size_max=15").1,
+        vec![row(1, [1, 10, 1, 10, 0, 0, 0, 0, 0, 0, 1, 10, 100, 0])]
+    );
+    assert_eq!(
+        sites(&server, "size_min=20&size_max=20").1,
+        vec![row(1, [1, 20, 1, 20, 0, 0, 0, 0, 20, 1, 0, 0, 200, 0])]
+    );
+    assert_eq!(
+        sites(&server, "life=never").1,
+        vec![row(
+            0,
+            [1, 1000, 0, 0, 1000, 1, 1000, 1, 1000, 1, 0, 0, 0, 0]
+        )]
+    );
+    assert_eq!(
+        sites(&server, "life=temporary").1,
+        vec![
+            row(
+                0,
+                [2, 6000, 2, 6000, 0, 0, 0, 0, 6000, 2, 2, 6000, 1_000_150, 0]
+            ),
+            row(1, [1, 10, 1, 10, 0, 0, 0, 0, 0, 0, 1, 10, 100, 0])
+        ]
+    );
+    assert_eq!(
+        sites(&server, "life_min=150").1,
+        vec![
+            row(
+                0,
+                [1, 1000, 1, 1000, 0, 0, 0, 0, 1000, 1, 1, 1000, 2_000_200, 0]
+            ),
+            row(1, [1, 20, 1, 20, 0, 0, 0, 0, 20, 1, 0, 0, 200, 0])
+        ]
+    );
+    assert_eq!(
+        sites(&server, "life_max=150&at=peak").1,
+        vec![
+            row(
+                0,
+                [1, 5000, 1, 5000, 5000, 1, 0, 0, 5000, 1, 1, 5000, 100, 0]
+            ),
+            row(1, [1, 10, 1, 10, 0, 0, 0, 0, 0, 0, 1, 10, 100, 0])
+        ]
+    );
+    assert_eq!(
+        sites(&server, "life_min=150&thread=1&func=leaky").1,
+        vec![row(
+            0,
+            [1, 1000, 1, 1000, 0, 0, 0, 0, 1000, 1, 1, 1000, 2_000_200, 0]
+        )]
+    );
+    // Ranges: events after `from`, up to and with `to`.
+    let range = |query: &str| -> Vec<[u64; 5]> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| {
+                [
+                    "id",
+                    "allocations",
+                    "allocated_bytes",
+                    "frees",
+                    "freed_bytes",
+                ]
+                .map(|k| r[k].as_u64().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(
+        range("from=0.0000006&to=0.001"),
+        [[0, 0, 0, 1, 5000], [1, 0, 0, 0, 0]]
+    );
+    assert_eq!(
+        range("from=0.0000002&to=0.0000005"),
+        [[0, 1, 1000, 0, 0], [1, 1, 20, 1, 10]]
+    );
+    assert_eq!(
+        range("marker_from=m"),
+        [[0, 0, 0, 1, 1000], [1, 0, 0, 0, 0]]
+    );
+    assert_eq!(range("from=marker:m"), range("marker_from=m"));
+    assert_eq!(
+        range("marker_to=m&from=start"),
+        [[0, 3, 7000, 1, 5000], [1, 2, 30, 2, 30]]
+    );
+    assert_eq!(range("to=peak"), [[0, 3, 7000, 0, 0], [1, 2, 30, 1, 10]]);
+    assert_eq!(
+        range(&format!("to={}", bucket as f64 / 1e9)),
+        range("to=marker:m")
+    );
+
+    // Timeline from the index: the first point holds every event up to 700 ns.
+    let timeline = server.json("/api/timeline?points=10");
+    let points = timeline["points"].as_array().unwrap();
+    assert!(points.len() <= 10 && points.len() >= 5, "{timeline}");
+    assert_eq!(timeline["from_ns"], 0);
+    assert_eq!(timeline["to_ns"], 2_000_700);
+    let first = &points[0];
+    assert_eq!(
+        [
+            "live_bytes",
+            "live_blocks",
+            "allocs",
+            "frees",
+            "alloc_bytes",
+            "free_bytes"
+        ]
+        .map(|k| first[k].as_u64().unwrap()),
+        [2000, 2, 5, 3, 7030, 5030]
+    );
+    let last = points.last().unwrap();
+    assert_eq!(last["t_ns"], 2_000_700);
+    assert_eq!(
+        ["live_bytes", "live_blocks", "allocs", "frees", "free_bytes"]
+            .map(|k| last[k].as_u64().unwrap()),
+        [1000, 1, 0, 1, 1000]
+    );
+    let sum = |k: &str| points.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(
+        (
+            sum("allocs"),
+            sum("frees"),
+            sum("alloc_bytes"),
+            sum("free_bytes")
+        ),
+        (5, 4, 7030, 6030)
+    );
+    assert_eq!(
+        timeline["peak"],
+        json!({"time_ns": 550, "bytes": 7020, "blocks": 4, "exact": true})
+    );
+    assert_eq!(timeline["markers"], json!([{"time_ns": 700, "label": "m"}]));
+    // A timeline of a filter on blocks, and of a short range: scans, with their own edges.
+    let timeline = server.json("/api/timeline?points=4&from=0.0000001&to=0.0000009&size_min=100");
+    let points: Vec<[u64; 5]> = timeline["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            ["t_ns", "live_bytes", "live_blocks", "allocs", "frees"].map(|k| p[k].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        points,
+        [
+            [300, 1000, 1, 0, 0],
+            [500, 2000, 2, 1, 0],
+            [700, 2000, 2, 1, 1],
+            [900, 2000, 2, 0, 0],
+        ]
+    );
+    assert_eq!(timeline["from_ns"], 100);
+    assert_eq!(timeline["to_ns"], 900);
+    assert_eq!(timeline["markers"], json!([{"time_ns": 700, "label": "m"}]));
+    let timeline = server.json("/api/timeline?points=2&to=0.000001&thread=2");
+    let points: Vec<[u64; 4]> = timeline["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ["t_ns", "live_bytes", "allocs", "frees"].map(|k| p[k].as_u64().unwrap()))
+        .collect();
+    // From the index: its edges, the range widened to them.
+    assert_eq!(points, [[0, 0, 0, 0], [bucket, 0, 1, 1]]);
+    assert_eq!(timeline["to_ns"], bucket);
+
+    // One site: its stacks and its timeline.
+    let site = server.json("/api/site/1?at=peak");
+    assert_eq!(site["function"], "app::temp");
+    assert_eq!(site["line"], 20);
+    assert_eq!(
+        site["stacks"],
+        json!([{"id": 1, "bytes": 20, "blocks": 1, "allocations": 2, "allocated_bytes": 30,
+                "frames": [{"function": "app::temp", "file": "src/app.rs", "line": 20,
+                            "address": "0x2001"}]}])
+    );
+    let first = &site["timeline"]["points"][0];
+    assert_eq!(
+        ["live_bytes", "allocs", "frees", "alloc_bytes", "free_bytes"]
+            .map(|k| first[k].as_u64().unwrap()),
+        [0, 2, 2, 30, 30]
+    );
+    assert_eq!(site["timeline"]["peak"]["exact"], false);
+    let site = server.json("/api/site/0?thread=1");
+    assert_eq!(site["stacks"][0]["allocated_bytes"], 2000);
+    assert_eq!(site["stacks"][0]["bytes"], 1000);
+    assert_eq!(site["timeline"]["points"][0]["alloc_bytes"], 2000);
+    server.error("/api/site/2", 404);
+    server.error("/api/site/x", 404);
+
+    // Flame graphs.
+    let leaky = "src/app.rs:10:5 in 'app::leaky'";
+    let temp = "src/app.rs:20:5 in 'app::temp'";
+    let flame = |query: &str| server.json(&format!("/api/flame?{query}"));
+    let tree = |total: u64, children: &[(&str, u64)]| {
+        json!({"name": "all", "value": total, "children": children.iter()
+            .map(|(n, v)| json!({"name": n, "value": v, "children": []})).collect::<Vec<_>>()})
+    };
+    assert_eq!(
+        flame("what=live&at=peak"),
+        tree(7020, &[(leaky, 7000), (temp, 20)])
+    );
+    assert_eq!(flame("at=peak"), flame("what=live&at=peak"));
+    assert_eq!(flame("what=live"), tree(1000, &[(leaky, 1000)]));
+    assert_eq!(flame("what=leaked"), tree(1000, &[(leaky, 1000)]));
+    assert_eq!(
+        flame("what=allocated"),
+        tree(7030, &[(leaky, 7000), (temp, 30)])
+    );
+    assert_eq!(
+        flame("what=allocated&from=0.0000003&to=0.0000006"),
+        tree(6020, &[(leaky, 6000), (temp, 20)])
+    );
+    assert_eq!(
+        flame("what=temporary"),
+        tree(6010, &[(leaky, 6000), (temp, 10)])
+    );
+    assert_eq!(
+        flame("what=temporary&thread=1"),
+        tree(1010, &[(leaky, 1000), (temp, 10)])
+    );
+    assert_eq!(
+        flame("what=live&at=peak&size_max=1000"),
+        tree(2020, &[(leaky, 2000), (temp, 20)])
+    );
+
+    // Diff between two moments.
+    let diff = server.json("/api/diff?from=0.0000005&to=peak");
+    assert_eq!(diff["from_ns"], 500);
+    assert_eq!(diff["to_ns"], 550);
+    assert_eq!(
+        diff["sites"],
+        json!([{"id": 0, "function": "app::leaky", "file": "src/app.rs", "line": 10,
+                "from_bytes": 2000, "to_bytes": 7000, "delta_bytes": 5000,
+                "from_blocks": 2, "to_blocks": 3, "delta_blocks": 1}])
+    );
+    assert_eq!(diff["flame"], tree(5000, &[(leaky, 5000)]));
+    let diff = server.json("/api/diff?from=peak&marker_to=m");
+    let deltas: Vec<(u64, i64, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["delta_bytes"].as_i64().unwrap(),
+                s["delta_blocks"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(deltas, [(1, -20, -1), (0, -5000, -1)]);
+    assert_eq!(diff["flame"], tree(0, &[]));
+    let diff = server.json("/api/diff?from=start&to=end&func=temp");
+    assert_eq!(diff["sites"], json!([]));
+
+    // Exports: the crate's writers, equal to `memprof report` and `convert` at the moment.
+    let trace = path.to_str().unwrap();
+    for (format, at, args) in [
+        ("md", "marker:m", vec!["report", trace, "--at", "marker:m"]),
+        (
+            "tsv",
+            "peak",
+            vec!["report", trace, "--at", "peak", "--format", "tsv"],
+        ),
+        ("tsv", "end", vec!["report", trace, "--format", "tsv"]),
+    ] {
+        let (status, headers, body) = server.get(&format!("/api/export/{format}?at={at}"));
+        assert_eq!(status, 200);
+        assert_eq!(
+            header(&headers, "content-disposition"),
+            format!("attachment; filename=\"known.{format}\"")
+        );
+        assert_eq!(shown(&body), shown(&memprof(&args)));
+    }
+    let dir = path.parent().unwrap();
+    let folded = dir.join("peak.folded");
+    memprof(&[
+        "convert",
+        trace,
+        "--at",
+        "peak",
+        "-o",
+        folded.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        server.get("/api/export/folded?at=peak").2,
+        std::fs::read(&folded).unwrap()
+    );
+    let (_, _, body) = server.get("/api/export/tsv?at=peak&thread=1");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("2\t2000\tsrc/app.rs:10:5 in 'app::leaky'"),
+        "{text}"
+    );
+    let (_, _, body) = server.get("/api/export/folded?at=peak&size_min=100&from=0.0000004");
+    assert_eq!(String::from_utf8_lossy(&body).trim(), "app::leaky 6000");
+    for (format, name, magic) in [
+        ("pprof", "known.pb.gz", &[0x1f, 0x8b][..]),
+        ("heaptrack", "known.heaptrack.gz", &[0x1f, 0x8b][..]),
+        ("dhat", "known.dhat.json", b"{"),
+    ] {
+        let (status, headers, body) = server.get(&format!("/api/export/{format}?at=peak"));
+        assert_eq!(status, 200, "{format}");
+        assert!(body.starts_with(magic), "{format}");
+        assert!(
+            header(&headers, "content-disposition").contains(name),
+            "{format}"
+        );
+    }
+    let dhat: Value = serde_json::from_slice(&server.get("/api/export/dhat?at=peak").2).unwrap();
+    let mut sizes: Vec<u64> = dhat["pps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["eb"].as_u64().unwrap())
+        .collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [20, 7000]);
+
+    // The page and its files.
+    let (status, headers, body) = server.get("/");
+    assert_eq!(status, 200);
+    assert!(header(&headers, "content-type").starts_with("text/html"));
+    assert!(String::from_utf8_lossy(&body).contains("<html"));
+    assert_eq!(server.get("/static/index.html").2, body);
+    server.error("/static/nothing.js", 404);
+
+    garbage(&server);
+    // Still answering after all of it.
+    assert_eq!(server.json("/api/summary")["events"], 10);
+}
+
+/// Bad queries: 400 (or 404) with a message naming the parameter; never a crash.
+fn garbage(server: &Server) {
+    for (query, words) in [
+        ("/api/sites?at=yesterday", "at=\"yesterday\""),
+        ("/api/sites?at=-1", "at=\"-1\""),
+        ("/api/sites?at=NaN", "at=\"NaN\""),
+        ("/api/sites?at=marker:nope", "markers: m"),
+        ("/api/sites?marker_from=nope", "marker_from=\"nope\""),
+        ("/api/timeline?marker_to=", "marker_to"),
+        ("/api/sites?func=(", "func=\"(\""),
+        ("/api/flame?nofile=%5B", "nofile"),
+        ("/api/sites?func=a%7B1000000%7D", "func"),
+        ("/api/sites?size_min=abc", "size_min=\"abc\""),
+        ("/api/sites?size_min=99999999999999999999999", "size_min"),
+        ("/api/sites?size_min=10&size_max=5", "size_min=10"),
+        ("/api/sites?life_min=5&life_max=1", "life_min=5"),
+        ("/api/sites?life=sometimes", "life=\"sometimes\""),
+        ("/api/sites?thread=main", "thread=\"main\""),
+        ("/api/sites?sort=name", "sort=\"name\""),
+        ("/api/sites?desc=maybe", "desc"),
+        ("/api/sites?limit=100000000", "limit=100000000"),
+        ("/api/sites?offset=-1", "offset"),
+        ("/api/sites?from=0.002&to=0.001", "from"),
+        ("/api/timeline?points=0", "points=0"),
+        ("/api/timeline?points=1000000000", "points=1000000000"),
+        ("/api/timeline?points=8.5", "points"),
+        ("/api/flame?what=everything", "what=\"everything\""),
+        ("/api/diff?from=soon", "from=\"soon\""),
+        ("/api/sites?at=%ZZ", "percent"),
+        ("/api/sites?at=%FF", "UTF-8"),
+        ("/api/export/md?life=never", "life"),
+    ] {
+        let message = server.error(query, 400);
+        assert!(message.contains(words), "{query}: {message}");
+    }
+    for query in [
+        "/api/nothing",
+        "/api/export/zip",
+        "/nothing",
+        "/api/site/99999999999999999999",
+    ] {
+        server.error(query, 404);
+    }
+    // Huge ranges and moments beyond the run are the end.
+    assert_eq!(
+        server.json("/api/sites?from=0&to=1e300&at=1e300")["total_sites"],
+        2
+    );
+    let timeline = server.json("/api/timeline?points=10000&from=1e-9&to=1e18");
+    assert!(timeline["points"].as_array().unwrap().len() <= 10000);
+    let long = format!("/api/sites?func={}", "a".repeat(20_000));
+    let (status, _, _) = server.get(&long);
+    assert_eq!(status, 414);
+    // Not HTTP at all, and a request cut short: the server goes on.
+    let mut stream = TcpStream::connect(&server.address).unwrap();
+    stream.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
+    let _ = stream.read_to_end(&mut Vec::new());
+    let mut stream = TcpStream::connect(&server.address).unwrap();
+    stream.write_all(b"GET /api/sum").unwrap();
+    drop(stream);
+}
+
+#[test]
+fn fifty_clients_at_once() {
+    let path = known_trace_file("stress");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let seconds: f64 = std::env::var("MEMPROF_SERVE_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let queries = [
+        "/api/summary",
+        "/api/timeline?points=800",
+        "/api/sites?at=peak&sort=live_bytes",
+        "/api/sites?size_min=100",
+        "/api/sites?at=0.0000005&func=leaky",
+        "/api/flame?what=allocated",
+        "/api/diff?from=marker:m&to=end",
+        "/api/export/pprof?at=peak",
+        "/api/sites?func=(",
+        "/",
+    ];
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let address = server.address.clone();
+    let clients: Vec<_> = (0..50)
+        .map(|client| {
+            let address = address.clone();
+            std::thread::spawn(move || {
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let query = queries[(client + done as usize) % queries.len()];
+                    let (status, _, body) = get(&address, query);
+                    let expected = if query.contains("func=(") { 400 } else { 200 };
+                    assert_eq!(status, expected, "{query}: {}", shown(&body));
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let mut highest = 0;
+    let mut total = 0;
+    let started = Instant::now();
+    while clients.iter().any(|c| !c.is_finished()) {
+        highest = highest.max(server.resident_kib());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for client in clients {
+        total += client.join().expect("a client failed");
+    }
+    eprintln!(
+        "{total} requests by 50 clients in {:.1} s; server's resident memory at most {highest} KiB",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(total >= 50, "{total}");
+    assert!(highest < 200 * 1024, "{highest} KiB");
+    assert_eq!(server.json("/api/summary")["events"], 10);
+}
+
+#[test]
+fn a_trace_served_as_it_arrives() {
+    let dir = known_trace_file("live");
+    let output = Path::new(&dir).with_file_name("received.mptrace");
+    let server = Server::start(&[output.to_str().unwrap(), "--listen-trace", "127.0.0.1:0"]);
+    assert_eq!(server.get("/api/summary").0, 503);
+    let (bytes, offsets) = support::known_trace();
+    let mut sender = TcpStream::connect(server.trace_address.as_ref().unwrap()).unwrap();
+    // The header, the definitions and the worker's chunk, then the rest.
+    sender.write_all(&bytes[..offsets[2]]).unwrap();
+    sender.flush().unwrap();
+    let wait_for = |events: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, _, body) = server.get("/api/summary");
+            if status == 200 {
+                let summary: Value = serde_json::from_slice(&body).unwrap();
+                if summary["events"] == events {
+                    return summary;
+                }
+            }
+            assert!(Instant::now() < deadline, "{status}: {}", shown(&body));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let summary = wait_for(2);
+    assert_eq!(
+        summary["peak"],
+        json!({"time_ns": 550, "bytes": 5000, "blocks": 1})
+    );
+    assert_eq!(summary["complete"], false);
+    sender.write_all(&bytes[offsets[2]..]).unwrap();
+    drop(sender);
+    let summary = wait_for(10);
+    assert_eq!(
+        summary["peak"],
+        json!({"time_ns": 550, "bytes": 7020, "blocks": 4})
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.json("/api/summary")["complete"] != true {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        sites(&server, "").1,
+        vec![row(0, LEAKY_ALL), row(1, TEMP_ALL)]
+    );
+    assert_eq!(std::fs::read(&output).unwrap(), bytes);
+}
