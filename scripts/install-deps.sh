@@ -13,6 +13,7 @@ need_package() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "instal
 
 need_command heaptrack_print heaptrack
 need_command valgrind valgrind
+need_command objcopy binutils
 need_command go golang-go
 need_package golang-github-google-pprof-dev
 need_command chromium chromium

@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 mod call_sites;
+mod events;
 mod options;
 mod outputs;
 
@@ -42,6 +43,7 @@ pub mod heaptrack;
 pub mod pprof;
 
 pub use call_sites::{CallSite, CallSites, Location};
+pub use events::{Event, Events};
 pub use options::{ExportOptions, Value, process_elapsed};
 pub use outputs::{expand_path, write_outputs, write_path};
 
@@ -101,6 +103,19 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
+    write_with_events(format, snapshot, resolver, options, None, out)
+}
+
+/// [`write()`], with the run's events up to the snapshot when known (from a trace): DHAT and
+/// heaptrack use them (see [`Events`]), the other formats need only the snapshot.
+pub fn write_with_events<W: Write + ?Sized>(
+    format: Format,
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+    events: Option<&mut dyn Events>,
+    out: &mut W,
+) -> io::Result<()> {
     untracked(|| match format {
         Format::Pprof => pprof::write(snapshot, resolver, options, out),
         Format::Folded => folded::write(snapshot, resolver, options, out),
@@ -111,8 +126,8 @@ pub fn write<W: Write + ?Sized>(
             io::ErrorKind::Unsupported,
             "flamegraph SVG needs memprof built with the `flamegraph` feature",
         )),
-        Format::Dhat => dhat::write(snapshot, resolver, options, out),
-        Format::Heaptrack => heaptrack::write(snapshot, resolver, options, out),
+        Format::Dhat => dhat::write_with_events(snapshot, resolver, options, events, out),
+        Format::Heaptrack => heaptrack::write_with_events(snapshot, resolver, options, events, out),
         Format::Markdown | Format::Tsv => {
             let report = Report::live(snapshot, resolver, &ReportOptions::from_env());
             if format == Format::Markdown {

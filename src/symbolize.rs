@@ -150,17 +150,6 @@ impl Symbolizer {
         })
     }
 
-    fn display_path(&self, file: &str) -> String {
-        let path = Path::new(file);
-        match &self.working_dir {
-            Some(dir) => match path.strip_prefix(dir) {
-                Ok(relative) => relative.to_string_lossy().into_owned(),
-                Err(_) => file.to_owned(),
-            },
-            None => file.to_owned(),
-        }
-    }
-
     fn lookup(&mut self, address: ReturnAddress) -> Arc<[Frame]> {
         let pc = address.lookup_address();
         let Some(index) = self.module_of(pc) else {
@@ -179,56 +168,81 @@ impl Symbolizer {
             .loaders
             .entry(module_path.clone())
             .or_insert_with(|| addr2line::Loader::new(&module_path).ok());
-        let mut raw: Vec<(Option<String>, Option<String>, u32, u32)> = Vec::new();
-        let mut symbol = None;
-        if let Some(loader) = loader {
-            if let Ok(mut iter) = loader.find_frames(probe) {
-                while let Ok(Some(frame)) = iter.next() {
-                    let function = frame
-                        .function
-                        .as_ref()
-                        .and_then(|f| f.demangle().ok())
-                        .map(|name| name.into_owned());
-                    let (file, line, column) = frame.location.map_or((None, 0, 0), |l| {
-                        (
-                            l.file.map(str::to_owned),
-                            l.line.unwrap_or(0),
-                            l.column.unwrap_or(0),
-                        )
-                    });
-                    raw.push((function, file, line, column));
-                }
-            }
-            if raw.last().is_none_or(|f| f.0.is_none()) {
-                symbol = loader
-                    .find_symbol(probe)
-                    .map(|s| format!("{:#}", rustc_demangle::demangle(s)));
-            }
-        }
-        if raw.is_empty() {
-            raw.push((None, None, 0, 0));
-        }
-        if let Some(symbol) = symbol {
-            raw.last_mut().expect("not empty").0 = Some(symbol);
-        }
         let module_name = module_path.to_string_lossy().into_owned();
-        raw.into_iter()
-            .map(|(function, file, line, column)| match file {
-                Some(file) => Frame {
-                    function,
-                    file: Some(self.display_path(&file)),
-                    line,
-                    column,
-                },
-                None => Frame {
-                    file: function.as_ref().map(|_| module_name.clone()),
-                    function,
-                    line: 0,
-                    column: 0,
-                },
-            })
-            .collect()
+        let working_dir = self.working_dir.as_deref();
+        frames_at(loader.as_ref(), probe, &module_name, |file| {
+            display_path(working_dir, file)
+        })
+        .into()
     }
+}
+
+/// `file` relative to `working_dir` when under it.
+pub(crate) fn display_path(working_dir: Option<&Path>, file: &str) -> String {
+    let path = Path::new(file);
+    match working_dir.map(|dir| path.strip_prefix(dir)) {
+        Some(Ok(relative)) => relative.to_string_lossy().into_owned(),
+        _ => file.to_owned(),
+    }
+}
+
+/// The frames of the code at `probe` (an address as the module's file states it) in the module
+/// named `module_name`, read with `loader` (its debug information, else its symbol table);
+/// innermost first, never empty. Source files are shown through `display`.
+pub(crate) fn frames_at(
+    loader: Option<&addr2line::Loader>,
+    probe: u64,
+    module_name: &str,
+    display: impl Fn(&str) -> String,
+) -> Vec<Frame> {
+    let mut raw: Vec<(Option<String>, Option<String>, u32, u32)> = Vec::new();
+    let mut symbol = None;
+    if let Some(loader) = loader {
+        if let Ok(mut iter) = loader.find_frames(probe) {
+            while let Ok(Some(frame)) = iter.next() {
+                let function = frame
+                    .function
+                    .as_ref()
+                    .and_then(|f| f.demangle().ok())
+                    .map(|name| name.into_owned());
+                let (file, line, column) = frame.location.map_or((None, 0, 0), |l| {
+                    (
+                        l.file.map(str::to_owned),
+                        l.line.unwrap_or(0),
+                        l.column.unwrap_or(0),
+                    )
+                });
+                raw.push((function, file, line, column));
+            }
+        }
+        if raw.last().is_none_or(|f| f.0.is_none()) {
+            symbol = loader
+                .find_symbol(probe)
+                .map(|s| format!("{:#}", rustc_demangle::demangle(s)));
+        }
+    }
+    if raw.is_empty() {
+        raw.push((None, None, 0, 0));
+    }
+    if let Some(symbol) = symbol {
+        raw.last_mut().expect("not empty").0 = Some(symbol);
+    }
+    raw.into_iter()
+        .map(|(function, file, line, column)| match file {
+            Some(file) => Frame {
+                function,
+                file: Some(display(&file)),
+                line,
+                column,
+            },
+            None => Frame {
+                file: function.as_ref().map(|_| module_name.to_owned()),
+                function,
+                line: 0,
+                column: 0,
+            },
+        })
+        .collect()
 }
 
 impl Resolve for Symbolizer {

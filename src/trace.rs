@@ -9,6 +9,8 @@
 //! - `buffer`: the allocation path's half, per-thread buffers of raw events;
 //! - `replay`: the trace's events merged across threads in time order, replayed to a moment
 //!   into a [`Snapshot`](crate::Snapshot) that every report and export takes;
+//! - `symbols`: offline symbolization, from the binaries the trace's module records name, and
+//!   the trace written again with that symbol section (`memprof symbolize`);
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
 //!   stacks, modules, threads and labels before their first use, and at close adds the symbols.
 //!
@@ -24,6 +26,8 @@ mod buffer;
 pub mod format;
 #[cfg(feature = "trace")]
 pub mod replay;
+#[cfg(feature = "trace")]
+pub mod symbols;
 #[cfg(feature = "trace")]
 mod writer;
 
@@ -114,11 +118,14 @@ pub(crate) fn realloc_start(old_address: usize, recorded: bool) {
 }
 
 /// The end of a reallocation: when it `failed`, the old block stays and nothing is written;
-/// otherwise a free not joined to a recorded allocation is written alone.
+/// otherwise a free not joined to a recorded allocation is written alone. Tracing off, nothing
+/// was made pending ([`realloc_start`]) and the thread-local is not touched; tracing stopped in
+/// between, what is pending is never written.
 #[inline(always)]
 pub(crate) fn realloc_end(failed: bool) {
     #[cfg(feature = "trace")]
-    if let Some((old, freed)) = buffer::take_pending()
+    if ON.load(Ordering::Relaxed)
+        && let Some((old, freed)) = buffer::take_pending()
         && !failed
     {
         buffer::append(&[freed << 3 | buffer::FREE, old]);

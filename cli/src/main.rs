@@ -8,6 +8,8 @@
 mod alys;
 mod serve;
 mod summary;
+mod symbolize;
+mod timeline;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -78,6 +80,17 @@ enum Command {
         to: Moment,
         #[command(flatten)]
         report: ReportArgs,
+    },
+    /// Adds or replaces the trace's symbols, read from the binaries its module records name.
+    Symbolize {
+        /// The trace file.
+        trace: PathBuf,
+        /// A directory of separate debug files (`.build-id/xx/rest.debug`, or by file name).
+        #[arg(long)]
+        debug_dir: Vec<PathBuf>,
+        /// The symbolized trace to write (default: the trace itself, replaced).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
     /// Runs a program that uses memprof with a trace, then prints the trace's summary.
     Run {
@@ -204,6 +217,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 Style::Tsv => report_of.write_tsv(&mut out),
             })?;
         }
+        Command::Symbolize {
+            trace,
+            debug_dir,
+            output,
+        } => symbolize::run(&open(&trace)?, debug_dir, output.as_deref())?,
         Command::Serve {
             trace,
             listen,
@@ -470,7 +488,22 @@ fn convert(
                 .time(Duration::from_nanos(
                     header.start_unix_ns.saturating_add(position.time),
                 ));
-            memprof::export::write(format, &snapshot, &mut resolver, &export, &mut out)
+            // The events up to the moment (a sampled trace's are not the program's: its
+            // exports keep the snapshot's estimates).
+            let mut events = timeline::TraceEvents {
+                trace,
+                events: position.events,
+            };
+            let events = (header.sample_interval == 0)
+                .then_some(&mut events as &mut dyn memprof::export::Events);
+            memprof::export::write_with_events(
+                format,
+                &snapshot,
+                &mut resolver,
+                &export,
+                events,
+                &mut out,
+            )
         }
     };
     result

@@ -1,9 +1,15 @@
 //! `memprof` on a trace written event by event with the format's encoder, so every figure is
 //! known: `summary`'s totals, peak, temporary allocations, leaks and lifetimes; `report` at the
-//! peak, at a time and at a marker, with the threads' chunks out of time order in the file; and
-//! a file cut short, a file with a damaged chunk and a file that is not a trace, each a one-line
+//! peak, at a time and at a marker, with the threads' chunks out of time order in the file;
+//! `convert` to every format, read back by its own reader (DHAT's lifetimes and peak time in
+//! `dh_view.html`, heaptrack's temporary allocations and consumption over time in
+//! `heaptrack_print`); `symbolize` keeping the trace's own symbols; and a file cut short, a file with a damaged chunk and a file that is not a trace, each a one-line
 //! error naming the file and the byte offset, never a panic.
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::{missing_tool, pprof_binary};
 use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -167,6 +173,30 @@ fn memprof_reads_a_known_trace() {
 
     convert_every_format(&dir, trace);
 
+    // Symbolized again, from no module at all: the symbols the trace had are kept, the END
+    // record stays last.
+    let symbolized = dir.join("symbolized.mptrace");
+    let output = memprof_cli(&["symbolize", trace, "-o", symbolized.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let symbolized = symbolized.to_str().unwrap();
+    assert_eq!(
+        stdout_of(&[
+            "report",
+            symbolized,
+            "--at",
+            "peak",
+            "--format",
+            "tsv",
+            "--min-bytes",
+            "0"
+        ]),
+        at_peak
+    );
+    assert_eq!(
+        stdout_of(&["summary", symbolized]).replace("symbolized.mptrace", "known.mptrace"),
+        summary
+    );
+
     // Cut inside the third chunk: read up to the second, with a warning naming the cut.
     let cut = write(&dir, "cut.mptrace", &bytes[..offsets[2] + 30]);
     let output = memprof_cli(&["summary", cut.to_str().unwrap()]);
@@ -265,6 +295,28 @@ fn convert_every_format(dir: &Path, trace: &str) {
         (&7000.into(), &3.into()),
         "{dhat}"
     );
+    // From the events, in ns: the peak at 550, the marker at 700; app::leaky's blocks lived
+    // 600 (live at the marker since 100), 200 (since 500) and 100 (550 to 650); app::temp's 100
+    // and 200, and at most one block (20 bytes) at once.
+    assert_eq!((&dhat["tu"], &dhat["Mtu"]), (&"ns".into(), &"ms".into()));
+    assert_eq!(
+        (&dhat["tg"], &dhat["te"]),
+        (&550.into(), &700.into()),
+        "{dhat}"
+    );
+    assert_eq!(leaky["tl"], 900, "{dhat}");
+    let temp = &dhat["pps"][1];
+    assert_eq!(
+        (&temp["tb"], &temp["tbk"], &temp["tl"]),
+        (&30.into(), &2.into(), &300.into()),
+        "{dhat}"
+    );
+    assert_eq!(
+        (&temp["mb"], &temp["mbk"], &temp["gb"], &temp["gbk"]),
+        (&20.into(), &1.into(), &20.into(), &1.into()),
+        "{dhat}"
+    );
+    check_dhat_viewer(&out(".dhat.json"), dir);
 
     // Alys's event list up to the marker: ids link an allocation to its free.
     let events: serde_json::Value = serde_json::from_str(&text(".json")).unwrap();
@@ -303,6 +355,26 @@ fn convert_every_format(dir: &Path, trace: &str) {
             let printed = String::from_utf8_lossy(&printed.stdout);
             assert!(printed.contains("app::leaky"), "{printed}");
             assert!(printed.contains("total memory leaked: 2.00K"), "{printed}");
+            assert!(
+                printed.contains("calls to allocation functions: 5 "),
+                "{printed}"
+            );
+            assert!(
+                printed.contains("peak heap memory consumption: 7.02K"),
+                "{printed}"
+            );
+            // Heaptrack's definition, over the threads' events merged in time: a free right after
+            // its own allocation, the 10-byte block only (the summary's per-thread count says 3).
+            assert!(
+                printed.contains("temporary memory allocations: 1 "),
+                "{printed}"
+            );
+            assert!(
+                printed.contains(
+                    "1 temporary allocations of 2 allocations in total (50.00%) from\napp::temp"
+                ),
+                "{printed}"
+            );
         }
         Err(_) => missing_tool("heaptrack_print", "apt-get install -y heaptrack"),
     }
@@ -341,50 +413,173 @@ fn convert_every_format(dir: &Path, trace: &str) {
     assert_eq!(top("inuse_objects"), "2");
 }
 
-/// Says a reader is missing: a failure under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`), a
-/// skip with a message otherwise (as `tests/common::missing_tool` does for the crate's tests).
-fn missing_tool(check: &str, install: &str) {
-    let message =
-        format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
-    if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
-        panic!("{message}");
+/// Events of one thread over several milliseconds, `(time in ns, address, size)`, a size of 0
+/// for a free: heaptrack's consumed-over-time series of a converted trace.
+const TIMELINE: [(u64, u64, u64); 9] = [
+    (1_000_005, 0x10, 100),
+    (2_500_000, 0x20, 300),
+    (3_500_000, 0x10, 0),
+    (4_500_000, 0x30, 50),
+    (4_600_000, 0x30, 0),
+    (6_000_000, 0x40, 1000),
+    (7_000_000, 0x20, 0),
+    (9_200_000, 0x50, 64),
+    (9_700_000, 0x40, 0),
+];
+
+/// A trace of [`TIMELINE`], allocations alternating between the two stacks of the known trace.
+fn timeline_trace() -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(43, 1_700_000_000_000_000_000, "/bin/timeline".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let mut chunk = ChunkEncoder::new(0);
+    chunk.stack(0, [LEAKY + 1].into_iter());
+    chunk.stack(7, [TEMP + 1].into_iter());
+    chunk.thread(1, 100, "main");
+    let mut compressor = Compressor::new(3).unwrap();
+    chunk.finish(Some(&mut compressor), &mut out).unwrap();
+    let mut events = ChunkEncoder::new(1);
+    for (i, &(time, address, size)) in TIMELINE.iter().enumerate() {
+        match size {
+            0 => events.free(time, address),
+            _ => events.alloc(time, address, size, [0, 7][i % 2]),
+        }
     }
-    eprintln!("SKIPPED {message}");
+    events.finish(Some(&mut compressor), &mut out).unwrap();
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function) in [(LEAKY + 1, "app::leaky"), (TEMP + 1, "app::temp")] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                ..SymbolFrame::default()
+            }],
+        );
+    }
+    symbols.end(TIMELINE.len() as u64, 0);
+    symbols.finish(Some(&mut compressor), &mut out).unwrap();
+    out
 }
 
-/// pprof built from Debian's sources, cached under `target/` (as `tests/export_readers.rs` does).
-fn pprof_binary() -> Option<PathBuf> {
-    if Command::new("go").arg("version").output().is_err() {
-        missing_tool(
-            "pprof check",
-            "apt-get install -y golang-go golang-github-google-pprof-dev",
-        );
-        return None;
-    }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pprof");
-    let binary = dir.join("pprof");
-    if binary.exists() {
-        return Some(binary);
-    }
+/// `heaptrack_print -M` (massif output) on the converted timeline trace: a snapshot at each
+/// millisecond in which events happened, holding the bytes live at its start, then one at the end.
+#[test]
+fn heaptrack_consumption_over_time() {
+    let dir = std::env::temp_dir().join(format!("memprof-cli-timeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let building = dir.join(format!("pprof.{}", std::process::id()));
-    let output = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&building)
-        .arg("github.com/google/pprof")
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", dir.join("gocache"))
-        .env("GOFLAGS", "")
+    let trace = write(&dir, "timeline.mptrace", &timeline_trace());
+    let converted = dir.join("timeline.heaptrack.gz");
+    stdout_of(&[
+        "convert",
+        trace.to_str().unwrap(),
+        "-o",
+        converted.to_str().unwrap(),
+    ]);
+    let massif = dir.join("timeline.massif");
+    let printed = match Command::new("heaptrack_print")
+        .arg(&converted)
+        .arg("-M")
+        .arg(&massif)
         .output()
-        .unwrap();
+    {
+        Ok(printed) => String::from_utf8_lossy(&printed.stdout).into_owned(),
+        Err(_) => {
+            missing_tool("heaptrack_print", "apt-get install -y heaptrack");
+            return;
+        }
+    };
     assert!(
-        output.status.success(),
-        "building pprof failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        printed.contains("temporary memory allocations: 1 "),
+        "{printed}"
     );
-    std::fs::rename(&building, &binary).unwrap();
-    Some(binary)
+    assert!(
+        printed.contains("peak heap memory consumption: 1.30K"),
+        "{printed}"
+    );
+    let massif = std::fs::read_to_string(&massif).unwrap();
+    let series: Vec<(String, u64)> = massif
+        .split("snapshot=")
+        .skip(1)
+        .map(|snapshot| {
+            let field = |name: &str| {
+                snapshot
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("{name} in {snapshot}"))
+                    .to_owned()
+            };
+            (field("time="), field("mem_heap_B=").parse().unwrap())
+        })
+        .collect();
+    // The bytes live before `ms`, from the events themselves.
+    let live_before = |ns: u64| -> u64 {
+        let mut live = std::collections::HashMap::new();
+        for &(_, address, size) in TIMELINE.iter().filter(|e| e.0 < ns) {
+            match size {
+                0 => live.remove(&address),
+                _ => live.insert(address, size),
+            };
+        }
+        live.values().sum()
+    };
+    let mut expected: Vec<(String, u64)> = [1, 2, 3, 4, 6, 7, 9]
+        .into_iter()
+        .map(|ms| {
+            (
+                format!("{}", ms as f64 / 1000.0),
+                live_before(ms * 1_000_000),
+            )
+        })
+        .collect();
+    expected.push(("0.01".into(), live_before(u64::MAX)));
+    assert_eq!(series, expected, "{massif}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Valgrind's `dh_view.html` in headless Chromium opens `file` (a converted known trace) with
+/// no error, and shows `app::leaky` with its lifetimes and the time of the peak.
+fn check_dhat_viewer(file: &Path, dir: &Path) {
+    let Some(chromium) = common::chromium() else {
+        missing_tool("DHAT viewer check", "apt-get install -y chromium");
+        return;
+    };
+    let viewer =
+        common::run(Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
+    let viewer = Path::new(viewer.trim());
+    let page_dir = dir.join("dh_view");
+    std::fs::create_dir_all(&page_dir).unwrap();
+    for name in ["dh_view.js", "dh_view.css"] {
+        std::fs::copy(viewer.with_file_name(name), page_dir.join(name)).unwrap();
+    }
+    let data = std::fs::read_to_string(file).unwrap().replace("</", "<\\/");
+    let loader = include_str!("../../tests/tools/dh_view_loader.html").replace("@DATA@", &data);
+    let page = std::fs::read_to_string(viewer)
+        .unwrap()
+        .replace("</head>", &format!("{loader}</head>"));
+    let page_path = page_dir.join("view.html");
+    std::fs::write(&page_path, page).unwrap();
+    let dom = common::headless_dom(chromium, &page_path, &page_dir.join("profile"), 10_000);
+    assert!(
+        !dom.contains("id=\"memprof-data\""),
+        "the page did not load the file"
+    );
+    assert!(
+        !dom.contains("class=\"error\""),
+        "the viewer reported an error:\n{dom}"
+    );
+    let plain = dom.replace([',', '.', '\u{a0}', '\u{202f}'], "");
+    for expected in [
+        "t-gmax: 550 ns",
+        "t-end:  700 ns",
+        "app::leaky",
+        "app::temp",
+        "avg lifetime 300 ns",
+        "avg lifetime 150 ns",
+    ] {
+        assert!(plain.contains(expected), "{expected} in\n{dom}");
+    }
 }
 
 /// The known trace with bytes changed, cut or spliced at random: the reader replays what it can

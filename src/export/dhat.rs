@@ -7,18 +7,23 @@
 //! |---|---|
 //! | `tb`, `tbk` | bytes and blocks allocated over the run |
 //! | `eb`, `ebk` | bytes and blocks live in the snapshot ("at t-end") |
-//! | `mb`, `mbk` | the site's most live bytes and blocks: **approximated** by the larger of its live and at-peak values, a lower bound (the table keeps no per-site maximum) |
-//! | `gb`, `gbk` | bytes and blocks live at the global peak, when the table keeps the peak (`MEMPROF_PEAK`, on for `.dhat.json` outputs); otherwise the live values. `tg` is `te`: the peak's time is not kept |
+//! | `mb`, `mbk` | the site's most live bytes, and its blocks then: exact with events; from a snapshot alone **approximated** by the larger of its live and at-peak values, a lower bound (the table keeps no per-site maximum) |
+//! | `gb`, `gbk` | bytes and blocks live at the global peak, when the table keeps the peak (`MEMPROF_PEAK`, on for `.dhat.json` outputs); otherwise the live values |
+//! | `tl` | with events only: the lifetimes of the site's blocks added up, a block still live counting up to `te` |
 //!
-//! `tl` (total lifetimes) is left out: blocks carry no allocation time, so the viewer's
-//! average-lifetime column reads `NaN` rather than a made-up number. Times are in µs (`tu`) since
-//! the program started, `te` being [`ExportOptions::elapsed`] (at least 1). Frames (`ftbl`) read
+//! From a snapshot alone, `tl` is left out (blocks carry no allocation time, so the viewer's
+//! average-lifetime column reads `NaN` rather than a made-up number), and `tg` is `te` (the
+//! peak's time is not kept); times are in µs (`tu`) since the program started, `te` being
+//! [`ExportOptions::elapsed`] (at least 1). With events ([`write_with_events`], from a trace),
+//! times are in ns (`tu` `ns`, `Mtu` `ms`), `tg` is when the live bytes first reached their
+//! maximum, and `te` is [`ExportOptions::elapsed`] in ns. Frames (`ftbl`) read
 //! `0x1234: app::f (src/main.rs:12:5)`, Valgrind's style; `ftbl[0]` is `[root]`; `fs` lists a
 //! site's frames innermost first, inlined calls expanded. The file is written one program point
 //! per line.
 
 #![forbid(unsafe_code)]
 
+use super::events::{self, Events};
 use super::{CallSites, ExportOptions};
 use crate::address::ReturnAddress;
 use crate::frames::Frame;
@@ -84,18 +89,47 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
+    write_with_events(snapshot, resolver, options, None, out)
+}
+
+/// Writes `snapshot` as a DHAT JSON file, with lifetimes, per-site maxima and the peak's time
+/// from `events` when given (see the module's documentation).
+pub fn write_with_events<W: Write + ?Sized>(
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+    events: Option<&mut dyn Events>,
+    out: &mut W,
+) -> io::Result<()> {
     crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
         let mut frames: Vec<String> = vec!["[root]".to_owned()];
         let mut frame_ids: HashMap<String, usize> = HashMap::new();
         // The viewer divides by `te` for rates: never 0.
-        let te = options.elapsed.as_micros().max(1);
+        let (measured, units, te, tg) = match events {
+            Some(events) => {
+                let te = (options.elapsed.as_nanos() as u64).max(1);
+                let site_of = events::site_of_stacks(&sites, snapshot.stacks.len());
+                let measured = events::measure(&sites, &site_of, events, te)?;
+                let tg = measured.peak_time;
+                (Some(measured), ("ns", "ms", 10_000), te, tg)
+            }
+            None => {
+                let te = (options.elapsed.as_micros() as u64).max(1);
+                (None, ("µs", "s", 10), te, te)
+            }
+        };
         let mut json = String::new();
         json.push_str("{\"dhatFileVersion\":2\n,\"mode\":\"rust-heap\"\n,\"verb\":\"Allocated\"\n");
-        json.push_str(",\"bklt\":true\n,\"bkacc\":false\n,\"tu\":\"µs\"\n,\"Mtu\":\"s\"\n");
         let _ = write!(
             json,
-            ",\"tuth\":10\n,\"cmd\":{}\n,\"pid\":{}\n,\"tg\":{te}\n,\"te\":{te}\n,\"pps\":\n[",
+            ",\"bklt\":true\n,\"bkacc\":false\n,\"tu\":\"{}\"\n,\"Mtu\":\"{}\"\n",
+            units.0, units.1
+        );
+        let _ = write!(
+            json,
+            ",\"tuth\":{}\n,\"cmd\":{}\n,\"pid\":{}\n,\"tg\":{tg}\n,\"te\":{te}\n,\"pps\":\n[",
+            units.2,
             json_string(&options.command),
             options.pid
         );
@@ -113,10 +147,16 @@ pub fn write<W: Write + ?Sized>(
                 .collect();
             let (eb, ebk) = (site.live_bytes, site.live_blocks);
             let (gb, gbk) = (site.peak_bytes, site.peak_blocks);
-            let (mb, mbk) = (eb.max(gb), ebk.max(gbk));
+            let ((mb, mbk), tl) = match &measured {
+                Some(measured) => (
+                    measured.max[i],
+                    format!("\"tl\":{},", measured.lifetimes[i]),
+                ),
+                None => ((eb.max(gb), ebk.max(gbk)), String::new()),
+            };
             let _ = writeln!(
                 json,
-                "{}{{\"tb\":{},\"tbk\":{},\"mb\":{mb},\"mbk\":{mbk},\"gb\":{gb},\"gbk\":{gbk},\
+                "{}{{\"tb\":{},\"tbk\":{},{tl}\"mb\":{mb},\"mbk\":{mbk},\"gb\":{gb},\"gbk\":{gbk},\
                  \"eb\":{eb},\"ebk\":{ebk},\"fs\":[{}]}}",
                 if i == 0 { "" } else { "," },
                 site.allocated_bytes,

@@ -33,9 +33,23 @@
 //! is when anything happened (every event is at time 0, the file ends at the run's length).
 //! Heaptrack's count of calls has one call more than the program made when step 2 writes its
 //! block.
+//!
+//! # With events
+//!
+//! Given the run's events ([`write_with_events`], from a trace), the file is heaptrack's own
+//! stream instead: each allocation a `+` of its size and call site, each free a `-` of the kind
+//! its block was allocated with, in the order they happened, and a `c <ms>` line before the first
+//! event of each new millisecond, and at [`ExportOptions::elapsed`] if that is later: so the live
+//! bytes at each `c` line are what was live at the start of that millisecond. Heaptrack then
+//! derives every figure itself: the peak and when, what each site had live then, the temporary
+//! allocations (a free right after its own allocation, by heaptrack's definition), the leaks, and
+//! the memory consumed over time (`heaptrack_print -M`'s snapshots are the live bytes at each
+//! `c` line). Kind 0 is a placeholder no event uses: heaptrack takes a free
+//! of kind 0 right after another free as temporary.
 
 #![forbid(unsafe_code)]
 
+use super::events::{self, Event as Recorded, Events};
 use super::{CallSite, CallSites, ExportOptions};
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
@@ -211,6 +225,18 @@ pub fn write_text<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
+    write_text_with_events(snapshot, resolver, options, None, out)
+}
+
+/// [`write_text`], with the events of the run when given: what [`write_with_events`]
+/// compresses.
+pub fn write_text_with_events<W: Write + ?Sized>(
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+    events: Option<&mut dyn Events>,
+    out: &mut W,
+) -> io::Result<()> {
     crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
         let mut strings = Strings {
@@ -262,12 +288,17 @@ pub fn write_text<W: Write + ?Sized>(
         let mut fall = Vec::new();
         let mut end = Vec::new();
         let mut at_peak = 0u64;
+        let mut leaves = Vec::with_capacity(sites.sites.len());
         for site in &sites.sites {
             let mut path: Vec<usize> = site.locations.iter().rev().map(|l| l + 1).collect();
             if path.is_empty() {
                 path.push(named_ip("[unknown]", &mut ips, &mut strings));
             }
             let leaf = trace(&path, &mut traces);
+            leaves.push(leaf);
+            if events.is_some() {
+                continue;
+            }
             let plan = Plan::of(site, snapshot.peak_known);
             for &(size, count) in &plan.freed {
                 let allocation = kinds.allocation(size, leaf);
@@ -285,6 +316,22 @@ pub fn write_text<W: Write + ?Sized>(
             for &(size, count) in &plan.new {
                 end.push(Event::Allocate(kinds.allocation(size, leaf), count));
             }
+        }
+        if let Some(events) = events {
+            let unknown = trace(
+                &[named_ip("[unknown]", &mut ips, &mut strings)],
+                &mut traces,
+            );
+            let head = format!(
+                "v {HEAPTRACK_VERSION:x} {FILE_VERSION:x}\n# memprof trace: every event in \
+                 order\nX {}\n{}{ips}{traces}a 0 {unknown:x}\n",
+                options.command.replace(['\n', '\r'], " "),
+                strings.text
+            );
+            out.write_all(head.as_bytes())?;
+            kinds.count = 1;
+            let site_of = events::site_of_stacks(&sites, snapshot.stacks.len());
+            return write_events(&mut kinds, &leaves, &site_of, unknown, events, options, out);
         }
         let missing = snapshot.stats.peak_bytes.saturating_sub(at_peak);
         if missing > 0 {
@@ -329,6 +376,66 @@ pub fn write_text<W: Write + ?Sized>(
     })
 }
 
+/// The event lines: `a` lines as kinds first appear, `+`/`-` lines, `c` lines as time goes by.
+fn write_events<W: Write + ?Sized>(
+    kinds: &mut Kinds,
+    leaves: &[usize],
+    site_of: &[Option<usize>],
+    unknown: usize,
+    events: &mut dyn Events,
+    options: &ExportOptions,
+    out: &mut W,
+) -> io::Result<()> {
+    // The kind each live block was allocated with, by address.
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    let mut lines = String::with_capacity(1 << 16);
+    let mut last_ms = 0;
+    let mut failed = None;
+    let mut time_line = |lines: &mut String, time: u64| {
+        let ms = time / 1_000_000;
+        if ms > last_ms {
+            let _ = writeln!(lines, "c {ms:x}");
+            last_ms = ms;
+        }
+    };
+    events.for_each(&mut |event| {
+        match event {
+            Recorded::Alloc {
+                time,
+                address,
+                size,
+                stack,
+            } => {
+                time_line(&mut lines, time);
+                let leaf = match site_of.get(stack.0 as usize).copied().flatten() {
+                    Some(site) => leaves[site],
+                    None => unknown,
+                };
+                let kind = kinds.allocation(size, leaf);
+                lines.push_str(&kinds.text);
+                kinds.text.clear();
+                let _ = writeln!(lines, "+ {kind:x}");
+                live.insert(address, kind);
+            }
+            Recorded::Free { time, address } => {
+                if let Some(kind) = live.remove(&address) {
+                    time_line(&mut lines, time);
+                    let _ = writeln!(lines, "- {kind:x}");
+                }
+            }
+        }
+        if lines.len() >= 1 << 16 && failed.is_none() {
+            failed = out.write_all(lines.as_bytes()).err();
+            lines.clear();
+        }
+    })?;
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    time_line(&mut lines, options.elapsed.as_nanos() as u64);
+    out.write_all(lines.as_bytes())
+}
+
 /// Writes `snapshot` as a gzip-compressed heaptrack file.
 pub fn write<W: Write + ?Sized>(
     snapshot: &Snapshot,
@@ -336,8 +443,20 @@ pub fn write<W: Write + ?Sized>(
     options: &ExportOptions,
     out: &mut W,
 ) -> io::Result<()> {
+    write_with_events(snapshot, resolver, options, None, out)
+}
+
+/// Writes `snapshot` as a gzip-compressed heaptrack file: with `events`, the run's own stream of
+/// events (see the module's documentation).
+pub fn write_with_events<W: Write + ?Sized>(
+    snapshot: &Snapshot,
+    resolver: &mut dyn Resolve,
+    options: &ExportOptions,
+    events: Option<&mut dyn Events>,
+    out: &mut W,
+) -> io::Result<()> {
     let mut gzip = GzEncoder::new(out, Compression::fast());
-    write_text(snapshot, resolver, options, &mut gzip)?;
+    write_text_with_events(snapshot, resolver, options, events, &mut gzip)?;
     gzip.finish()?;
     Ok(())
 }

@@ -1,0 +1,607 @@
+//! The viewer's page in a real browser: `memprof serve` on a trace written event by event with
+//! the format's encoder (so every site, size and time is known), and headless Chromium on its
+//! page. `--dump-dom` covers loading, the filters read from the URL and the diff; the clicks (a
+//! site's row, a drag on the timeline, a frame of the flame graph) go through the DevTools
+//! protocol as a user's mouse would, over its WebSocket: `tungstenite` is a small synchronous
+//! client, and the test needs only five of the protocol's commands, where a browser-driver crate
+//! brings a whole browser-management layer.
+//!
+//! Chromium missing fails the test under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`) and skips
+//! it with a message otherwise.
+
+use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+// Return addresses of the trace's stacks; each has one frame in the symbol chunk.
+const LEAKY: u64 = 0x1000;
+const TEMP: u64 = 0x2000;
+const NET: u64 = 0x3000;
+const MAIN_LEAKY: u64 = 0x4000;
+const MAIN_TEMP: u64 = 0x4100;
+const WORKER: u64 = 0x5000;
+
+/// Three call sites: `app::leaky` (two blocks of 1000 bytes from `app::main`, one never freed),
+/// `app::temp` (two temporary blocks of 10 and 20 bytes) and `net::buffer` on the worker thread
+/// (5000 bytes freed at once, 300 bytes never freed); a marker `loaded` between them.
+fn known_trace() -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
+        encoder
+            .finish(Some(&mut Compressor::new(3).unwrap()), out)
+            .unwrap();
+    };
+    let mut definitions = ChunkEncoder::new(0);
+    definitions.stack(0, [LEAKY + 1, MAIN_LEAKY + 1].into_iter());
+    definitions.stack(1, [TEMP + 1, MAIN_TEMP + 1].into_iter());
+    definitions.stack(2, [NET + 1, WORKER + 1].into_iter());
+    definitions.thread(1, 100, "main");
+    definitions.thread(2, 101, "worker");
+    definitions.label(3, "loaded");
+    chunk(&mut definitions, &mut out);
+    let mut main = ChunkEncoder::new(1);
+    main.alloc(100_000, 0xa100, 1000, 0);
+    main.alloc(200_000, 0xa200, 10, 1);
+    main.free(300_000, 0xa200);
+    main.alloc(400_000, 0xa200, 20, 1);
+    main.alloc(500_000, 0xa300, 1000, 0);
+    main.free(600_000, 0xa200);
+    main.mark(700_000, 3);
+    main.free(2_000_000, 0xa300);
+    chunk(&mut main, &mut out);
+    let mut worker = ChunkEncoder::new(2);
+    worker.alloc(550_000, 0xb000, 5000, 2);
+    worker.free(1_200_000, 0xb000);
+    worker.alloc(1_500_000, 0xb100, 300, 2);
+    chunk(&mut worker, &mut out);
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function, file, line) in [
+        (LEAKY + 1, "app::leaky", "src/app.rs", 10),
+        (TEMP + 1, "app::temp", "src/app.rs", 20),
+        (NET + 1, "net::buffer", "src/net.rs", 30),
+        (MAIN_LEAKY + 1, "app::main", "src/main.rs", 5),
+        (MAIN_TEMP + 1, "app::main", "src/main.rs", 6),
+        (WORKER + 1, "app::worker", "src/worker.rs", 7),
+    ] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                file: Some(file.into()),
+                line,
+                column: 5,
+            }],
+        );
+    }
+    symbols.end(11, 0);
+    chunk(&mut symbols, &mut out);
+    out
+}
+
+/// Says a tool is missing: a failure under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`), a skip
+/// with a message otherwise (as `tests/common::missing_tool` does for the crate's tests).
+fn missing_tool(check: &str, install: &str) {
+    let message =
+        format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
+    if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    eprintln!("SKIPPED {message}");
+}
+
+/// The Chromium on this machine, if any (as `tests/common::chromium`).
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|name| Command::new(name).arg("--version").output().is_ok())
+}
+
+/// Chromium's flags for a test: no sandbox (CI runs as root), nothing started in the background.
+const CHROMIUM_FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1280,900",
+];
+
+/// `memprof serve` on a trace, killed when dropped.
+struct Server {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl Server {
+    fn start(trace: &Path) -> Server {
+        // A port free a moment ago: the server takes an address, not a listening socket.
+        let address = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .arg("serve")
+            .arg(trace)
+            .arg("--listen")
+            .arg(address.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server { child, address };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("memprof serve exited with {status} before answering");
+            }
+            if get(address, "/api/summary").is_some_and(|(status, _)| status == 200) {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "memprof serve did not answer /api/summary within a minute"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn url(&self, target: &str) -> String {
+        format!("http://{}{target}", self.address)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain GET: the status and the body, or None when nothing answers.
+fn get(address: SocketAddr, target: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+/// A page's DOM once its scripts ran for up to five seconds of virtual time, and the file it is
+/// kept in (the failure messages name the file rather than print pages of SVG).
+struct Dom {
+    html: String,
+    file: PathBuf,
+}
+
+fn dump_dom(chromium: &str, profile: &Path, url: &str) -> Dom {
+    let output = Command::new(chromium)
+        .args(CHROMIUM_FLAGS)
+        .arg("--dump-dom")
+        .arg("--virtual-time-budget=5000")
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "chromium --dump-dom {url}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let html = String::from_utf8(output.stdout).unwrap();
+    let dir = profile.parent().unwrap();
+    let count = std::fs::read_dir(dir).unwrap().count();
+    let file = dir.join(format!("dom-{count}.html"));
+    std::fs::write(&file, format!("<!-- {url} -->\n{html}")).unwrap();
+    Dom { html, file }
+}
+
+/// The rows of the call-site table: each row's function names, in order.
+fn site_rows(dom: &str) -> Vec<String> {
+    let body = dom
+        .split_once("<table id=\"sites\"")
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .expect("the page has a call-site table");
+    body.split("<tr data-site=")
+        .skip(1)
+        .map(|row| {
+            let (_, rest) = row.split_once("<div class=\"function\">").unwrap();
+            rest.split_once("</div>").unwrap().0.to_owned()
+        })
+        .collect()
+}
+
+/// The values of the flame graph's frames of function `function` (a frame's name is its function,
+/// or its location and function as the Markdown report writes it).
+fn flame_values(dom: &str, function: &str) -> Vec<u64> {
+    dom.split("data-name=\"")
+        .skip(1)
+        .filter_map(|tag| {
+            let (name, rest) = tag.split_once('"')?;
+            let named = name == function || name.ends_with(&format!(" in '{function}'"));
+            let value = rest.split_once("data-value=\"")?.1.split_once('"')?.0;
+            named.then(|| value.parse().unwrap())
+        })
+        .collect()
+}
+
+fn assert_ready(dom: &Dom) {
+    assert!(
+        dom.html.contains("data-state=\"ready\""),
+        "the page did not finish: {}",
+        dom.file.display()
+    );
+    assert!(
+        !dom.html.contains("class=\"error\""),
+        "the page shows an error: {}",
+        dom.file.display()
+    );
+}
+
+/// A DevTools protocol session with one page of a headless Chromium, closed when dropped.
+struct Browser {
+    child: Child,
+    socket: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    session: String,
+}
+
+impl Browser {
+    fn open(chromium: &str, profile: &Path, url: &str) -> Browser {
+        let mut child = Command::new(chromium)
+            .args(CHROMIUM_FLAGS)
+            .arg("--remote-debugging-port=0")
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Chromium says where it listens on stderr; the rest of stderr is drained so that it
+        // never blocks on a full pipe.
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        let endpoint = loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                let _ = child.kill();
+                panic!("chromium exited without a DevTools endpoint: {seen}");
+            }
+            if let Some(at) = line.find("ws://") {
+                break line[at..].trim().to_owned();
+            }
+            seen.push_str(&line);
+        };
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        let (socket, _) = tungstenite::connect(endpoint.as_str()).unwrap();
+        let mut browser = Browser {
+            child,
+            socket,
+            next_id: 0,
+            session: String::new(),
+        };
+        let target = browser.call("Target.createTarget", json!({ "url": url }));
+        let target = target["targetId"].as_str().unwrap().to_owned();
+        let attached = browser.call(
+            "Target.attachToTarget",
+            json!({ "targetId": target, "flatten": true }),
+        );
+        browser.session = attached["sessionId"].as_str().unwrap().to_owned();
+        browser
+    }
+
+    /// Sends one command (to the page once attached) and returns its result; events that come
+    /// before the answer are skipped.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let mut message = json!({ "id": self.next_id, "method": method, "params": params });
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        self.socket
+            .send(tungstenite::Message::text(message.to_string()))
+            .unwrap();
+        loop {
+            let answer = match self.socket.read().unwrap() {
+                tungstenite::Message::Text(text) => {
+                    serde_json::from_str::<Value>(text.as_str()).unwrap()
+                }
+                _ => continue,
+            };
+            if answer["id"] != json!(self.next_id) {
+                continue;
+            }
+            assert!(answer.get("error").is_none(), "{method}: {answer}");
+            return answer["result"].clone();
+        }
+    }
+
+    /// The value of a JavaScript expression in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let result = self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
+        );
+        assert!(
+            result.get("exceptionDetails").is_none(),
+            "{expression}: {result}"
+        );
+        result["result"]["value"].clone()
+    }
+
+    /// Waits up to 30 s for `expression` to be true in the page (a document still loading, whose
+    /// body is not there yet, counts as not yet).
+    fn wait_for(&mut self, expression: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let guarded =
+            format!("(() => {{ try {{ return !!({expression}); }} catch {{ return false; }} }})()");
+        while self.eval(&guarded) != json!(true) {
+            assert!(
+                Instant::now() < deadline,
+                "the page never had {expression}: {}",
+                self.eval("document.body.innerText")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn mouse(&mut self, kind: &str, x: f64, y: f64) {
+        self.call(
+            "Input.dispatchMouseEvent",
+            json!({ "type": kind, "x": x, "y": y, "button": "left", "buttons": if kind == "mouseReleased" { 0 } else { 1 }, "clickCount": 1 }),
+        );
+    }
+
+    fn click(&mut self, x: f64, y: f64) {
+        self.mouse("mouseMoved", x, y);
+        self.mouse("mousePressed", x, y);
+        self.mouse("mouseReleased", x, y);
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The centre of the element an expression gives, scrolled into view.
+fn centre_of(browser: &mut Browser, element: &str) -> (f64, f64) {
+    let centre = browser.eval(&format!(
+        "(() => {{ const e = {element}; e.scrollIntoView({{block: 'center'}}); \
+         const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }})()"
+    ));
+    (centre[0].as_f64().unwrap(), centre[1].as_f64().unwrap())
+}
+
+#[test]
+fn the_viewer_page_in_chromium() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-browser-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("known.mptrace");
+    std::fs::write(&trace, known_trace()).unwrap();
+    let server = Server::start(&trace);
+    let profile = dir.join("profile");
+
+    // The page loads; the timeline has points, the marker and the peak; the flame graph of what
+    // was allocated over the run has every site under its callers.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=flame&what=allocated"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    for expected in [
+        "class=\"timeline\"",
+        "data-label=\"loaded\"",
+        "class=\"peak\"",
+    ] {
+        assert!(dom.html.contains(expected), "no {expected} in {file}");
+    }
+    assert!(!dom.html.contains("data-points=\"0\""), "{file}");
+    for (name, bytes) in [
+        ("app::leaky", 2000),
+        ("app::temp", 30),
+        ("net::buffer", 5300),
+    ] {
+        assert_eq!(
+            flame_values(&dom.html, name),
+            [bytes],
+            "{name} in the flame graph of {file}"
+        );
+    }
+    for caller in ["app::main", "app::worker"] {
+        assert!(
+            !flame_values(&dom.html, caller).is_empty(),
+            "no {caller} in the flame graph of {file}"
+        );
+    }
+
+    // The call-site table, then the same table with filters from the URL (the worker thread
+    // by the id the API gives it).
+    let (_, summary) = get(server.address, "/api/summary").unwrap();
+    let summary: Value = serde_json::from_str(&summary).unwrap();
+    let worker = summary["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "worker")
+        .unwrap_or_else(|| panic!("no worker thread in {summary}"))["id"]
+        .clone();
+    for (query, expected) in [
+        ("", &["net::buffer", "app::leaky", "app::temp"][..]),
+        ("&size_min=1000", &["net::buffer", "app::leaky"][..]),
+        ("&size_min=2000", &["net::buffer"][..]),
+        (
+            "&func=%5Eapp%3A%3Amain%24",
+            &["app::leaky", "app::temp"][..],
+        ),
+        ("&nofile=net", &["app::leaky", "app::temp"][..]),
+        ("&life=never", &["app::leaky", "net::buffer"][..]),
+        (&format!("&thread={worker}"), &["net::buffer"][..]),
+    ] {
+        let url = server.url(&format!("/?view=sites&sort=allocated_bytes&desc=1{query}"));
+        let dom = dump_dom(chromium, &profile, &url);
+        assert_ready(&dom);
+        assert_eq!(site_rows(&dom.html), expected, "{}", dom.file.display());
+    }
+
+    // The diff between the start and the end: what is left grew, and only that is in the flame
+    // graph of the growth.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=diff&from=start&to=end"),
+    );
+    assert_ready(&dom);
+    let diff = dom
+        .html
+        .split_once("<table id=\"diff\">")
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .expect("the page has a diff table");
+    let grown: Vec<&str> = diff
+        .split("<div class=\"function\">")
+        .skip(1)
+        .map(|cell| cell.split_once("</div>").unwrap().0)
+        .collect();
+    assert_eq!(
+        grown,
+        ["app::leaky", "net::buffer"],
+        "{}",
+        dom.file.display()
+    );
+    for (name, bytes) in [("app::leaky", 1000), ("net::buffer", 300)] {
+        assert_eq!(
+            flame_values(&dom.html, name),
+            [bytes],
+            "{name} in the growth of {}",
+            dom.file.display()
+        );
+    }
+    assert!(flame_values(&dom.html, "app::temp").is_empty());
+
+    // A query the API refuses shows its message in the page, not a blank page.
+    let dom = dump_dom(chromium, &profile, &server.url("/?view=sites&func=%28"));
+    let error = dom
+        .html
+        .split_once("<div class=\"error\"><span>")
+        .and_then(|(_, rest)| rest.split_once("</span>"))
+        .map(|(message, _)| message)
+        .unwrap_or_else(|| panic!("no error shown in {}", dom.file.display()));
+    assert!(error.contains("400") && error.contains("func"), "{error}");
+
+    // A click on a row opens the site's stack with its files and lines; a drag on the timeline
+    // selects a range, kept in the URL.
+    let mut browser = Browser::open(
+        chromium,
+        &dir.join("profile-cdp"),
+        &server.url("/?view=sites"),
+    );
+    browser.wait_for("document.body.dataset.state === 'ready'");
+    let (x, y) = centre_of(
+        &mut browser,
+        "[...document.querySelectorAll('#sites tr[data-site]')].find(r => r.textContent.includes('app::leaky'))",
+    );
+    browser.click(x, y);
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && !document.getElementById('site').hidden \
+         && document.getElementById('site-stacks').textContent.includes('src/app.rs:10')",
+    );
+    let stacks = browser.eval("document.getElementById('site-stacks').innerText");
+    let stacks = stacks.as_str().unwrap();
+    for expected in ["app::leaky", "src/app.rs:10", "app::main", "src/main.rs:5"] {
+        assert!(stacks.contains(expected), "{expected} missing: {stacks}");
+    }
+    assert!(!stacks.contains("net::buffer"), "{stacks}");
+    let search = browser.eval("location.search");
+    assert!(search.as_str().unwrap().contains("site="), "{search}");
+
+    let (left, top, width) = {
+        let r = browser.eval(
+            "(() => { const r = document.querySelector('#timeline .overlay').getBoundingClientRect(); \
+             return [r.x, r.y + r.height / 2, r.width]; })()",
+        );
+        (
+            r[0].as_f64().unwrap(),
+            r[1].as_f64().unwrap(),
+            r[2].as_f64().unwrap(),
+        )
+    };
+    browser.mouse("mouseMoved", left + width * 0.25, top);
+    browser.mouse("mousePressed", left + width * 0.25, top);
+    browser.mouse("mouseMoved", left + width * 0.5, top);
+    browser.mouse("mouseReleased", left + width * 0.5, top);
+    browser.wait_for(
+        "new URLSearchParams(location.search).has('from') && new URLSearchParams(location.search).has('to') \
+         && document.body.dataset.state === 'ready'",
+    );
+    let range = browser.eval(
+        "[new URLSearchParams(location.search).get('from'), new URLSearchParams(location.search).get('to')]",
+    );
+    let seconds = |v: &Value| v.as_str().unwrap().parse::<f64>().unwrap();
+    let (from, to) = (seconds(&range[0]), seconds(&range[1]));
+    assert!(
+        0.0003 < from && from < 0.0007 && 0.0008 < to && to < 0.0012,
+        "a drag over the second quarter of a 2 ms run selected {range}"
+    );
+
+    // A click on a frame of the flame graph zooms into it: its callee then fills the width.
+    browser.call(
+        "Page.navigate",
+        json!({ "url": server.url("/?view=flame&what=allocated") }),
+    );
+    browser.wait_for(
+        "location.search.includes('view=flame') && document.body.dataset.state === 'ready' \
+         && !!document.querySelector('#flame svg')",
+    );
+    let frame = "[...document.querySelectorAll('#flame g.frame')].find(g => g.dataset.name.endsWith(\"'app::main'\") || g.dataset.name === 'app::main')";
+    let (x, y) = centre_of(&mut browser, frame);
+    browser.click(x, y);
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && new URLSearchParams(location.search).has('zoom')",
+    );
+    let widths = browser.eval(
+        "(() => { const svg = document.querySelector('#flame svg'); \
+         const leaky = [...svg.querySelectorAll('g.frame')].find(g => g.dataset.name.includes('app::leaky')); \
+         return [Number(leaky.querySelector('rect').getAttribute('width')), Number(svg.getAttribute('width'))]; })()",
+    );
+    let (leaky, whole) = (widths[0].as_f64().unwrap(), widths[1].as_f64().unwrap());
+    assert!(
+        leaky > whole - 2.0,
+        "app::leaky is {leaky} of {whole} pixels wide after zooming into app::main"
+    );
+    drop(browser);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

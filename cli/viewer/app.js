@@ -1,0 +1,947 @@
+// The viewer's page: reads its state from the URL's query string, asks the REST API of `memprof
+// serve` (docs/viewer-api.md) for exactly what the visible view needs, and draws the charts and
+// flame graphs as SVG by hand (no library, nothing fetched from elsewhere).
+//
+// Invariants: the URL is the whole state (a copied URL reopens the same view), so every change
+// goes through `navigate`, which rewrites the URL and redraws from it; the page never asks for
+// more timeline points than the chart has pixels; an answer that arrives after a newer request
+// for the same view is dropped; every failure of the API shows its message in the page.
+"use strict";
+
+// The filters every endpoint takes, with the same names in the URL and in the API.
+const FILTERS = ["size_min", "size_max", "life_min", "life_max", "life", "thread", "func",
+  "nofunc", "file", "nofile", "marker_from", "marker_to"];
+const MOMENTS = ["at", "from", "to"];
+const VIEWS = ["timeline", "sites", "flame", "diff"];
+const MAX_POINTS = 10000;
+const SITES_PAGE = 100;
+const LIVE_POLL_MS = 2000;
+const SVG = "http://www.w3.org/2000/svg";
+
+let summary = null;
+const latest = {}; // the newest request of each view: older answers are dropped
+
+// ---------------------------------------------------------------------------------------------
+// Formatting
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "—";
+  const sign = n < 0 ? "−" : "";
+  let v = Math.abs(n);
+  if (v < 1024) return `${sign}${v} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let i = -1;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${sign}${v.toFixed(v < 10 ? 2 : 1)} ${units[i]}`;
+}
+
+function fmtCount(n) {
+  if (n === null || n === undefined) return "—";
+  return n.toLocaleString("en-US");
+}
+
+function fmtDuration(ns) {
+  if (ns === null || ns === undefined) return "—";
+  const v = Math.abs(ns);
+  if (v < 1e3) return `${ns} ns`;
+  if (v < 1e6) return `${(ns / 1e3).toFixed(1)} µs`;
+  if (v < 1e9) return `${(ns / 1e6).toFixed(1)} ms`;
+  return `${(ns / 1e9).toFixed(2)} s`;
+}
+
+// A moment as the API reads it: seconds since the start, without trailing zeros.
+function momentOf(ns) {
+  return (ns / 1e9).toFixed(9).replace(/0+$/, "").replace(/\.$/, "");
+}
+
+// A time picked on a chart, on the nearest edge of the server's index buckets: the index answers
+// such moments without reading the trace again (docs/viewer-api.md).
+function snapped(ns) {
+  const bucket = summary && summary.bucket_ns;
+  return bucket ? Math.round(ns / bucket) * bucket : ns;
+}
+
+// A time for the eye: six significant digits at most (the URL keeps the exact moment).
+function fmtSeconds(ns) {
+  return `${Number((ns / 1e9).toPrecision(6))} s`;
+}
+
+function siteName(site) {
+  return site.function || "(unknown function)";
+}
+
+// A source file as the reports write it: the standard library's from its crate's directory on
+// (`/rustc/<commit>/library/core/...` is `core/...`), a registry crate's from `name-version/` on.
+function shortFile(file) {
+  return file
+    .replace(/^\/rustc\/[0-9a-f]+\/library\//, "")
+    .replace(/^.*\/\.cargo\/registry\/src\/[^/]+\//, "");
+}
+
+function siteLocation(site) {
+  if (!site.file) return "";
+  const file = shortFile(site.file);
+  return site.line ? `${file}:${site.line}` : file;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+function svg(tag, attrs = {}) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+// ---------------------------------------------------------------------------------------------
+// State in the URL
+
+function state() {
+  return new URLSearchParams(location.search);
+}
+
+function currentView() {
+  const view = state().get("view");
+  return VIEWS.includes(view) ? view : "timeline";
+}
+
+// Rewrites the URL with `changes` (a value of null removes the parameter, an array repeats it)
+// and redraws.
+function navigate(changes, { replace = false } = {}) {
+  const q = state();
+  for (const [k, v] of Object.entries(changes)) {
+    q.delete(k);
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else if (v !== null && v !== undefined && v !== "") q.set(k, v);
+  }
+  const url = `${location.pathname}${q.toString() ? "?" + q : ""}`;
+  if (replace) history.replaceState(null, "", url);
+  else history.pushState(null, "", url);
+  render();
+}
+
+// The query of an API call: the filters, the named moments, and `extra`.
+function apiParams(moments, extra = {}) {
+  const q = state();
+  const out = new URLSearchParams();
+  for (const name of FILTERS) for (const v of q.getAll(name)) if (v !== "") out.append(name, v);
+  for (const name of moments) {
+    const v = q.get(name);
+    if (v) out.set(name, v);
+  }
+  for (const [k, v] of Object.entries(extra)) if (v !== null && v !== undefined) out.set(k, v);
+  return out;
+}
+
+// The time in ns of a moment written as the API reads it, or null when unknown.
+function resolveMoment(text) {
+  if (!text || !summary) return null;
+  if (text === "start") return 0;
+  if (text === "end") return summary.duration_ns;
+  if (text === "peak") return summary.peak.time_ns;
+  if (text.startsWith("marker:")) return markerTime(text.slice(7));
+  const s = Number(text);
+  return Number.isFinite(s) ? Math.round(s * 1e9) : null;
+}
+
+function markerTime(label) {
+  const m = summary && summary.markers.find((x) => x.label === label);
+  return m ? m.time_ns : null;
+}
+
+// The selected range [from, to] in ns, or null: from/to, or the marker range.
+function selectedRange() {
+  const q = state();
+  let from = resolveMoment(q.get("from"));
+  let to = resolveMoment(q.get("to"));
+  if (q.get("marker_from")) from = markerTime(q.get("marker_from"));
+  if (q.get("marker_to")) to = markerTime(q.get("marker_to"));
+  if (from === null && to === null) return null;
+  return [from ?? 0, to ?? summary.duration_ns];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API
+
+class ApiError extends Error {
+  constructor(message, status = 0) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// Answers already had, by URL: a click that changes only what is shown (a sort, an open site, a
+// zoom) redraws without asking the server again. A trace does not change while it is served.
+const answers = new Map();
+const ANSWERS_KEPT = 32;
+
+async function api(view, path, params) {
+  const ticket = (latest[view] = (latest[view] || 0) + 1);
+  const url = `api/${path}${params && params.toString() ? "?" + params : ""}`;
+  if (answers.has(url)) return ticket === latest[view] ? answers.get(url) : null;
+  const body = await fetchJson(url);
+  answers.set(url, body);
+  if (answers.size > ANSWERS_KEPT) answers.delete(answers.keys().next().value);
+  if (ticket !== latest[view]) return null; // a newer request replaced this one
+  return body;
+}
+
+async function fetchJson(url) {
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (e) {
+    throw new ApiError(`${url}: the server does not answer (${e.message})`);
+  }
+  let body;
+  const text = await response.text();
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = null;
+  }
+  if (!response.ok) {
+    const message = body && body.error ? body.error : text.slice(0, 300) || response.statusText;
+    throw new ApiError(`${url}: ${response.status} ${message}`, response.status);
+  }
+  if (body === null) throw new ApiError(`${url}: the answer is not JSON`);
+  return body;
+}
+
+function showError(message) {
+  const box = document.getElementById("errors");
+  box.hidden = false;
+  const line = el("div", { class: "error" }, el("span", { text: message }));
+  const close = el("button", { type: "button", "aria-label": "dismiss", text: "×" });
+  close.addEventListener("click", () => {
+    line.remove();
+    if (!box.children.length) box.hidden = true;
+  });
+  line.append(close);
+  box.append(line);
+}
+
+function clearErrors() {
+  const box = document.getElementById("errors");
+  box.replaceChildren();
+  box.hidden = true;
+}
+
+// Runs a view's drawing, turning any failure into a message in the page and in the view.
+async function guarded(target, work) {
+  try {
+    await work();
+  } catch (e) {
+    showError(e instanceof ApiError ? e.message : `the page failed: ${e.message}`);
+    if (target) target.replaceChildren(el("p", { class: "failed", text: "not available: see the error above" }));
+    if (!(e instanceof ApiError)) console.error(e);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Summary and the filter form
+
+function drawSummary() {
+  const s = summary;
+  const threads = s.threads.length;
+  document.getElementById("summary").replaceChildren(
+    el("span", { class: "path", text: s.path }),
+    el("span", { text: `${fmtCount(s.events)} events over ${fmtDuration(s.duration_ns)}` }),
+    el("span", { text: `peak ${fmtBytes(s.peak.bytes)} in ${fmtCount(s.peak.blocks)} blocks at ${fmtSeconds(s.peak.time_ns)}` }),
+    el("span", { text: `at end ${fmtBytes(s.end.bytes)} in ${fmtCount(s.end.blocks)} blocks` }),
+    el("span", { text: `${fmtCount(s.totals.allocations)} allocations (${fmtBytes(s.totals.allocated_bytes)}), ${fmtCount(s.totals.frees)} frees, ${fmtCount(s.totals.temporary)} temporary` }),
+    el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}${s.sample_interval ? `, sampled every ${fmtBytes(s.sample_interval)}` : ""}` }),
+  );
+  if (s.complete === false) {
+    document.getElementById("summary").append(el("span", { class: "live", text: "still arriving, or cut short: followed every 2 s" }));
+  }
+  const form = document.getElementById("filters");
+  for (const name of ["marker_from", "marker_to"]) {
+    const select = form.elements[name];
+    for (const m of s.markers) {
+      select.append(el("option", { value: m.label, text: `${m.label} (${fmtSeconds(m.time_ns)})` }));
+    }
+  }
+  const threadSelect = form.elements.thread;
+  threadSelect.size = Math.min(4, Math.max(2, s.threads.length));
+  for (const t of s.threads) {
+    threadSelect.append(el("option", { value: String(t.id), text: t.name ? `${t.id} ${t.name}` : String(t.id) }));
+  }
+}
+
+function fillForm() {
+  const q = state();
+  const form = document.getElementById("filters");
+  for (const name of [...MOMENTS, ...FILTERS]) {
+    const field = form.elements[name];
+    if (!field) continue;
+    if (field.multiple) {
+      const chosen = q.getAll(name);
+      for (const option of field.options) option.selected = chosen.includes(option.value);
+    } else {
+      field.value = q.get(name) || "";
+    }
+  }
+}
+
+function submitForm(event) {
+  event.preventDefault();
+  const form = document.getElementById("filters");
+  const changes = { site: null, zoom: null, offset: null };
+  for (const name of [...MOMENTS, ...FILTERS]) {
+    const field = form.elements[name];
+    if (!field) continue;
+    if (field.multiple) changes[name] = [...field.selectedOptions].map((o) => o.value);
+    else changes[name] = field.value.trim();
+  }
+  navigate(changes);
+}
+
+function resetForm() {
+  const changes = { site: null, zoom: null };
+  for (const name of [...MOMENTS, ...FILTERS]) changes[name] = null;
+  navigate(changes);
+}
+
+function drawExports() {
+  const params = apiParams(MOMENTS);
+  // A live block's lifetime is not known at the moment: the exports take no lifetime filter.
+  const refused = ["life", "life_min", "life_max"].some((name) => params.has(name));
+  for (const a of document.querySelectorAll("#exports a")) {
+    if (refused) {
+      a.removeAttribute("href");
+      a.title = "the exports take no lifetime filter";
+    } else {
+      a.href = `api/export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
+      a.removeAttribute("title");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Charts
+
+const MARGIN = { left: 64, right: 48, top: 30, bottom: 24 };
+const compact = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
+
+function chartWidth(container) {
+  return Math.max(320, Math.floor(container.clientWidth || 800));
+}
+
+function timeTicks(from, to, n) {
+  const span = to - from || 1;
+  const raw = span / n;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * pow).find((s) => s >= raw) || raw;
+  const ticks = [];
+  for (let t = Math.ceil(from / step) * step; t <= to; t += step) ticks.push(t);
+  return ticks;
+}
+
+function axes(root, x0, x1, y0, y1, from, to, xOf, yMax, yOfBytes) {
+  root.append(svg("line", { x1: x0, x2: x1, y1: y1, y2: y1, class: "axis" }));
+  for (const t of timeTicks(from, to, 6)) {
+    const x = xOf(t);
+    root.append(svg("line", { x1: x, x2: x, y1: y1, y2: y1 + 4, class: "axis" }));
+    const label = svg("text", { x, y: y1 + 16, class: "tick", "text-anchor": "middle" });
+    label.textContent = fmtSeconds(t);
+    root.append(label);
+  }
+  if (yOfBytes) {
+    for (let i = 0; i <= 4; i++) {
+      const v = (yMax * i) / 4;
+      const y = yOfBytes(v);
+      root.append(svg("line", { x1: x0, x2: x1, y1: y, y2: y, class: "grid" }));
+      const label = svg("text", { x: x0 - 4, y: y + 4, class: "tick", "text-anchor": "end" });
+      label.textContent = fmtBytes(Math.round(v));
+      root.append(label);
+    }
+  }
+}
+
+// Draws live bytes (area) and live blocks (line) of a timeline answer into `container`, with
+// its markers, its peak and the page's selection; `interactive` adds the range and moment picking.
+function drawLive(container, data, { height = 220, interactive = false, selection = true } = {}) {
+  const width = chartWidth(container);
+  const x0 = MARGIN.left, x1 = width - MARGIN.right, y0 = MARGIN.top, y1 = height - MARGIN.bottom;
+  const from = data.from_ns, to = Math.max(data.to_ns, data.from_ns + 1);
+  const xOf = (t) => x0 + ((t - from) / (to - from)) * (x1 - x0);
+  const tOf = (x) => Math.round(from + ((Math.min(Math.max(x, x0), x1) - x0) / (x1 - x0)) * (to - from));
+  const points = data.points || [];
+  const maxBytes = Math.max(1, data.peak ? data.peak.bytes : 0, ...points.map((p) => p.live_bytes));
+  const maxBlocks = Math.max(1, ...points.map((p) => p.live_blocks));
+  const yOf = (v) => y1 - (v / maxBytes) * (y1 - y0);
+  const yBlocks = (v) => y1 - (v / maxBlocks) * (y1 - y0);
+
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "timeline", "data-points": points.length });
+  axes(root, x0, x1, y0, y1, from, to, xOf, maxBytes, yOf);
+  for (let i = 0; i <= 4; i++) {
+    const label = svg("text", { x: x1 + 4, y: yBlocks((maxBlocks * i) / 4) + 4, class: "tick blocks" });
+    label.textContent = compact.format(Math.round((maxBlocks * i) / 4));
+    root.append(label);
+  }
+  const legend = svg("text", { x: x0, y: 12, class: "legend" });
+  legend.innerHTML = `<tspan class="bytes">■ live bytes</tspan>  <tspan class="blocks">— live blocks (right)</tspan>`;
+  root.append(legend);
+
+  if (points.length) {
+    // A step line: live_* hold from a point's time to the next one's.
+    let area = `M${xOf(from).toFixed(1)},${y1}`;
+    let blocks = "";
+    let prevX = xOf(from);
+    for (const p of points) {
+      const a = prevX.toFixed(1), b = xOf(p.t_ns).toFixed(1);
+      const yb = yOf(p.live_bytes).toFixed(1), yk = yBlocks(p.live_blocks).toFixed(1);
+      area += `L${a},${yb}L${b},${yb}`;
+      blocks += `${blocks ? "L" : "M"}${a},${yk}L${b},${yk}`;
+      prevX = xOf(p.t_ns);
+    }
+    area += `L${prevX.toFixed(1)},${y1}Z`;
+    root.append(svg("path", { d: area, class: "live-bytes" }));
+    root.append(svg("path", { d: blocks, class: "live-blocks" }));
+  }
+
+  const q = state();
+  if (selection) {
+    const range = selectedRange();
+    if (range) {
+      const a = xOf(range[0]), b = xOf(range[1]);
+      root.append(svg("rect", { x: Math.min(a, b), y: y0, width: Math.max(1, Math.abs(b - a)), height: y1 - y0, class: "selection" }));
+    }
+    const at = resolveMoment(q.get("at"));
+    if (at !== null) {
+      const x = xOf(at);
+      root.append(svg("line", { x1: x, x2: x, y1: y0, y2: y1, class: "moment" }));
+    }
+  }
+
+  for (const m of data.markers || []) {
+    const x = xOf(m.time_ns);
+    const g = svg("g", { class: "marker", "data-label": m.label });
+    g.append(svg("line", { x1: x, x2: x, y1: y0 - 4, y2: y1 }));
+    const label = svg("text", { x: x + 3, y: y0 + 2 });
+    label.textContent = m.label;
+    g.append(label);
+    root.append(g);
+  }
+
+  if (data.peak && data.peak.bytes > 0) {
+    const x = xOf(data.peak.time_ns), y = yOf(data.peak.bytes);
+    const g = svg("g", { class: "peak" });
+    g.append(svg("circle", { cx: x, cy: y, r: 4 }));
+    const label = svg("text", { x: x + (x > (x0 + x1) / 2 ? -6 : 6), y: Math.max(y0 + 10, y - 6), "text-anchor": x > (x0 + x1) / 2 ? "end" : "start" });
+    label.textContent = `peak ${fmtBytes(data.peak.bytes)}`;
+    g.append(label);
+    root.append(g);
+  }
+
+  const overlay = svg("rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0, class: "overlay" });
+  root.append(overlay);
+  const drag = svg("rect", { x: 0, y: y0, width: 0, height: y1 - y0, class: "dragging", visibility: "hidden" });
+  root.append(drag);
+  container.replaceChildren(root);
+
+  const xIn = (event) => event.clientX - root.getBoundingClientRect().left;
+  const nearest = (t) => {
+    let lo = 0, hi = points.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (points[mid].t_ns < t) lo = mid + 1;
+      else hi = mid;
+    }
+    return points[lo];
+  };
+  overlay.addEventListener("pointermove", (event) => {
+    const t = tOf(xIn(event));
+    const p = points.length ? nearest(t) : null;
+    tooltip(event, p
+      ? [fmtSeconds(p.t_ns), `live ${fmtBytes(p.live_bytes)} in ${fmtCount(p.live_blocks)} blocks`,
+        `${fmtCount(p.allocs)} allocations (${fmtBytes(p.alloc_bytes)})`, `${fmtCount(p.frees)} frees (${fmtBytes(p.free_bytes)})`]
+      : [fmtSeconds(t)]);
+  });
+  overlay.addEventListener("pointerleave", () => tooltip(null));
+  if (!interactive) return;
+  let start = null;
+  overlay.addEventListener("pointerdown", (event) => {
+    start = xIn(event);
+    overlay.setPointerCapture(event.pointerId);
+  });
+  overlay.addEventListener("pointermove", (event) => {
+    if (start === null) return;
+    const x = Math.min(Math.max(xIn(event), x0), x1);
+    drag.setAttribute("x", Math.min(start, x));
+    drag.setAttribute("width", Math.abs(x - start));
+    drag.setAttribute("visibility", "visible");
+  });
+  overlay.addEventListener("pointerup", (event) => {
+    if (start === null) return;
+    const end = xIn(event);
+    const a = tOf(start), b = tOf(end);
+    const moved = Math.abs(end - start);
+    start = null;
+    drag.setAttribute("visibility", "hidden");
+    if (moved < 4) {
+      navigate({ at: momentOf(snapped(a)) });
+    } else {
+      navigate({ from: momentOf(snapped(Math.min(a, b))), to: momentOf(snapped(Math.max(a, b))), marker_from: null, marker_to: null });
+    }
+  });
+}
+
+// Allocation (up) and free (down) counts per point.
+function drawRates(container, data, height = 160) {
+  const width = chartWidth(container);
+  const x0 = MARGIN.left, x1 = width - MARGIN.right, y0 = MARGIN.top, y1 = height - MARGIN.bottom;
+  const mid = (y0 + y1) / 2;
+  const from = data.from_ns, to = Math.max(data.to_ns, data.from_ns + 1);
+  const xOf = (t) => x0 + ((t - from) / (to - from)) * (x1 - x0);
+  const points = data.points || [];
+  const max = Math.max(1, ...points.map((p) => Math.max(p.allocs, p.frees)));
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "rates" });
+  axes(root, x0, x1, y0, y1, from, to, xOf, 0, null);
+  let up = "", down = "", prev = xOf(from);
+  for (const p of points) {
+    const x = xOf(p.t_ns);
+    const w = Math.max(0.5, x - prev).toFixed(1);
+    if (p.allocs) up += `M${prev.toFixed(1)},${mid}h${w}v${(-(p.allocs / max) * (mid - y0)).toFixed(1)}h-${w}Z`;
+    if (p.frees) down += `M${prev.toFixed(1)},${mid}h${w}v${((p.frees / max) * (y1 - mid)).toFixed(1)}h-${w}Z`;
+    prev = x;
+  }
+  root.append(svg("path", { d: up, class: "allocs" }), svg("path", { d: down, class: "frees" }));
+  root.append(svg("line", { x1: x0, x2: x1, y1: mid, y2: mid, class: "axis" }));
+  const scaleLabel = svg("text", { x: x0, y: y0 - 10, class: "tick" });
+  scaleLabel.textContent = `bars up to ${fmtCount(max)} per interval of ${fmtDuration(Math.round((to - from) / Math.max(1, points.length)))}`;
+  root.append(scaleLabel);
+  for (const [y, text] of [[mid - 6, "allocs ↑"], [mid + 14, "frees ↓"]]) {
+    const label = svg("text", { x: x0 - 4, y, class: "tick", "text-anchor": "end" });
+    label.textContent = text;
+    root.append(label);
+  }
+  container.replaceChildren(root);
+}
+
+function tooltip(event, lines) {
+  const tip = document.getElementById("tooltip");
+  if (!event) {
+    tip.hidden = true;
+    return;
+  }
+  tip.replaceChildren(...lines.map((l) => el("div", { text: l })));
+  tip.hidden = false;
+  const x = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+  const y = Math.min(event.clientY + 14, window.innerHeight - tip.offsetHeight - 8);
+  tip.style.left = `${x}px`;
+  tip.style.top = `${y}px`;
+}
+
+function pointsFor(container) {
+  return Math.min(MAX_POINTS, Math.max(10, chartWidth(container) - MARGIN.left - MARGIN.right));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views
+
+async function drawTimeline() {
+  const container = document.getElementById("timeline");
+  // `tzoom=1` draws the selected range only (the whole run otherwise).
+  const range = selectedRange();
+  const zoomed = state().get("tzoom") === "1" && range !== null;
+  const zoomButton = document.getElementById("timeline-zoom");
+  zoomButton.hidden = range === null && !zoomed;
+  zoomButton.textContent = zoomed ? "show the whole run" : "zoom to the selection";
+  const extra = { points: pointsFor(container) };
+  if (zoomed) Object.assign(extra, { from: momentOf(range[0]), to: momentOf(range[1]) });
+  // A marker range is a selection like from/to: shaded on the whole run unless zoomed.
+  const params = apiParams([], extra);
+  params.delete("marker_from");
+  params.delete("marker_to");
+  await guarded(container, async () => {
+    const data = await api("timeline", "timeline", params);
+    if (!data) return;
+    drawLive(container, data, { interactive: true });
+    container.dataset.rendered = "1";
+    if (currentView() === "timeline") {
+      drawRates(document.getElementById("rates"), data);
+      const body = document.querySelector("#markers tbody");
+      body.replaceChildren(...(data.markers || []).map((m) => {
+        const row = el("tr", {}, el("td", { text: fmtSeconds(m.time_ns) }), el("td", { class: "text", text: m.label }));
+        const pick = el("button", { type: "button", text: "pick" });
+        pick.addEventListener("click", () => navigate({ at: `marker:${m.label}` }));
+        row.append(el("td", {}, pick));
+        return row;
+      }));
+      if (!body.children.length) body.append(el("tr", {}, el("td", { colspan: 3, text: "no markers in this trace" })));
+    }
+  });
+}
+
+function sitesSort() {
+  const q = state();
+  return { sort: q.get("sort") || "allocated_bytes", desc: q.get("desc") === "0" ? "0" : "1" };
+}
+
+function siteRow(s) {
+  const row = el("tr", { "data-site": s.id, tabindex: 0 });
+  row.append(el("td", { class: "text", title: s.file ? `${s.file}:${s.line}` : null },
+    el("div", { class: "function", text: siteName(s) }),
+    el("div", { class: "location" }, el("span", { class: "site-id", text: `#${s.id} ` }), siteLocation(s))));
+  const cells = [
+    [fmtCount(s.allocations), null],
+    [fmtBytes(s.allocated_bytes), s.allocated_bytes],
+    [fmtBytes(s.freed_bytes), `${fmtCount(s.freed_bytes)} bytes in ${fmtCount(s.frees)} frees`],
+    [fmtBytes(s.live_bytes), `${fmtCount(s.live_bytes)} bytes in ${fmtCount(s.live_blocks)} blocks`],
+    [fmtBytes(s.leaked_bytes), `${fmtCount(s.leaked_bytes)} bytes in ${fmtCount(s.leaked_blocks)} blocks`],
+    [fmtBytes(s.peak_bytes), s.peak_bytes],
+    [fmtCount(s.temporary), null],
+    // 0 (or none) when no block of the range was freed.
+    s.mean_lifetime_ns ? [fmtDuration(s.mean_lifetime_ns), `${fmtCount(s.mean_lifetime_ns)} ns`] : ["—", "none freed"],
+  ];
+  for (const [text, title] of cells) row.append(el("td", { text, title: title === null ? null : String(title) }));
+  const open = () => navigate({ site: s.id });
+  row.addEventListener("click", open);
+  row.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
+  return row;
+}
+
+async function drawSites() {
+  const q = state();
+  const table = document.getElementById("sites");
+  const body = table.querySelector("tbody");
+  const { sort, desc } = sitesSort();
+  for (const th of table.querySelectorAll("th[data-key]")) {
+    th.classList.toggle("sorted", th.dataset.key === sort);
+    th.setAttribute("aria-sort", th.dataset.key === sort ? (desc === "1" ? "descending" : "ascending") : "none");
+  }
+  const caption = document.getElementById("sites-caption");
+  const at = q.get("at") || "end";
+  const range = q.get("from") || q.get("to") ? `${q.get("from") || "start"} … ${q.get("to") || "end"}` : "the whole run";
+  caption.textContent = `Live at ${at}; allocated and freed over ${range}.`;
+  const more = document.getElementById("more-sites");
+  let offset = 0;
+  const load = async (append) => {
+    const data = await api("sites", "sites", apiParams(MOMENTS, { sort, desc, limit: SITES_PAGE, offset }));
+    if (!data) return;
+    const rows = data.sites.map(siteRow);
+    if (append) body.append(...rows);
+    else body.replaceChildren(...rows);
+    if (!data.sites.length && !append) body.append(el("tr", {}, el("td", { colspan: 9, class: "empty", text: "no call site matches the filters" })));
+    offset += data.sites.length;
+    table.dataset.total = data.total_sites;
+    caption.textContent = `${fmtCount(data.total_sites)} call sites. Live at ${at}; allocated and freed over ${range}.`;
+    more.hidden = offset >= data.total_sites;
+    more.textContent = `${fmtCount(data.total_sites - offset)} more`;
+    more.onclick = () => guarded(null, () => load(true));
+  };
+  await guarded(body, () => load(false));
+  await drawSite();
+}
+
+// The open site's panel: under its row when the row is shown, else under the table. The table
+// is redrawn often, so the panel is held here rather than looked up in the document.
+let sitePanel = null;
+
+async function drawSite() {
+  const id = state().get("site");
+  const panel = sitePanel || (sitePanel = document.getElementById("site"));
+  for (const row of document.querySelectorAll("#sites tr[data-site]")) row.classList.toggle("open", row.dataset.site === id);
+  for (const detail of document.querySelectorAll("#sites tr.detail")) detail.remove();
+  if (!id) {
+    panel.hidden = true;
+    return;
+  }
+  const row = document.querySelector(`#sites tr[data-site="${CSS.escape(id)}"]`);
+  if (row) {
+    const cell = el("td", { colspan: row.children.length });
+    cell.append(panel);
+    row.after(el("tr", { class: "detail" }, cell));
+  } else {
+    document.getElementById("more-sites").after(panel);
+  }
+  panel.hidden = false;
+  const stacks = panel.querySelector("#site-stacks");
+  const title = panel.querySelector("#site-title");
+  await guarded(stacks, async () => {
+    const chart = panel.querySelector("#site-timeline");
+    const data = await api("site", `site/${encodeURIComponent(id)}`, apiParams(MOMENTS, { points: pointsFor(chart) }));
+    if (!data) return;
+    panel.dataset.site = data.id;
+    title.textContent = `#${data.id} ${siteName(data)} ${siteLocation(data)}`;
+    drawLive(chart, data.timeline, { height: 140, selection: false });
+    const at = state().get("at") || "end";
+    stacks.replaceChildren(...data.stacks.map((stack, i) => {
+      // The frames above the site's own (the allocator, the profiler) are shown dimmed.
+      const own = stack.frames.findIndex((f) => f.function === data.function && f.line === data.line);
+      const frames = el("ol", { class: "frames" }, ...stack.frames.map((f, j) => el("li", { class: j < own ? "inner" : null },
+        el("span", { class: "function", text: f.function || (f.address ? `0x${Number(f.address).toString(16)}` : "??") }),
+        el("span", { class: "location", title: f.file || "", text: f.file ? `${shortFile(f.file)}${f.line ? ":" + f.line : ""}` : "" }))));
+      return el("div", { class: "stack" },
+        el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${fmtBytes(stack.bytes)} in ${fmtCount(stack.blocks)} blocks live at ${at}` +
+          (stack.allocations !== undefined ? `; ${fmtCount(stack.allocations)} allocations (${fmtBytes(stack.allocated_bytes)}) in the range` : "") }),
+        frames);
+    }));
+    if (!data.stacks.length) stacks.append(el("p", { text: "no stack of this site matches the filters" }));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flame graphs
+
+// A frame's function for its box: the server names frames as the Markdown report writes them,
+// `FILE:LINE:COLUMN in 'FUNCTION'`, and the function is what the eye looks for.
+function frameLabel(name) {
+  const m = /^(.*) in '(.*)'$/.exec(name);
+  return m ? m[2] : name;
+}
+
+function hue(name) {
+  let h = 0;
+  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0;
+  return Math.abs(h);
+}
+
+// Draws `tree` as a flame graph (the root at the bottom) in `container`. `zoom` is the path of
+// names from the root to the node shown full width; `onZoom` gets the new path on a click.
+function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm" } = {}) {
+  const width = chartWidth(container);
+  const rowHeight = 18;
+  // The zoomed node and the chain of its ancestors.
+  const chain = [tree];
+  for (const name of zoom) {
+    const child = (chain[chain.length - 1].children || []).find((c) => c.name === name);
+    if (!child) break;
+    chain.push(child);
+  }
+  const focus = chain[chain.length - 1];
+  const depthOf = (node) => 1 + Math.max(0, ...(node.children || []).map(depthOf));
+  const depth = chain.length - 1 + depthOf(focus);
+  const height = depth * rowHeight + 4;
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "flamegraph" });
+  const total = tree.value || 1;
+  const scale = width / (focus.value || 1);
+  const minWidth = 0.5; // narrower frames are left out: they would not be seen
+  const charWidth = 7;
+
+  const box = (node, level, x, w, path, dim) => {
+    const y = height - (level + 1) * rowHeight;
+    const g = svg("g", { class: dim ? "frame ancestor" : "frame", "data-name": node.name, "data-value": node.value });
+    const h = hue(frameLabel(node.name));
+    const color = palette === "growth"
+      ? `hsl(${110 + (h % 40)}, 55%, ${55 + (h % 15)}%)`
+      : `hsl(${(h % 55)}, ${70 + (h % 20)}%, ${55 + (h % 12)}%)`;
+    g.append(svg("rect", { x: x.toFixed(2), y, width: Math.max(0.5, w - 0.5).toFixed(2), height: rowHeight - 1, fill: color, rx: 2 }));
+    const title = svg("title");
+    title.textContent = `${shortFile(node.name)}: ${fmtBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
+    g.append(title);
+    if (w > charWidth * 3) {
+      const text = svg("text", { x: (x + 4).toFixed(2), y: y + rowHeight - 5 });
+      const fit = Math.floor((w - 8) / charWidth);
+      const label = frameLabel(node.name);
+      text.textContent = label.length > fit ? label.slice(0, Math.max(1, fit - 1)) + "…" : label;
+      g.append(text);
+    }
+    g.addEventListener("click", () => onZoom && onZoom(path));
+    g.addEventListener("mousemove", (event) => tooltip(event, [shortFile(node.name), `${fmtBytes(node.value)} (${fmtCount(node.value)} bytes)`,
+      `${((node.value / total) * 100).toFixed(2)}% of all, ${((node.value / (focus.value || 1)) * 100).toFixed(2)}% of the zoomed frame`]));
+    g.addEventListener("mouseleave", () => tooltip(null));
+    root.append(g);
+  };
+
+  chain.forEach((node, level) => box(node, level, 0, width, chain.slice(1, level + 1).map((n) => n.name), level < chain.length - 1));
+  const walk = (node, level, x, path) => {
+    let cx = x;
+    for (const child of node.children || []) {
+      const w = child.value * scale;
+      if (w >= minWidth) {
+        const childPath = [...path, child.name];
+        box(child, level, cx, w, childPath, false);
+        walk(child, level + 1, cx, childPath);
+      }
+      cx += w;
+    }
+  };
+  walk(focus, chain.length, 0, chain.slice(1).map((n) => n.name));
+  container.replaceChildren(root);
+  return focus;
+}
+
+// The zoomed frame's path from the root, as a JSON array of names (names may hold any
+// character, `;` included: `<[T; 4] as Trait>::f`).
+function zoomPath() {
+  try {
+    const path = JSON.parse(state().get("zoom") || "[]");
+    return Array.isArray(path) ? path.map(String) : [];
+  } catch {
+    return [];
+  }
+}
+
+async function drawFlameView() {
+  const q = state();
+  const what = ["live", "allocated", "leaked", "temporary"].includes(q.get("what")) ? q.get("what") : "live";
+  document.getElementById("what").value = what;
+  const container = document.getElementById("flame");
+  const caption = document.getElementById("flame-caption");
+  const reset = document.getElementById("flame-reset");
+  await guarded(container, async () => {
+    const tree = await api("flame", "flame", apiParams(MOMENTS, { what }));
+    if (!tree) return;
+    const describe = {
+      live: `live at ${q.get("at") || "end"}`,
+      allocated: `allocated over ${q.get("from") || "start"} … ${q.get("to") || "end"}`,
+      leaked: "leaked at end",
+      temporary: "temporary allocations",
+    }[what];
+    if (!tree.value) {
+      container.replaceChildren(el("p", { class: "empty", text: `nothing ${describe} matches the filters` }));
+      caption.textContent = "";
+      reset.hidden = true;
+      return;
+    }
+    const zoom = zoomPath();
+    const focus = drawFlame(container, tree, { zoom, onZoom: (path) => navigate({ zoom: path.length ? JSON.stringify(path) : null }) });
+    caption.textContent = `${fmtBytes(tree.value)} ${describe}${focus !== tree ? `; showing ${focus.name} (${fmtBytes(focus.value)})` : ""}`;
+    reset.hidden = focus === tree;
+    container.dataset.rendered = "1";
+  });
+}
+
+async function drawDiff() {
+  const q = state();
+  const from = q.get("from") || (q.get("marker_from") ? `marker:${q.get("marker_from")}` : "start");
+  const to = q.get("to") || (q.get("marker_to") ? `marker:${q.get("marker_to")}` : "end");
+  const caption = document.getElementById("diff-caption");
+  const body = document.querySelector("#diff tbody");
+  const flame = document.getElementById("diff-flame");
+  caption.textContent = `Live at ${from} against live at ${to} (pick the two moments with from and to, two markers, or a drag on the timeline).`;
+  await guarded(body, async () => {
+    const params = apiParams([], { from, to });
+    params.delete("marker_from");
+    params.delete("marker_to");
+    const data = await api("diff", "diff", params);
+    if (!data) return;
+    const sites = [...data.sites].sort((a, b) => b.delta_bytes - a.delta_bytes);
+    body.replaceChildren(...sites.map((s) => {
+      const cls = s.delta_bytes > 0 ? "grew" : s.delta_bytes < 0 ? "shrank" : "";
+      const sign = (v) => (v > 0 ? "+" : "");
+      return el("tr", { class: cls, "data-site": s.id },
+        el("td", { class: "text" }, el("div", { class: "function", text: siteName(s) }),
+          el("div", { class: "location" }, el("span", { class: "site-id", text: `#${s.id} ` }), siteLocation(s))),
+        el("td", { text: fmtBytes(s.from_bytes) }), el("td", { text: fmtBytes(s.to_bytes) }),
+        el("td", { class: "delta", text: sign(s.delta_bytes) + fmtBytes(s.delta_bytes) }),
+        el("td", { text: fmtCount(s.from_blocks) }), el("td", { text: fmtCount(s.to_blocks) }),
+        el("td", { class: "delta", text: sign(s.delta_blocks) + fmtCount(s.delta_blocks) }));
+    }));
+    if (!sites.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "empty", text: "no call site changed" })));
+    const grew = sites.filter((s) => s.delta_bytes > 0).reduce((n, s) => n + s.delta_bytes, 0);
+    const shrank = sites.filter((s) => s.delta_bytes < 0).reduce((n, s) => n + s.delta_bytes, 0);
+    caption.textContent = `Live at ${from} (${fmtSeconds(data.from_ns)}) against live at ${to} (${fmtSeconds(data.to_ns)}): +${fmtBytes(grew)} grew, ${fmtBytes(shrank)} shrank.`;
+    if (data.flame && data.flame.value) drawFlame(flame, data.flame, { palette: "growth" });
+    else flame.replaceChildren(el("p", { class: "empty", text: "nothing grew" }));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Putting it together
+
+async function render() {
+  clearErrors();
+  fillForm();
+  drawExports();
+  const view = currentView();
+  for (const v of VIEWS) {
+    document.getElementById(`view-${v}`).hidden = v !== view;
+    const tab = document.querySelector(`#tabs [data-view="${v}"]`);
+    tab.setAttribute("aria-selected", v === view ? "true" : "false");
+  }
+  document.body.dataset.state = "loading";
+  const work = [drawTimeline()];
+  if (view === "sites") work.push(drawSites());
+  if (view === "flame") work.push(drawFlameView());
+  if (view === "diff") work.push(drawDiff());
+  await Promise.all(work);
+  document.body.dataset.state = "ready";
+}
+
+async function start() {
+  window.addEventListener("error", (e) => showError(`the page failed: ${e.message}`));
+  window.addEventListener("unhandledrejection", (e) => showError(`the page failed: ${e.reason && e.reason.message ? e.reason.message : e.reason}`));
+  document.getElementById("filters").addEventListener("submit", submitForm);
+  document.getElementById("reset").addEventListener("click", resetForm);
+  for (const tab of document.querySelectorAll("#tabs [data-view]")) {
+    tab.addEventListener("click", () => navigate({ view: tab.dataset.view }));
+  }
+  for (const th of document.querySelectorAll("#sites th[data-key]")) {
+    if (th.dataset.key === "function") continue;
+    th.classList.add("sortable");
+    th.addEventListener("click", () => {
+      const { sort, desc } = sitesSort();
+      navigate({ sort: th.dataset.key, desc: sort === th.dataset.key && desc === "1" ? "0" : "1" });
+    });
+  }
+  document.getElementById("close-site").addEventListener("click", () => navigate({ site: null }));
+  document.getElementById("timeline-zoom").addEventListener("click", () => navigate({ tzoom: state().get("tzoom") === "1" ? null : "1" }));
+  document.getElementById("what").addEventListener("change", (e) => navigate({ what: e.target.value, zoom: null }));
+  document.getElementById("flame-reset").addEventListener("click", () => navigate({ zoom: null }));
+  window.addEventListener("popstate", render);
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(render, 200);
+  });
+
+  for (;;) {
+    try {
+      summary = await api("summary", "summary", null);
+      break;
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 503) {
+        // A live server before the trace's first chunk.
+        document.getElementById("summary").textContent = "waiting for the trace to arrive…";
+        await new Promise((resolve) => setTimeout(resolve, LIVE_POLL_MS));
+        continue;
+      }
+      showError(e.message);
+      document.getElementById("summary").textContent = "the trace's summary is not available";
+      document.body.dataset.state = "failed";
+      return;
+    }
+  }
+  drawSummary();
+  await render();
+  if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
+}
+
+// A trace still arriving (or cut short): its summary is asked again, and while it changes the
+// views are drawn again from fresh answers, so the timeline grows as the program runs.
+async function followLive() {
+  let fresh;
+  try {
+    fresh = await fetchJson("api/summary");
+  } catch (e) {
+    showError(e.message);
+    return;
+  }
+  if (fresh.events !== summary.events || fresh.complete !== summary.complete) {
+    summary = fresh;
+    answers.clear();
+    for (const name of ["marker_from", "marker_to"]) {
+      const select = document.getElementById("filters").elements[name];
+      while (select.options.length > 1) select.remove(1);
+    }
+    document.getElementById("filters").elements.thread.replaceChildren();
+    drawSummary();
+    await render();
+  }
+  if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
+}
+
+start();
