@@ -18,7 +18,7 @@ trap 'rm -f "$log" "$timing"' EXIT
 
 echo "load: $(uptime | sed 's/.*load average: //')"
 start=$(date +%s.%N)
-/usr/bin/time -f '%M' -o "$timing" "$bin" serve "$trace" --listen "127.0.0.1:$port" 2>"$log" &
+/usr/bin/time -f '%M' -o "$timing" "$bin" serve "$trace" --listen "127.0.0.1:$port" 2>"$log" >/dev/null &
 server=$!
 until grep -q 'serving on' "$log"; do
     if ! kill -0 "$server" 2>/dev/null; then cat "$log"; exit 1; fi
@@ -26,7 +26,8 @@ until grep -q 'serving on' "$log"; do
 done
 ready=$(date +%s.%N)
 grep -v 'serving on' "$log" | tr '\r' '\n' | tail -1
-printf 'index built in %.1f s\n' "$(echo "$ready - $start" | bc)"
+printf 'index built in %.1f s, resident then: %s\n' "$(echo "$ready - $start" | bc)" \
+    "$(grep VmRSS "/proc/$(pgrep -P "$server")/status" | tr -s ' ' | cut -d' ' -f2-)"
 
 url=http://127.0.0.1:$port
 ask() {
@@ -37,7 +38,8 @@ ask() {
 }
 summary=$(curl -s "$url/api/summary")
 bucket=$(echo "$summary" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bucket_ns"])')
-edge=$(python3 -c "print($bucket * 1000 / 1e9)")
+# A time on the index's bucket edges, half way through the run.
+edge=$(echo "$summary" | python3 -c 'import json,sys; s=json.load(sys.stdin); b=s["bucket_ns"]; print(s["duration_ns"] // 2 // b * b / 1e9)')
 ask /api/summary
 ask '/api/timeline?points=800'
 ask '/api/timeline?points=800&thread=1'
@@ -52,6 +54,6 @@ ask '/api/sites?at=1.2345'
 ask '/api/sites?size_min=1024'
 ask '/api/timeline?points=800&life=temporary'
 ask '/api/export/pprof?at=peak'
-kill "$server"
+kill "$(pgrep -P "$server")"
 wait "$server" 2>/dev/null || true
-echo "max RSS: $(( $(cat "$timing" | tail -1) / 1024 )) MiB"
+echo "max RSS: $(( $(tail -1 "$timing") / 1024 )) MiB"

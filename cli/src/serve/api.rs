@@ -142,7 +142,7 @@ struct Query {
 impl Query {
     fn parse(state: &State, params: &Params) -> Result<Query, ApiError> {
         let filters = Filters::parse(params)?;
-        let classes = filters.classes(&state.classes, &|s| state.stack_frames(s));
+        let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames);
         let totals = &state.index.totals;
         let at = match params.get("at") {
             Some(text) => moment(state, "at", text)?,
@@ -206,6 +206,8 @@ struct View<'a> {
     agg: ViewAgg<'a>,
     mask: Option<Vec<bool>>,
     last_time: u64,
+    /// With the index: a scan to the moments it does not hold.
+    extra: Option<Arc<Agg>>,
 }
 
 enum ViewAgg<'a> {
@@ -234,7 +236,14 @@ impl View<'_> {
     /// Live per class at a moment the view answers.
     fn live(&self, at: &At, classes: usize) -> Vec<Live> {
         let agg = self.agg();
+        let point = match at {
+            At::Time(t) => Point::Time(*t),
+            At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+            At::End => Point::Events(u64::MAX),
+        };
+        let from_extra = self.extra.as_ref().and_then(|e| e.points.get(&point));
         let mut live = match (at, self.is_index()) {
+            _ if from_extra.is_some() => from_extra.cloned().unwrap_or_default(),
             (At::End, _) => agg.end.clone(),
             (At::Time(t), _) if self.is_index() && *t >= self.last_time => agg.end.clone(),
             (At::Time(t), true) => agg.live_through(agg.edges.ending_at(*t).unwrap_or(0), classes),
@@ -322,15 +331,30 @@ fn view<'a>(
     timeline_edges: Option<&[u64]>,
 ) -> Result<View<'a>, ApiError> {
     let last_time = state.index.totals.last_time;
-    if q.filters.by_class_only()
-        && ats.iter().all(|at| index_has(state, at))
-        && index_has_range(state, q.lo, q.hi)
-        && timeline_edges.is_none()
-    {
+    if q.filters.by_class_only() && index_has_range(state, q.lo, q.hi) && timeline_edges.is_none() {
+        // The index, and a scan up to the moments it does not hold (if any).
+        let mut missing: Vec<Point> = Vec::new();
+        for at in ats.iter().filter(|at| !index_has(state, at)) {
+            missing.push(match at {
+                At::Time(t) => Point::Time(*t),
+                At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+                At::End => continue,
+            });
+        }
+        let extra = if missing.is_empty() {
+            None
+        } else {
+            missing.sort_unstable_by_key(|p| format!("{p:?}"));
+            missing.dedup();
+            let key = format!("points {:?}|{missing:?}", q.classes);
+            let selection = q.filters.selection(q.classes.clone());
+            Some(scan(state, key, None, selection, missing)?)
+        };
         return Ok(View {
             agg: ViewAgg::Index(&state.index),
             mask: q.classes.clone(),
             last_time,
+            extra,
         });
     }
     let mut edges: Vec<u64> = timeline_edges.map(<[u64]>::to_vec).unwrap_or_default();
@@ -353,11 +377,12 @@ fn view<'a>(
     points.dedup();
     let selection = q.filters.selection(q.classes.clone());
     let key = format!("{:?}|{edges:?}|{points:?}", selection_key(&selection));
-    let agg = scan(state, key, edges, selection, points)?;
+    let agg = scan(state, key, Some(edges), selection, points)?;
     Ok(View {
         agg: ViewAgg::Scan(agg),
         mask: None,
         last_time,
+        extra: None,
     })
 }
 
@@ -368,11 +393,12 @@ fn selection_key(selection: &Selection) -> String {
     )
 }
 
-/// A scan of the trace for a query, or the same scan made for an earlier query.
+/// A scan of the trace for a query, or the same scan made for an earlier query; without edges,
+/// a scan for the live heap at `points` only, which stops after the last of them.
 fn scan(
     state: &State,
     key: String,
-    edges: Vec<u64>,
+    edges: Option<Vec<u64>>,
     selection: Selection,
     points: Vec<Point>,
 ) -> Result<Arc<Agg>, ApiError> {
@@ -389,15 +415,22 @@ fn scan(
     let _one_at_a_time = state
         .scanning
         .lock()
-        .map_err(|_| ApiError::internal("a scan failed"))?;
+        // A scan that failed (a 500) leaves nothing half-made behind the lock.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(agg) = cached(state) {
         return Ok(agg);
     }
-    let mut builder = Builder::scan(&state.classes, edges, selection, points);
+    let mut builder = match edges {
+        Some(edges) => Builder::scan(&state.classes, edges, selection, points),
+        None => Builder::points_only(&state.classes, selection, points),
+    };
     state
         .trace
         .for_each_event(
             &mut |timed| {
+                if builder.past(timed) {
+                    return ControlFlow::Break(());
+                }
                 builder.event(timed);
                 ControlFlow::Continue(())
             },
@@ -470,6 +503,7 @@ fn timeline(
                 agg: ViewAgg::Index(index),
                 mask: None,
                 last_time,
+                extra: None,
             },
             groups,
         )
@@ -505,6 +539,7 @@ fn timeline(
                 agg,
                 mask: None,
                 last_time,
+                extra: None,
             },
             groups,
         )
@@ -673,6 +708,29 @@ fn site_json(state: &State, id: usize, row: &Row) -> Value {
     })
 }
 
+/// A site's figure named `key` (one of [`SITE_KEYS`]).
+fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
+    let c = &row.cell;
+    match key {
+        "id" => id as u64,
+        "line" => u64::from(state.sites[id].frame.line),
+        "allocations" => c.allocs,
+        "allocated_bytes" => c.alloc_bytes,
+        "frees" => c.frees,
+        "freed_bytes" => c.free_bytes,
+        "live_bytes" => row.live.0,
+        "live_blocks" => row.live.1,
+        "leaked_bytes" => row.leaked.0,
+        "leaked_blocks" => row.leaked.1,
+        "peak_bytes" => row.peak.0,
+        "peak_blocks" => row.peak.1,
+        "temporary" => c.temporary,
+        "temporary_bytes" => c.temporary_bytes,
+        "mean_lifetime_ns" => c.life_sum.checked_div(c.life_count).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let q = Query::parse(state, params)?;
     let sort = params.get("sort").unwrap_or("allocated_bytes");
@@ -694,28 +752,32 @@ fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let offset = params.number("offset")?.unwrap_or(0);
     let v = view(state, &q, &[&q.at], None)?;
     let rows = rows(state, &v, &q);
-    let mut listed: Vec<Value> = rows
+    let mut listed: Vec<(u64, usize)> = rows
         .iter()
         .enumerate()
         .filter(|(_, r)| {
             r.cell != Cell::default() || r.live != (0, 0) || r.leaked != (0, 0) || r.peak != (0, 0)
         })
-        .map(|(id, row)| site_json(state, id, row))
+        .map(|(id, row)| (sort_key(state, id, row, sort), id))
         .collect();
     let total = listed.len();
     listed.sort_by(|a, b| {
-        let key = |v: &Value| v[sort].as_u64().unwrap_or(0);
-        let order = key(a).cmp(&key(b));
+        let order = a.0.cmp(&b.0);
         let order = if desc { order.reverse() } else { order };
-        order.then(a["id"].as_u64().cmp(&b["id"].as_u64()))
+        order.then(a.1.cmp(&b.1))
     });
     let page: Vec<Value> = listed
         .into_iter()
         .skip(usize::try_from(offset).unwrap_or(usize::MAX))
         .take(limit as usize)
+        .map(|(_, id)| site_json(state, id, &rows[id]))
         .collect();
     Ok(
-        json!({ "total_sites": total, "exact_from": if v.is_index() { "index" } else { "scan" }, "sites": page }),
+        json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
+        (true, false) => "index",
+        (true, true) => "index+scan",
+        _ => "scan",
+    }, "sites": page }),
     )
 }
 
@@ -753,9 +815,8 @@ fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
     let stacks: Vec<Value> = per_stack
         .iter()
         .map(|(&stack, (cell, live))| {
-            let frames: Vec<Value> = state.stacks[stack as usize]
-                .frames
-                .iter()
+            let frames: Vec<Value> = state
+                .stack_frames(stack)
                 .map(|f| {
                     json!({"function": f.function, "file": f.file, "line": f.line,
                            "address": format!("{:#x}", f.address)})
@@ -777,44 +838,52 @@ fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
     }))
 }
 
-/// A flame-graph node.
-#[derive(Default)]
-struct Node {
-    value: u64,
-    children: BTreeMap<String, Node>,
-}
-
-impl Node {
-    fn add(&mut self, path: &[String], value: u64) {
-        self.value += value;
-        if let Some((first, rest)) = path.split_first() {
-            self.children
-                .entry(first.clone())
-                .or_default()
-                .add(rest, value);
-        }
-    }
-
-    fn json(&self, name: &str) -> Value {
-        let mut children: Vec<(&String, &Node)> = self.children.iter().collect();
-        children.sort_by(|a, b| b.1.value.cmp(&a.1.value).then(a.0.cmp(b.0)));
-        json!({
-            "name": name,
-            "value": self.value,
-            "children": children.iter().map(|(n, c)| c.json(n)).collect::<Vec<_>>(),
-        })
-    }
-}
-
+/// The flame graph of per-class values: each stack's path (outermost first), merged by common
+/// prefix. Frames below 1/10,000 of the whole are left out (their bytes stay in their parent's
+/// value), so the tree stays small whatever the number of stacks.
 fn tree(state: &State, values: impl Iterator<Item = (usize, u64)>) -> Value {
-    let mut root = Node::default();
+    let mut paths: Vec<(&[u32], u64)> = Vec::new();
     for (class, value) in values {
         if value > 0 {
             let (stack, _) = state.classes.list[class];
-            root.add(&state.stacks[stack as usize].path, value);
+            paths.push((&state.stacks[stack as usize].path, value));
         }
     }
-    root.json("all")
+    paths.sort_unstable();
+    let total: u64 = paths.iter().map(|p| p.1).sum();
+    let threshold = (total / 10_000).max(1);
+    json!({
+        "name": "all",
+        "value": total,
+        "children": children(state, &paths, 0, threshold),
+    })
+}
+
+/// The nodes at `depth` of `paths` (sorted, all sharing their first `depth` frames).
+fn children(state: &State, paths: &[(&[u32], u64)], depth: usize, threshold: u64) -> Vec<Value> {
+    let mut nodes: Vec<(u64, &str, Value)> = Vec::new();
+    let mut start = paths.partition_point(|p| p.0.len() <= depth);
+    while start < paths.len() {
+        let name = paths[start].0[depth];
+        let end = start + paths[start..].partition_point(|p| p.0[depth] == name);
+        let group = &paths[start..end];
+        let value: u64 = group.iter().map(|p| p.1).sum();
+        if value >= threshold {
+            let label = state.names[name as usize].as_str();
+            nodes.push((
+                value,
+                label,
+                json!({
+                    "name": label,
+                    "value": value,
+                    "children": children(state, group, depth + 1, threshold),
+                }),
+            ));
+        }
+        start = end;
+    }
+    nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    nodes.into_iter().map(|(_, _, node)| node).collect()
 }
 
 fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
@@ -853,7 +922,17 @@ fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
 }
 
 fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
-    let mut q = Query::parse(state, params)?;
+    // `from` and `to` are the two moments (either may come first), not a range.
+    let moments = ["from", "to", "marker_from", "marker_to"];
+    let rest = Params(
+        params
+            .0
+            .iter()
+            .filter(|(name, _)| !moments.contains(&name.as_str()))
+            .cloned()
+            .collect(),
+    );
+    let mut q = Query::parse(state, &rest)?;
     let from = match (params.get("from"), params.get("marker_from")) {
         (_, Some(label)) => marker(state, "marker_from", label)?,
         (Some(text), None) => moment(state, "from", text)?,
@@ -864,6 +943,11 @@ fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
         (Some(text), None) => moment(state, "to", text)?,
         (None, None) => At::End,
     };
+    let limit = params.number("limit")?.unwrap_or(1000);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::bad(format!("limit={limit}: 1 to {MAX_LIMIT}")));
+    }
+    let limit = limit as usize;
     // The two moments are the question; no range.
     (q.lo, q.hi) = (None, u64::MAX);
     let classes = state.classes.list.len();
@@ -877,33 +961,38 @@ fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
         entry.1.0 += b[class].0;
         entry.1.1 += b[class].1;
     }
-    let mut sites: Vec<(i128, Value)> = per_site
+    let mut changed: Vec<(i128, u32, Live, Live)> = per_site
         .into_iter()
         .filter(|(_, (a, b))| a != b)
-        .map(|(id, (a, b))| {
+        .map(|(id, (a, b))| (i128::from(b.0) - i128::from(a.0), id, a, b))
+        .collect();
+    changed.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+    let total_sites = changed.len();
+    // The largest growth first, then the largest shrinkage: a long list keeps both ends.
+    if changed.len() > limit {
+        let tail = changed.split_off(changed.len() - limit / 2);
+        changed.truncate(limit - limit / 2);
+        changed.extend(tail);
+    }
+    let sites: Vec<Value> = changed
+        .into_iter()
+        .map(|(delta, id, a, b)| {
             let frame = &state.sites[id as usize].frame;
-            let delta = i128::from(b.0) - i128::from(a.0);
-            (
-                delta,
-                json!({
-                    "id": id, "function": frame.function, "file": frame.file, "line": frame.line,
-                    "from_bytes": a.0, "to_bytes": b.0, "delta_bytes": delta as i64,
-                    "from_blocks": a.1, "to_blocks": b.1,
-                    "delta_blocks": (i128::from(b.1) - i128::from(a.1)) as i64,
-                }),
-            )
+            json!({
+                "id": id, "function": frame.function, "file": frame.file, "line": frame.line,
+                "from_bytes": a.0, "to_bytes": b.0, "delta_bytes": delta as i64,
+                "from_blocks": a.1, "to_blocks": b.1,
+                "delta_blocks": (i128::from(b.1) - i128::from(a.1)) as i64,
+            })
         })
         .collect();
-    sites.sort_by(|x, y| {
-        y.0.cmp(&x.0)
-            .then(x.1["id"].as_u64().cmp(&y.1["id"].as_u64()))
-    });
     let growth = (0..classes).map(|c| (c, b[c].0.saturating_sub(a[c].0)));
     let totals = &state.index.totals;
     Ok(json!({
         "from_ns": from.time(totals),
         "to_ns": to.time(totals),
-        "sites": sites.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        "total_sites": total_sites,
+        "sites": sites,
         "flame": tree(state, growth),
     }))
 }
@@ -936,7 +1025,30 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         ));
     }
     let trace = &state.trace;
-    let totals = &state.index.totals;
+    let stem = trace
+        .path()
+        .file_stem()
+        .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
+    let reply = |body: Vec<u8>| Reply {
+        status: 200,
+        content_type,
+        body,
+        file_name: Some(format!("{stem}.{ending}")),
+    };
+    let key = format!(
+        "{format} {:?} {:?} {:?} {} {:?}",
+        q.classes, q.filters.size, q.at, q.hi, q.lo
+    );
+    let cached = |state: &State| {
+        state.exports.lock().ok().and_then(|e| {
+            e.iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, body)| body.as_ref().clone())
+        })
+    };
+    if let Some(body) = cached(state) {
+        return Ok(reply(body));
+    }
     // Blocks live at the moment, with their thread: a replay up to it.
     let (stop_events, stop_time) = match q.at {
         At::End => (u64::MAX, u64::MAX),
@@ -946,7 +1058,11 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
     let _one_at_a_time = state
         .scanning
         .lock()
-        .map_err(|_| ApiError::internal("a scan failed"))?;
+        // A scan that failed (a 500) leaves nothing half-made behind the lock.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(body) = cached(state) {
+        return Ok(reply(body));
+    }
     let mut live: HashMap<u64, (Block, u32)> = HashMap::new();
     let mut allocated = vec![(0u64, 0u64); trace.stacks().len()];
     let mut events = 0u64;
@@ -1032,17 +1148,13 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         }
     };
     written.map_err(|e| ApiError::internal(format!("export {format}: {e}")))?;
-    let _ = totals;
-    let stem = trace
-        .path()
-        .file_stem()
-        .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
-    Ok(Reply {
-        status: 200,
-        content_type,
-        body,
-        file_name: Some(format!("{stem}.{ending}")),
-    })
+    if let Ok(mut exports) = state.exports.lock() {
+        if exports.len() >= CACHED_SCANS {
+            exports.remove(0);
+        }
+        exports.push((key, Arc::new(body.clone())));
+    }
+    Ok(reply(body))
 }
 
 /// Whether a block passes an export's filters.

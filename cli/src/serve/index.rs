@@ -274,8 +274,8 @@ impl Agg {
 }
 
 const INDEX_BUCKETS: usize = 4096;
-/// Cells the index keeps before it halves its resolution (about 64 bytes each).
-const INDEX_CELLS: usize = 6 << 20;
+/// Cells the index keeps before it halves its resolution (72 bytes each).
+const INDEX_CELLS: usize = 3 << 20;
 
 /// The pass: the index when `index` is set, else a scan.
 #[derive(Debug)]
@@ -287,6 +287,8 @@ pub struct Builder<'a> {
     fixed: Option<&'a Classes>,
     selection: Selection,
     scan_points: Vec<Point>,
+    /// A scan that only needs its points stops after the last of them.
+    stop_early: bool,
     live: HashMap<u64, Pending, BuildHasherDefault<AddressHasher>>,
     last_alloc: HashMap<u32, u64>,
     cell_count: usize,
@@ -328,6 +330,26 @@ impl<'a> Builder<'a> {
         )
     }
 
+    /// A scan for the live heap at `points` only: it stops after the last of them.
+    pub fn points_only(
+        classes: &'a Classes,
+        selection: Selection,
+        points: Vec<Point>,
+    ) -> Builder<'a> {
+        let mut builder = Builder::scan(classes, Vec::new(), selection, points);
+        builder.stop_early = true;
+        builder
+    }
+
+    /// Whether a points-only scan has passed every point: `next` is not needed.
+    pub fn past(&self, next: &Timed) -> bool {
+        self.stop_early
+            && self.scan_points.iter().all(|point| match *point {
+                Point::Time(t) => next.time > t,
+                Point::Events(n) => self.agg.totals.events >= n,
+            })
+    }
+
     fn new(
         edges: Edges,
         index: bool,
@@ -356,6 +378,7 @@ impl<'a> Builder<'a> {
             fixed,
             selection,
             scan_points,
+            stop_early: false,
             live: HashMap::default(),
             last_alloc: HashMap::new(),
             cell_count: 0,
@@ -399,16 +422,20 @@ impl<'a> Builder<'a> {
         let merge = |b: u32| b.div_ceil(2);
         self.cell_count = 0;
         for cells in &mut self.agg.cells {
-            let mut merged: Vec<(u32, Cell)> = Vec::with_capacity(cells.len() / 2 + 1);
-            for (bucket, cell) in cells.drain(..) {
+            // In place: the merged cells never outnumber those read.
+            let mut kept = 0;
+            for read in 0..cells.len() {
+                let (bucket, cell) = cells[read];
                 let bucket = merge(bucket);
-                match merged.last_mut() {
-                    Some((b, c)) if *b == bucket => c.add(&cell),
-                    _ => merged.push((bucket, cell)),
+                if kept > 0 && cells[kept - 1].0 == bucket {
+                    cells[kept - 1].1.add(&cell);
+                } else {
+                    cells[kept] = (bucket, cell);
+                    kept += 1;
                 }
             }
-            self.cell_count += merged.len();
-            *cells = merged;
+            cells.truncate(kept);
+            self.cell_count += kept;
         }
         let mut peaks: Vec<BucketPeak> = Vec::with_capacity(self.agg.peaks.len() / 2 + 1);
         for (i, peak) in self.agg.peaks.iter().enumerate() {
@@ -645,6 +672,9 @@ impl<'a> Builder<'a> {
 
     /// The aggregates, with the blocks still live counted as never freed.
     pub fn finish(mut self) -> (Agg, Classes) {
+        for cells in &mut self.agg.cells {
+            cells.shrink_to_fit();
+        }
         let classes = self.fixed.map_or(self.agg.cells.len(), |c| c.list.len());
         if self.index {
             for class in self.dirty.drain(..) {

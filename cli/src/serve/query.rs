@@ -2,8 +2,11 @@
 //! errors a bad value gets (status 400 with a message naming the parameter and the value).
 
 use super::index::{Classes, Selection, Totals};
+use super::state::FrameInfo;
 use regex_lite::{Regex, RegexBuilder};
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// An API error: its status and message.
 #[derive(Debug)]
@@ -307,38 +310,48 @@ impl Filters {
         self.func.is_some() || self.nofunc.is_some() || self.file.is_some() || self.nofile.is_some()
     }
 
-    /// Whether a stack's frames `(function, file)` pass the frame filters.
-    pub fn frames_pass(&self, frames: &[(String, String)]) -> bool {
-        let any = |re: &Regex, file: bool| {
-            frames
-                .iter()
-                .any(|(function, path)| re.is_match(if file { path } else { function }))
-        };
-        self.func.as_ref().is_none_or(|re| any(re, false))
-            && self.nofunc.as_ref().is_none_or(|re| !any(re, false))
-            && self.file.as_ref().is_none_or(|re| any(re, true))
-            && self.nofile.as_ref().is_none_or(|re| !any(re, true))
-    }
-
-    /// The classes selected, given each stack's frames.
+    /// The classes selected, given each stack's return addresses and each address's frames.
+    /// The regular expressions run once per address.
     pub fn classes(
         &self,
         classes: &Classes,
-        stack_frames: &dyn Fn(u32) -> Vec<(String, String)>,
+        stacks: &[Vec<u64>],
+        frames: &HashMap<u64, Arc<[FrameInfo]>>,
     ) -> Option<Vec<bool>> {
         if self.threads.is_empty() && !self.by_frames() {
             return None;
         }
-        let mut by_stack: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+        let regexes = [&self.func, &self.nofunc, &self.file, &self.nofile];
+        let mut by_address: HashMap<u64, [bool; 4]> = HashMap::new();
+        let mut by_stack: HashMap<u32, bool> = HashMap::new();
+        let mut passes = |stack: u32| -> bool {
+            let mut any = [false; 4];
+            for address in stacks.get(stack as usize).into_iter().flatten() {
+                let matched = by_address.entry(*address).or_insert_with(|| {
+                    let frames = frames.get(address).map_or(&[][..], |f| &f[..]);
+                    let mut matched = [false; 4];
+                    for (i, re) in regexes.iter().enumerate() {
+                        if let Some(re) = re {
+                            matched[i] = frames
+                                .iter()
+                                .any(|f| re.is_match(if i < 2 { &f.function } else { &f.file }));
+                        }
+                    }
+                    matched
+                });
+                for i in 0..4 {
+                    any[i] |= matched[i];
+                }
+            }
+            (self.func.is_none() || any[0]) && !any[1] && (self.file.is_none() || any[2]) && !any[3]
+        };
         Some(
             classes
                 .list
                 .iter()
                 .map(|&(stack, thread)| {
                     (self.threads.is_empty() || self.threads.contains(&thread))
-                        && *by_stack
-                            .entry(stack)
-                            .or_insert_with(|| self.frames_pass(&stack_frames(stack)))
+                        && *by_stack.entry(stack).or_insert_with(|| passes(stack))
                 })
                 .collect(),
         )

@@ -29,11 +29,9 @@ pub struct FrameInfo {
 pub struct StackInfo {
     /// Its call site.
     pub site: u32,
-    /// Every frame, innermost first (inlined frames expanded).
-    pub frames: Vec<FrameInfo>,
-    /// The program's frames (the report's context with no depth limit), outermost first: the
-    /// flame graph's path.
-    pub path: Vec<String>,
+    /// The program's frames (the report's context with no depth limit), outermost first, as
+    /// indices into [`State::names`]: the flame graph's path.
+    pub path: Vec<u32>,
 }
 
 /// A call site: stacks with one context.
@@ -56,12 +54,18 @@ pub struct State {
     pub classes: Classes,
     /// Its stacks.
     pub stacks: Vec<StackInfo>,
+    /// Each return address's frames (inlined ones expanded), resolved once.
+    pub frames: HashMap<u64, Arc<[FrameInfo]>>,
+    /// Frame names of the flame graphs' paths.
+    pub names: Vec<String>,
     /// Its call sites, by id.
     pub sites: Vec<SiteInfo>,
     /// Markers: label id → text.
     pub labels: HashMap<u32, String>,
     /// Recent scans by their query.
     pub scans: Mutex<Vec<(String, Arc<Agg>)>>,
+    /// Recent exports' bodies by their query.
+    pub exports: Mutex<Vec<(String, Arc<Vec<u8>>)>>,
     /// Held while a scan runs: one at a time, so memory stays that of one replay.
     pub scanning: Mutex<()>,
 }
@@ -108,27 +112,47 @@ impl State {
         let mut whole = options.clone().depth(usize::MAX);
         whole.skip = 0;
         let mut resolver = trace.resolver();
-        let mut site_ids: HashMap<Vec<String>, u32> = HashMap::new();
+        let mut site_ids: HashMap<Vec<u32>, u32> = HashMap::new();
         let mut sites: Vec<SiteInfo> = Vec::new();
         let mut stacks = Vec::with_capacity(trace.stacks().len());
+        let mut frames: HashMap<u64, Arc<[FrameInfo]>> = HashMap::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut name_ids: HashMap<String, u32> = HashMap::new();
         for (id, addresses) in trace.stacks().iter().enumerate() {
             let returns: Vec<ReturnAddress> = addresses
                 .iter()
                 .map(|&a| ReturnAddress(a as usize))
                 .collect();
-            let mut frames = Vec::new();
-            let mut first = None;
             let context = memprof::context_of(&returns, &mut resolver, &options);
+            let mut first = None;
             for &address in addresses {
-                for frame in resolver.resolve(ReturnAddress(address as usize)).iter() {
-                    if first.is_none() && context.first() == Some(&frame.to_string()) {
-                        first = Some(frame_info(frame, address));
-                    }
-                    frames.push(frame_info(frame, address));
+                let resolved = resolver.resolve(ReturnAddress(address as usize));
+                if first.is_none() {
+                    first = resolved
+                        .iter()
+                        .find(|f| context.first() == Some(&f.to_string()))
+                        .map(|f| frame_info(f, address));
                 }
+                frames
+                    .entry(address)
+                    .or_insert_with(|| resolved.iter().map(|f| frame_info(f, address)).collect());
             }
-            let mut path = memprof::context_of(&returns, &mut resolver, &whole);
+            let mut intern = |frames: Vec<String>| -> Vec<u32> {
+                frames
+                    .into_iter()
+                    .map(|name| {
+                        let next = names.len() as u32;
+                        *name_ids.entry(name).or_insert_with_key(|name| {
+                            names.push(name.clone());
+                            next
+                        })
+                    })
+                    .collect()
+            };
+            let mut path = intern(memprof::context_of(&returns, &mut resolver, &whole));
             path.reverse();
+            // Contexts by their frames' ids: a trace of 200,000 deep stacks has 200,000 of them.
+            let context = intern(context);
             let next = sites.len() as u32;
             let site = *site_ids.entry(context).or_insert(next);
             if site == next {
@@ -143,7 +167,7 @@ impl State {
                 });
             }
             sites[site as usize].stacks.push(id as u32);
-            stacks.push(StackInfo { site, frames, path });
+            stacks.push(StackInfo { site, path });
         }
         let labels = trace.labels().clone();
         Ok(State {
@@ -151,9 +175,12 @@ impl State {
             index,
             classes,
             stacks,
+            frames,
+            names,
             sites,
             labels,
             scans: Mutex::new(Vec::new()),
+            exports: Mutex::new(Vec::new()),
             scanning: Mutex::new(()),
         })
     }
@@ -179,17 +206,14 @@ impl State {
         }
     }
 
-    /// A stack's `(function, file)` pairs, for the frame filters.
-    pub fn stack_frames(&self, stack: u32) -> Vec<(String, String)> {
-        self.stacks
+    /// The frames of a stack, innermost first.
+    pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &FrameInfo> {
+        self.trace
+            .stacks()
             .get(stack as usize)
-            .map(|s| {
-                s.frames
-                    .iter()
-                    .map(|f| (f.function.clone(), f.file.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .flat_map(|a| self.frames.get(a).into_iter().flat_map(|f| f.iter()))
     }
 
     /// The site of a class.
