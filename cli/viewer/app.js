@@ -314,16 +314,8 @@ function resetForm() {
 
 function drawExports() {
   const params = apiParams(MOMENTS);
-  // A live block's lifetime is not known at the moment: the exports take no lifetime filter.
-  const refused = ["life", "life_min", "life_max"].some((name) => params.has(name));
   for (const a of document.querySelectorAll("#exports a")) {
-    if (refused) {
-      a.removeAttribute("href");
-      a.title = "the exports take no lifetime filter";
-    } else {
-      a.href = `api/export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
-      a.removeAttribute("title");
-    }
+    a.href = `api/export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
   }
 }
 

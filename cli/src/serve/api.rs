@@ -1019,11 +1019,6 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         }
     };
     let q = Query::parse(state, params)?;
-    if q.filters.life.is_some() || q.filters.never || q.filters.temporary {
-        return Err(ApiError::bad(
-            "life, life_min and life_max do not apply to exports (a live block's lifetime is not known at the moment)",
-        ));
-    }
     let trace = &state.trace;
     let stem = trace
         .path()
@@ -1036,8 +1031,15 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         file_name: Some(format!("{stem}.{ending}")),
     };
     let key = format!(
-        "{format} {:?} {:?} {:?} {} {:?}",
-        q.classes, q.filters.size, q.at, q.hi, q.lo
+        "{format} {:?} {:?} {:?} {} {} {:?} {} {:?}",
+        q.classes,
+        q.filters.size,
+        q.filters.life,
+        q.filters.never,
+        q.filters.temporary,
+        q.at,
+        q.hi,
+        q.lo
     );
     let cached = |state: &State| {
         state.exports.lock().ok().and_then(|e| {
@@ -1063,52 +1065,119 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
     if let Some(body) = cached(state) {
         return Ok(reply(body));
     }
+    // A lifetime filter needs each block's end: blocks freed before the moment end during the
+    // replay, and the replay goes on past the moment until every block live there has ended (or
+    // the trace has), without changing what is live at the moment.
+    let lifetimes = q.filters.life.is_some() || q.filters.never || q.filters.temporary;
+    let selection = q.filters.selection(None);
     let mut live: HashMap<u64, (Block, u32)> = HashMap::new();
     let mut allocated = vec![(0u64, 0u64); trace.stacks().len()];
+    // Each thread's last allocation, for the temporary ones (as the index counts them).
+    let mut last_alloc: HashMap<u32, u64> = HashMap::new();
+    // After the moment: the blocks live there, and how each ended (`None` while it lives).
+    let mut at_moment: Option<HashMap<u64, (Block, u32, Option<Option<(u64, bool)>>)>> = None;
+    let mut open = 0usize;
     let mut events = 0u64;
     let mut time = 0u64;
+    let count = |allocated: &mut Vec<(u64, u64)>, block: &Block| {
+        if let Some(entry) = allocated.get_mut(block.stack as usize) {
+            entry.0 += 1;
+            entry.1 += block.size;
+        }
+    };
     trace
         .for_each_event(
             &mut |timed| {
-                if events >= stop_events || timed.time > stop_time {
-                    return ControlFlow::Break(());
+                if at_moment.is_none() && (events >= stop_events || timed.time > stop_time) {
+                    if !lifetimes {
+                        return ControlFlow::Break(());
+                    }
+                    open = live.len();
+                    let blocks = std::mem::take(&mut live).into_iter();
+                    at_moment = Some(blocks.map(|(a, (b, t))| (a, (b, t, None))).collect());
                 }
-                events += 1;
-                time = timed.time;
-                match timed.event {
-                    Event::Alloc {
-                        address,
-                        size,
-                        stack,
-                        ..
-                    } => {
-                        let block = Block {
+                let Some(ends) = at_moment.as_mut() else {
+                    events += 1;
+                    time = timed.time;
+                    match timed.event {
+                        Event::Alloc {
+                            address,
                             size,
                             stack,
-                            time: timed.time,
-                        };
-                        live.insert(address, (block, timed.thread));
-                        if pass(state, &q, stack, timed.thread, size, timed.time)
-                            && let Some(entry) = allocated.get_mut(stack as usize)
-                        {
-                            entry.0 += 1;
-                            entry.1 += size;
+                            ..
+                        } => {
+                            let block = Block {
+                                size,
+                                stack,
+                                time: timed.time,
+                            };
+                            last_alloc.insert(timed.thread, address);
+                            live.insert(address, (block, timed.thread));
+                            if !lifetimes && pass(state, &q, stack, timed.thread, size, timed.time)
+                            {
+                                count(&mut allocated, &block);
+                            }
                         }
+                        Event::Free { address, .. } => {
+                            let temporary = last_alloc.get(&timed.thread) == Some(&address);
+                            if let Some((block, thread)) = live.remove(&address)
+                                && lifetimes
+                                && pass(state, &q, block.stack, thread, block.size, block.time)
+                                && selection.outcome(Some(timed.time - block.time), temporary)
+                            {
+                                count(&mut allocated, &block);
+                            }
+                        }
+                        Event::Mark { .. } => {}
+                    }
+                    return ControlFlow::Continue(());
+                };
+                let (address, temporary) = match timed.event {
+                    Event::Alloc { address, .. } => {
+                        last_alloc.insert(timed.thread, address);
+                        // Only an address whose free went unseen comes back while live.
+                        (address, false)
                     }
                     Event::Free { address, .. } => {
-                        live.remove(&address);
+                        (address, last_alloc.get(&timed.thread) == Some(&address))
                     }
-                    Event::Mark { .. } => {}
+                    Event::Mark { .. } => return ControlFlow::Continue(()),
+                };
+                if let Some((block, _, end @ None)) = ends.get_mut(&address) {
+                    *end = Some(Some((timed.time - block.time, temporary)));
+                    open -= 1;
+                    if open == 0 {
+                        return ControlFlow::Break(());
+                    }
                 }
                 ControlFlow::Continue(())
             },
             &mut |_| {},
         )
         .map_err(|e| ApiError::internal(e.to_string()))?;
+    let live: Vec<(u64, Block, u32, Option<(u64, bool)>)> = match at_moment {
+        Some(ends) => ends
+            .into_iter()
+            .map(|(a, (b, t, end))| (a, b, t, end.flatten()))
+            .collect(),
+        None => live
+            .into_iter()
+            .map(|(a, (b, t))| (a, b, t, None))
+            .collect(),
+    };
     let mut blocks = LiveBlocks::default();
     let mut bytes = 0;
-    for (address, (block, thread)) in live {
-        if pass(state, &q, block.stack, thread, block.size, block.time) {
+    for (address, block, thread, end) in live {
+        let ended_well = || {
+            let (life, temporary) = end.map_or((None, false), |(l, t)| (Some(l), t));
+            selection.outcome(life, temporary)
+        };
+        if pass(state, &q, block.stack, thread, block.size, block.time)
+            && (!lifetimes || ended_well())
+        {
+            if lifetimes {
+                count(&mut allocated, &block);
+            }
             bytes += block.size;
             blocks.insert(address, block);
         }

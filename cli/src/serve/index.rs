@@ -127,7 +127,7 @@ impl Selection {
     }
 
     /// Whether a block resolved with this outcome counts (`life`: `None` when never freed).
-    fn outcome(&self, life: Option<u64>, temporary: bool) -> bool {
+    pub fn outcome(&self, life: Option<u64>, temporary: bool) -> bool {
         if self.never && life.is_some() {
             return false;
         }
