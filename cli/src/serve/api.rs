@@ -1075,7 +1075,7 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
     // Each thread's last allocation, for the temporary ones (as the index counts them).
     let mut last_alloc: HashMap<u32, u64> = HashMap::new();
     // After the moment: the blocks live there, and how each ended (`None` while it lives).
-    let mut at_moment: Option<HashMap<u64, (Block, u32, Option<Option<(u64, bool)>>)>> = None;
+    let mut at_moment: Option<HashMap<u64, LiveAt>> = None;
     let mut open = 0usize;
     let mut events = 0u64;
     let mut time = 0u64;
@@ -1094,7 +1094,7 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
                     }
                     open = live.len();
                     let blocks = std::mem::take(&mut live).into_iter();
-                    at_moment = Some(blocks.map(|(a, (b, t))| (a, (b, t, None))).collect());
+                    at_moment = Some(blocks.map(|(a, (b, t))| (a, LiveAt::new(b, t))).collect());
                 }
                 let Some(ends) = at_moment.as_mut() else {
                     events += 1;
@@ -1143,8 +1143,13 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
                     }
                     Event::Mark { .. } => return ControlFlow::Continue(()),
                 };
-                if let Some((block, _, end @ None)) = ends.get_mut(&address) {
-                    *end = Some(Some((timed.time - block.time, temporary)));
+                if let Some(LiveAt {
+                    block,
+                    end: end @ None,
+                    ..
+                }) = ends.get_mut(&address)
+                {
+                    *end = Some((timed.time - block.time, temporary));
                     open -= 1;
                     if open == 0 {
                         return ControlFlow::Break(());
@@ -1155,19 +1160,16 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
             &mut |_| {},
         )
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let live: Vec<(u64, Block, u32, Option<(u64, bool)>)> = match at_moment {
-        Some(ends) => ends
-            .into_iter()
-            .map(|(a, (b, t, end))| (a, b, t, end.flatten()))
-            .collect(),
+    let live: Vec<(u64, LiveAt)> = match at_moment {
+        Some(ends) => ends.into_iter().collect(),
         None => live
             .into_iter()
-            .map(|(a, (b, t))| (a, b, t, None))
+            .map(|(address, (block, thread))| (address, LiveAt::new(block, thread)))
             .collect(),
     };
     let mut blocks = LiveBlocks::default();
     let mut bytes = 0;
-    for (address, block, thread, end) in live {
+    for (address, LiveAt { block, thread, end }) in live {
         let ended_well = || {
             let (life, temporary) = end.map_or((None, false), |(l, t)| (Some(l), t));
             selection.outcome(life, temporary)
@@ -1224,6 +1226,25 @@ fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiErro
         exports.push((key, Arc::new(body.clone())));
     }
     Ok(reply(body))
+}
+
+/// A block live at an export's moment, and how it ended after it.
+struct LiveAt {
+    block: Block,
+    thread: u32,
+    /// Once it ended: its lifetime and whether it was temporary; `None` while the trace shows no
+    /// end (never freed).
+    end: Option<(u64, bool)>,
+}
+
+impl LiveAt {
+    fn new(block: Block, thread: u32) -> LiveAt {
+        LiveAt {
+            block,
+            thread,
+            end: None,
+        }
+    }
 }
 
 /// Whether a block passes an export's filters.
