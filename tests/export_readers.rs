@@ -314,34 +314,9 @@ fn text_of(html: &str) -> String {
 }
 
 fn check_dhat_viewer(file: &Path, dir: &Path) {
-    let Some(chromium) = common::chromium() else {
-        common::missing_tool("DHAT viewer check", "apt-get install -y chromium");
+    let Some(dom) = common::dh_view_dom(file, dir) else {
         return;
     };
-    let viewer =
-        common::run(Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
-    let viewer = Path::new(viewer.trim());
-    let page_dir = dir.join("dh_view");
-    std::fs::create_dir_all(&page_dir).unwrap();
-    for name in ["dh_view.js", "dh_view.css"] {
-        std::fs::copy(viewer.with_file_name(name), page_dir.join(name)).unwrap();
-    }
-    let data = std::fs::read_to_string(file).unwrap().replace("</", "<\\/");
-    let loader = include_str!("tools/dh_view_loader.html").replace("@DATA@", &data);
-    let page = std::fs::read_to_string(viewer)
-        .unwrap()
-        .replace("</head>", &format!("{loader}</head>"));
-    let page_path = page_dir.join("view.html");
-    std::fs::write(&page_path, page).unwrap();
-    let dom = common::headless_dom(chromium, &page_path, &page_dir.join("profile"), 10_000);
-    assert!(
-        !dom.contains("id=\"memprof-data\""),
-        "the page did not load the file"
-    );
-    assert!(
-        !dom.contains("class=\"error\""),
-        "the viewer reported an error:\n{dom}"
-    );
     let text = text_of(&dom);
     let tree = &text[text.find("Invocation {").expect("a rendered profile")..];
     assert!(tree.contains("Mode:    rust-heap"), "{tree}");

@@ -13,27 +13,10 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 
-#[inline(never)]
-fn work_forever() -> ! {
-    let mut kept = Vec::new();
-    let mut round = 0u64;
-    loop {
-        for i in 0..10_000 {
-            let block = vec![round as u8; 16 + i % 256];
-            if i % 10 == 0 {
-                kept.push(block);
-            }
-        }
-        kept.truncate(1000);
-        round += 1;
-        memprof::mark("round");
-    }
-}
-
 #[test]
 fn cut_trace_reads_to_its_last_chunk() {
     if std::env::var_os("MEMPROF_TEST_TRACE_CHILD").is_some() {
-        work_forever();
+        common::allocate_forever();
     }
     let path = std::env::temp_dir().join(format!(
         "memprof-trace-kill9-{}.mptrace",

@@ -9,67 +9,13 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+mod support;
+
 use common::{missing_tool, pprof_binary};
 use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const LEAKY: u64 = 0x1000;
-const TEMP: u64 = 0x2000;
-
-/// The trace, and the offset of each chunk in it.
-fn known_trace() -> (Vec<u8>, Vec<usize>) {
-    let mut out = Vec::new();
-    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
-        .with_settings(0, 5, 0)
-        .write_to(&mut out)
-        .unwrap();
-    let mut offsets = Vec::new();
-    let mut chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
-        offsets.push(out.len());
-        encoder
-            .finish(Some(&mut Compressor::new(3).unwrap()), out)
-            .unwrap();
-    };
-    let mut definitions = ChunkEncoder::new(0);
-    definitions.stack(0, [LEAKY + 1].into_iter());
-    definitions.stack(7, [TEMP + 1].into_iter());
-    definitions.thread(1, 100, "main");
-    definitions.thread(2, 101, "worker");
-    definitions.label(3, "m");
-    chunk(&mut definitions, &mut out);
-    // Thread 2's chunk comes first in the file, though its events are in the middle of thread
-    // 1's.
-    let mut worker = ChunkEncoder::new(2);
-    worker.alloc(550, 0xb000, 5000, 0);
-    worker.free(650, 0xb000);
-    chunk(&mut worker, &mut out);
-    let mut main = ChunkEncoder::new(1);
-    main.alloc(100, 0xa100, 1000, 0);
-    main.alloc(200, 0xa200, 10, 7);
-    main.free(300, 0xa200);
-    main.alloc(400, 0xa200, 20, 7);
-    main.alloc(500, 0xa300, 1000, 0);
-    main.free(600, 0xa200);
-    main.mark(700, 3);
-    main.free(2_000_700, 0xa300);
-    chunk(&mut main, &mut out);
-    let mut symbols = ChunkEncoder::new(0);
-    for (address, function, line) in [(LEAKY + 1, "app::leaky", 10), (TEMP + 1, "app::temp", 20)] {
-        symbols.symbol(
-            address,
-            &[SymbolFrame {
-                function: Some(function.into()),
-                file: Some("src/app.rs".into()),
-                line,
-                column: 5,
-            }],
-        );
-    }
-    symbols.end(10, 0);
-    chunk(&mut symbols, &mut out);
-    (out, offsets)
-}
+use support::{LEAKY, TEMP, known_trace};
 
 fn memprof_cli(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memprof"))
@@ -541,34 +487,9 @@ fn heaptrack_consumption_over_time() {
 /// Valgrind's `dh_view.html` in headless Chromium opens `file` (a converted known trace) with
 /// no error, and shows `app::leaky` with its lifetimes and the time of the peak.
 fn check_dhat_viewer(file: &Path, dir: &Path) {
-    let Some(chromium) = common::chromium() else {
-        missing_tool("DHAT viewer check", "apt-get install -y chromium");
+    let Some(dom) = common::dh_view_dom(file, dir) else {
         return;
     };
-    let viewer =
-        common::run(Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
-    let viewer = Path::new(viewer.trim());
-    let page_dir = dir.join("dh_view");
-    std::fs::create_dir_all(&page_dir).unwrap();
-    for name in ["dh_view.js", "dh_view.css"] {
-        std::fs::copy(viewer.with_file_name(name), page_dir.join(name)).unwrap();
-    }
-    let data = std::fs::read_to_string(file).unwrap().replace("</", "<\\/");
-    let loader = include_str!("../../tests/tools/dh_view_loader.html").replace("@DATA@", &data);
-    let page = std::fs::read_to_string(viewer)
-        .unwrap()
-        .replace("</head>", &format!("{loader}</head>"));
-    let page_path = page_dir.join("view.html");
-    std::fs::write(&page_path, page).unwrap();
-    let dom = common::headless_dom(chromium, &page_path, &page_dir.join("profile"), 10_000);
-    assert!(
-        !dom.contains("id=\"memprof-data\""),
-        "the page did not load the file"
-    );
-    assert!(
-        !dom.contains("class=\"error\""),
-        "the viewer reported an error:\n{dom}"
-    );
     let plain = dom.replace([',', '.', '\u{a0}', '\u{202f}'], "");
     for expected in [
         "t-gmax: 550 ns",

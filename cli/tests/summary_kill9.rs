@@ -1,33 +1,19 @@
 //! `memprof summary` and `memprof report` on the trace of a program killed by `kill -9`: what was
 //! written up to the last complete chunk, said to be cut short, never a failure or a panic.
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 
-#[inline(never)]
-fn work_forever() -> ! {
-    let mut kept = Vec::new();
-    let mut round = 0u64;
-    loop {
-        for i in 0..10_000 {
-            let block = vec![round as u8; 16 + i % 256];
-            if i % 10 == 0 {
-                kept.push(block);
-            }
-        }
-        kept.truncate(1000);
-        round += 1;
-        memprof::mark("round");
-    }
-}
-
 #[test]
 fn summary_of_a_killed_program() {
     if std::env::var_os("MEMPROF_TEST_CLI_CHILD").is_some() {
-        work_forever();
+        common::allocate_forever();
     }
     let path =
         std::env::temp_dir().join(format!("memprof-cli-kill9-{}.mptrace", std::process::id()));

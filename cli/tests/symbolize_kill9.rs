@@ -12,22 +12,6 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
 
-#[inline(never)]
-fn symbolize_me_forever() -> ! {
-    let mut kept = Vec::new();
-    let mut round = 0u64;
-    loop {
-        for i in 0..10_000 {
-            let block = vec![round as u8; 16 + i % 256];
-            if i % 10 == 0 {
-                kept.push(block);
-            }
-        }
-        kept.truncate(1000);
-        round += 1;
-    }
-}
-
 fn memprof(args: &[&str], trace: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memprof"))
         .args(args)
@@ -67,7 +51,7 @@ fn symbolize(args: &[&str], trace: &Path) -> (bool, String) {
 #[test]
 fn symbolize_a_killed_program() {
     if std::env::var_os("MEMPROF_TEST_CLI_CHILD").is_some() {
-        symbolize_me_forever();
+        common::allocate_forever();
     }
     for tool in ["objcopy", "strip", "readelf"] {
         if Command::new(tool).arg("--version").output().is_err() {
@@ -101,7 +85,7 @@ fn symbolize_a_killed_program() {
     child.wait().unwrap();
 
     let before = report(&trace);
-    assert!(!before.contains("symbolize_me_forever"), "{before}");
+    assert!(!before.contains("allocate_forever"), "{before}");
 
     // From the binary the trace names, into another file.
     let symbolized = dir.join("symbolized.mptrace");
@@ -109,10 +93,16 @@ fn symbolize_a_killed_program() {
     assert!(ok, "{stderr}");
     let after = report(&symbolized);
     assert!(
-        after.contains("symbolize_kill9::symbolize_me_forever"),
+        after.contains("symbolize_kill9::common::allocate_forever"),
         "{after}"
     );
-    assert!(after.contains("tests/symbolize_kill9.rs:21:"), "{after}");
+    // The line of the allocation in `allocate_forever`.
+    let line = include_str!("../../tests/common/mod.rs")
+        .lines()
+        .position(|l| l.contains("let block = vec![round as u8"))
+        .unwrap()
+        + 1;
+    assert!(after.contains(&format!("common/mod.rs:{line}:")), "{after}");
     // The same blocks, only named.
     let blocks = |report: &str| -> u64 {
         report
@@ -152,7 +142,7 @@ fn symbolize_a_killed_program() {
     let (ok, stderr) = symbolize(&["-o", stripped_trace.to_str().unwrap()], &trace);
     assert!(ok, "{stderr}");
     let stripped = report(&stripped_trace);
-    assert!(!stripped.contains("symbolize_me_forever"), "{stripped}");
+    assert!(!stripped.contains("allocate_forever"), "{stripped}");
     assert_eq!(blocks(&before), blocks(&stripped));
     // In place, replacing that symbol section with the debug file's names.
     let (ok, stderr) = symbolize(
@@ -162,7 +152,7 @@ fn symbolize_a_killed_program() {
     assert!(ok, "{stderr}");
     let from_debug = report(&stripped_trace);
     assert!(
-        from_debug.contains("symbolize_kill9::symbolize_me_forever"),
+        from_debug.contains("symbolize_kill9::common::allocate_forever"),
         "{from_debug}"
     );
     assert_eq!(blocks(&before), blocks(&from_debug));

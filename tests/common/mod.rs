@@ -120,6 +120,60 @@ pub fn headless_dom(
         .env("LANGUAGE", "en_US"))
 }
 
+/// Allocates forever, keeping about a thousand blocks live and marking `round` after each round
+/// of 10,000 allocations: the program a test kills once its trace has grown.
+#[inline(never)]
+pub fn allocate_forever() -> ! {
+    let mut kept = Vec::new();
+    let mut round = 0u64;
+    loop {
+        for i in 0..10_000 {
+            let block = vec![round as u8; 16 + i % 256];
+            if i % 10 == 0 {
+                kept.push(block);
+            }
+        }
+        kept.truncate(1000);
+        round += 1;
+        memprof::mark("round");
+    }
+}
+
+/// Opens the DHAT JSON `file` in Valgrind's own `dh_view.html` in headless Chromium (the page
+/// and its scripts copied under `dir`), checks that the page loaded the file and showed no error,
+/// and returns its DOM; `None`, through [`missing_tool`], without Chromium.
+pub fn dh_view_dom(file: &std::path::Path, dir: &std::path::Path) -> Option<String> {
+    let Some(chromium) = chromium() else {
+        missing_tool("DHAT viewer check", "apt-get install -y chromium");
+        return None;
+    };
+    let viewer =
+        run(std::process::Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
+    let viewer = std::path::Path::new(viewer.trim());
+    let page_dir = dir.join("dh_view");
+    std::fs::create_dir_all(&page_dir).unwrap();
+    for name in ["dh_view.js", "dh_view.css"] {
+        std::fs::copy(viewer.with_file_name(name), page_dir.join(name)).unwrap();
+    }
+    let data = std::fs::read_to_string(file).unwrap().replace("</", "<\\/");
+    let loader = include_str!("../tools/dh_view_loader.html").replace("@DATA@", &data);
+    let page = std::fs::read_to_string(viewer)
+        .unwrap()
+        .replace("</head>", &format!("{loader}</head>"));
+    let page_path = page_dir.join("view.html");
+    std::fs::write(&page_path, page).unwrap();
+    let dom = headless_dom(chromium, &page_path, &page_dir.join("profile"), 10_000);
+    assert!(
+        !dom.contains("id=\"memprof-data\""),
+        "the page did not load the file"
+    );
+    assert!(
+        !dom.contains("class=\"error\""),
+        "the viewer reported an error:\n{dom}"
+    );
+    Some(dom)
+}
+
 /// Says that a real reader of an output is missing: a failure when the README's test command runs
 /// (`scripts/test.sh` sets `MEMPROF_REQUIRE_TOOLS=1`, and `scripts/install-deps.sh` installs every
 /// reader), a skip with a message when a test is run on its own.

@@ -1,6 +1,5 @@
 //! Shared by the CLI's tests: a trace written event by event with the format's encoder, so every
-//! figure a command or the viewer's API reports on it is known (the same events as
-//! `known_trace.rs` builds).
+//! figure a command or the viewer's API reports on it is known.
 
 use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 
