@@ -8,7 +8,6 @@ mod common;
 
 use common::trace_replay::replay;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -22,27 +21,17 @@ fn cut_trace_reads_to_its_last_chunk() {
         "memprof-trace-kill9-{}.mptrace",
         std::process::id()
     ));
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cut_trace_reads_to_its_last_chunk",
-            "--nocapture",
-        ])
-        .env("MEMPROF_TEST_TRACE_CHILD", "1")
-        .env("MEMPROF_TRACE", &path)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 200_000 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the trace does not grow"
-        );
-        assert!(child.try_wait().unwrap().is_none(), "the child ended");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::trace_then_kill(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cut_trace_reads_to_its_last_chunk",
+                "--nocapture",
+            ])
+            .env("MEMPROF_TEST_TRACE_CHILD", "1"),
+        &path,
+        200_000,
+    );
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     let cut = replay(&bytes, None);

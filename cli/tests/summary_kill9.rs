@@ -5,7 +5,6 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -17,23 +16,13 @@ fn summary_of_a_killed_program() {
     }
     let path =
         std::env::temp_dir().join(format!("memprof-cli-kill9-{}.mptrace", std::process::id()));
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "summary_of_a_killed_program", "--nocapture"])
-        .env("MEMPROF_TEST_CLI_CHILD", "1")
-        .env("MEMPROF_TRACE", &path)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 200_000 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the trace does not grow"
-        );
-        assert!(child.try_wait().unwrap().is_none(), "the child ended");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::trace_then_kill(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "summary_of_a_killed_program", "--nocapture"])
+            .env("MEMPROF_TEST_CLI_CHILD", "1"),
+        &path,
+        200_000,
+    );
 
     let run = |args: &[&str]| {
         let output = Command::new(env!("CARGO_BIN_EXE_memprof"))

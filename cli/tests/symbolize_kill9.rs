@@ -7,7 +7,6 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -66,23 +65,13 @@ fn symbolize_a_killed_program() {
     let program = dir.join("traced-program");
     std::fs::copy(std::env::current_exe().unwrap(), &program).unwrap();
     let trace = dir.join("killed.mptrace");
-    let mut child = Command::new(&program)
-        .args(["--exact", "symbolize_a_killed_program", "--nocapture"])
-        .env("MEMPROF_TEST_CLI_CHILD", "1")
-        .env("MEMPROF_TRACE", &trace)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while std::fs::metadata(&trace).map_or(0, |m| m.len()) < 100_000 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the trace does not grow"
-        );
-        assert!(child.try_wait().unwrap().is_none(), "the child ended");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::trace_then_kill(
+        Command::new(&program)
+            .args(["--exact", "symbolize_a_killed_program", "--nocapture"])
+            .env("MEMPROF_TEST_CLI_CHILD", "1"),
+        &trace,
+        100_000,
+    );
 
     let before = report(&trace);
     assert!(!before.contains("allocate_forever"), "{before}");

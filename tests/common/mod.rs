@@ -139,6 +139,27 @@ pub fn allocate_forever() -> ! {
     }
 }
 
+/// Runs `program` (a test binary re-run as [`allocate_forever`]) with its trace going to `trace`,
+/// and kills it with `SIGKILL` once the trace holds `at_least` bytes.
+pub fn trace_then_kill(
+    program: &mut std::process::Command,
+    trace: &std::path::Path,
+    at_least: u64,
+) {
+    let mut child = program.env("MEMPROF_TRACE", trace).spawn().unwrap();
+    let started = std::time::Instant::now();
+    while std::fs::metadata(trace).map_or(0, |m| m.len()) < at_least {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the trace does not grow"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the child ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// Opens the DHAT JSON `file` in Valgrind's own `dh_view.html` in headless Chromium (the page
 /// and its scripts copied under `dir`), checks that the page loaded the file and showed no error,
 /// and returns its DOM; `None`, through [`missing_tool`], without Chromium.
