@@ -7,10 +7,14 @@
 //! shadow of the address space, costs memory in proportion to the heap's address span instead,
 //! which for blocks of a few hundred bytes and more is far more than the blocks' count calls for.)
 //!
-//! The side table of a block is picked by its page, so the blocks an allocator hands out one after
-//! another, which share a page, share a side table: a thread comes back to a lock and a map it
-//! touched moments before. Sizes too large for a word and type tags are rare and kept in maps of
-//! their own beside the blocks.
+//! The side table of a block is picked by its 64 MiB region of the address space. Allocators give
+//! each thread (or each arena of threads) memory of its own in regions of that size or larger
+//! (glibc's per-thread arenas are heaps of 64 MiB, aligned to it), so a thread's blocks share a
+//! side table, which its next change finds in its own core's cache, and threads that allocate from
+//! different arenas change different side tables: their locks and maps never move between cores.
+//! Within a side table, the map keeps a page's blocks in neighbouring buckets (see [`place`]).
+//! Sizes too large for a word and type tags are rare and kept in maps of their own beside the
+//! blocks.
 
 use super::door::Hold;
 use super::word::{LARGE, Word};
@@ -98,16 +102,17 @@ impl Side {
     }
 }
 
-/// Bits of an address below its page: blocks on one page share a side table.
+/// Bits of an address below its page: blocks on one page sit in neighbouring buckets.
 const PAGE_BITS: u32 = 12;
+/// Bits of an address below its region: blocks in one region share a side table.
+const REGION_BITS: u32 = 26;
 /// Bits of an address below the 16-byte granule blocks start on.
 const GRANULE_BITS: u32 = 4;
 
-/// The side table of `address`: from the middle bits of its page's hash, which [`place`] leaves
-/// to the buckets.
+/// The side table of `address`: from its region's hash.
 #[inline]
 pub(super) fn side_of(address: usize) -> usize {
-    (mix(address >> PAGE_BITS) >> 32) as usize % SIDES
+    (mix(address >> REGION_BITS) >> 32) as usize % SIDES
 }
 
 /// The hash of an address in its side table's map. The blocks of one page get consecutive
