@@ -28,8 +28,11 @@ use super::writers;
 use super::{Block, Mode, Table};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Frees a side table can hold back.
-pub(super) const DEFERRED: usize = 16;
+/// Frees a side table can hold back. A thread's blocks mostly share one side table (see `side`),
+/// so the handlers that interrupt it defer to that one: enough room for a burst of handlers, each
+/// freeing several blocks, all delivered while the thread holds it (a signal that comes during
+/// a handler is delivered as soon as the handler returns, before the thread goes on).
+pub(super) const DEFERRED: usize = 256;
 
 /// A slot's address while a handler writes it.
 const WRITING: u64 = 1;
