@@ -14,25 +14,8 @@ mod support;
 use common::{missing_tool, pprof_binary};
 use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use support::{LEAKY, TEMP, known_trace};
-
-fn memprof_cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memprof"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout_of(args: &[&str]) -> String {
-    let output = memprof_cli(args);
-    assert!(
-        output.status.success(),
-        "memprof {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
+use std::process::Command;
+use support::{LEAKY, TEMP, known_trace, memprof_cli, stdout_of};
 
 /// Runs `memprof args`, which must fail with one line on stderr; returns it.
 fn failure_of(args: &[&str]) -> String {

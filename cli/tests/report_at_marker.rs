@@ -2,8 +2,11 @@
 //! program, prints exactly what the program's own `log_allocations` printed at that marker; the
 //! Markdown report and `memprof convert` to `.tsv` agree with it too.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::{memprof_cli, stdout_of};
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -62,23 +65,6 @@ fn child(dir: &Path) {
     let path = memprof::close_trace().unwrap().expect("a trace was open");
     memprof::untracked(|| std::fs::write(dir.join("path"), path.to_str().unwrap()).unwrap());
     drop((small, later, kept));
-}
-
-fn memprof_cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_memprof"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout_of(args: &[&str]) -> String {
-    let output = memprof_cli(args);
-    assert!(
-        output.status.success(),
-        "memprof {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
 }
 
 #[test]

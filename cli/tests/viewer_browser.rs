@@ -9,6 +9,10 @@
 //! Chromium missing fails the test under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`) and skips
 //! it with a message otherwise.
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::{chromium, missing_tool};
 use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -84,24 +88,6 @@ fn known_trace() -> Vec<u8> {
     symbols.end(11, 0);
     chunk(&mut symbols, &mut out);
     out
-}
-
-/// Says a tool is missing: a failure under `MEMPROF_REQUIRE_TOOLS=1` (`scripts/test.sh`), a skip
-/// with a message otherwise (as `tests/common::missing_tool` does for the crate's tests).
-fn missing_tool(check: &str, install: &str) {
-    let message =
-        format!("{check}: the tool is missing ({install}, or bash scripts/install-deps.sh)");
-    if std::env::var_os("MEMPROF_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("SKIPPED {message}");
-}
-
-/// The Chromium on this machine, if any (as `tests/common::chromium`).
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| Command::new(name).arg("--version").output().is_ok())
 }
 
 /// Chromium's flags for a test: no sandbox (CI runs as root), nothing started in the background.

@@ -1,7 +1,10 @@
 //! Shared by the CLI's tests: a trace written event by event with the format's encoder, so every
-//! figure a command or the viewer's API reports on it is known.
+//! figure a command or the viewer's API reports on it is known; and the `memprof` binary run.
+
+#![allow(dead_code)]
 
 use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
+use std::process::{Command, Output};
 
 pub const LEAKY: u64 = 0x1000;
 pub const TEMP: u64 = 0x2000;
@@ -72,4 +75,23 @@ pub fn known_trace() -> (Vec<u8>, Vec<usize>) {
     symbols.end(10, 0);
     chunk(&mut symbols, &mut out);
     (out, offsets)
+}
+
+/// Runs the `memprof` binary of this package with `args`.
+pub fn memprof_cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs `memprof args`, which must succeed; returns its standard output.
+pub fn stdout_of(args: &[&str]) -> String {
+    let output = memprof_cli(args);
+    assert!(
+        output.status.success(),
+        "memprof {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }
