@@ -11,7 +11,8 @@
 //! each thread (or each arena of threads) memory of its own in regions of that size or larger
 //! (glibc's per-thread arenas are heaps of 64 MiB, aligned to it), so a thread's blocks share a
 //! side table, which its next change finds in its own core's cache, and threads that allocate from
-//! different arenas change different side tables: their locks and maps never move between cores.
+//! different arenas mostly change different side tables (unless their regions' hashes meet, or
+//! one frees the other's blocks), so their locks and maps seldom move between cores.
 //! Within a side table, the map keeps a page's blocks in neighbouring buckets (see [`place`]).
 //! Sizes too large for a word and type tags are rare and kept in maps of their own beside the
 //! blocks.
