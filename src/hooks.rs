@@ -23,7 +23,7 @@ use crate::config::{self, Config, MAX_FRAMES};
 use crate::guard::{self, Guard};
 use crate::sampling;
 use crate::scope;
-use crate::table::{self, StackId, TABLE};
+use crate::table::{self, Headed, StackId, TABLE};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -111,8 +111,9 @@ fn start(builder: Settings) -> Option<&'static Config> {
     (state == RECORDING).then_some(config)
 }
 
-/// Records a block the wrapped allocator just returned; `builder` holds the allocator's own
-/// settings, used where the environment does not say otherwise.
+/// Records a block the wrapped allocator just returned, in the side tables (the C ABI's blocks);
+/// `builder` holds the allocator's own settings, used where the environment does not say
+/// otherwise.
 ///
 /// Inlined, with the allocator's entry, into the program's function that allocated, so the call
 /// into the recording path is that function's last call whenever the allocation is the last thing
@@ -120,13 +121,31 @@ fn start(builder: Settings) -> Option<&'static Config> {
 /// when the walk starts.
 #[inline(always)]
 pub fn record_alloc(address: usize, size: usize, builder: Settings) {
-    // Under sampling most allocations are not sampled: the countdown tells, before anything else.
-    // memprof's own allocations leave it alone, so they never take a sample from the program.
-    if !guard::inside() && sampling::count_down_unsampled(size) && !scope::any_open() {
+    if skip_alloc(size) {
         return;
     }
-    record_alloc_checked(address, size, builder);
+    record_alloc_checked::<false>(address, size, builder);
     stay_in_frame();
+}
+
+/// Records a block of the global allocator, which carries a header; returns what the header
+/// must hold. As [`record_alloc`] otherwise.
+#[inline(always)]
+pub fn record_alloc_headed(address: usize, size: usize, builder: Settings) -> Headed {
+    if skip_alloc(size) {
+        return Headed::UNRECORDED;
+    }
+    let headed = record_alloc_checked::<true>(address, size, builder);
+    stay_in_frame();
+    headed
+}
+
+/// Whether an allocation of `size` bytes is left out before anything else: under sampling most
+/// are not sampled, which the countdown tells. memprof's own allocations leave it alone, so they
+/// never take a sample from the program.
+#[inline(always)]
+fn skip_alloc(size: usize) -> bool {
+    !guard::inside() && sampling::count_down_unsampled(size) && !scope::any_open()
 }
 
 /// Keeps the call just before it from becoming a tail call: a jump that would leave the current
@@ -140,13 +159,19 @@ fn stay_in_frame() {
     unsafe { std::arch::asm!("", options(nomem, nostack, preserves_flags)) }
 }
 
-/// [`record_alloc`] past the fast check: the allocation may be recorded.
+/// [`record_alloc`] (or, `HEADED`, [`record_alloc_headed`]) past the fast check: the allocation
+/// may be recorded.
 #[inline(never)]
-fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
+fn record_alloc_checked<const HEADED: bool>(
+    address: usize,
+    size: usize,
+    builder: Settings,
+) -> Headed {
     // This function's own frame, never inlined away: a frame-pointer walk starts from it, with
     // the return address into the allocator's entry (which may be inlined into the program's
     // code, so the walk cannot start any higher).
     let entry = capture::fp::frame_pointer();
+    let mut headed = Headed::UNRECORDED;
     if let Some(guard) = Guard::enter()
         && let Some(config) = recording(&guard, builder)
     {
@@ -154,17 +179,21 @@ fn record_alloc_checked(address: usize, size: usize, builder: Settings) {
         let stack = if !PAUSED.load(Ordering::Relaxed)
             && (interval == 0 || sampling::sample(size, interval))
         {
-            record_new_block(&guard, config, address, size, entry)
+            record_new_block::<HEADED>(&guard, config, address, size, entry)
         } else {
             None
         };
-        if let Some(stack) = stack {
-            crate::trace::alloc(address, size, stack);
+        if let Some((stack, recorded)) = stack {
+            headed = recorded;
+            if !HEADED || recorded.is_recorded() {
+                crate::trace::alloc(address, size, stack);
+            }
         }
         if scope::any_open() {
-            scope::on_alloc(&guard, address, size, stack);
+            scope::on_alloc(&guard, address, size, stack.map(|(stack, _)| stack));
         }
     }
+    headed
 }
 
 thread_local! {
@@ -174,27 +203,37 @@ thread_local! {
         const { RefCell::new([ReturnAddress(0); MAX_FRAMES]) };
 }
 
-/// Records a new block in the table, capturing the current stack; returns its stack. `entry` is
-/// the frame pointer of one of the callers, where a frame-pointer walk starts (see
-/// [`capture::capture`]).
+/// Records a new block in the table (`HEADED`: in a slot), capturing the current stack; returns
+/// its stack, and for a slot what the header must hold. `entry` is the frame pointer of one of
+/// the callers, where a frame-pointer walk starts (see [`capture::capture`]).
 #[inline]
-fn record_new_block(
+fn record_new_block<const HEADED: bool>(
     _guard: &Guard,
     config: &Config,
     address: usize,
     size: usize,
     entry: usize,
-) -> Option<StackId> {
+) -> Option<(StackId, Headed)> {
     let depth = config.capture_depth();
+    let store = |frames: &[ReturnAddress]| {
+        let stack = TABLE.stacks.intern(frames);
+        let headed = if HEADED {
+            TABLE.insert_headed(address, size as u64, stack)
+        } else {
+            TABLE.insert_block(address, size as u64, stack);
+            Headed::UNRECORDED
+        };
+        (stack, headed)
+    };
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = capture::Budget::new(config.shown_depth());
         let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
-        Some(TABLE.insert(address, size, &frames[..n]))
+        Some(store(&frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
     // so totals stay balanced when it is freed.
-    recorded.unwrap_or_else(|_| Some(TABLE.insert(address, size, &[])))
+    recorded.unwrap_or_else(|_| Some(store(&[])))
 }
 
 /// Forgets a block that is about to be freed.
@@ -218,6 +257,63 @@ pub fn record_free(address: usize) {
     if scope::any_open() && !table::holding_table() {
         scope::on_free(address);
     }
+}
+
+/// Forgets a block of the global allocator that is about to be freed, as its header tells
+/// (see [`record_free`]).
+#[inline]
+pub fn record_free_headed(address: usize, headed: Headed) {
+    if headed.is_recorded() {
+        TABLE.remove_headed(address, headed);
+        crate::trace::free(address);
+    }
+    if scope::any_open() && !table::holding_table() {
+        scope::on_free(address);
+    }
+}
+
+/// [`record_realloc`] for a block of the global allocator, whose header says `old`: returns the
+/// new block and what the header of the block the program holds now must say (the new block's,
+/// or the old one's again when the realloc failed).
+#[inline]
+pub fn record_realloc_headed(
+    old_address: usize,
+    old: Headed,
+    new_size: usize,
+    builder: Settings,
+    realloc: impl FnOnce() -> *mut u8,
+) -> (*mut u8, Headed) {
+    let tag = match old.is_recorded() {
+        true => TABLE.remove_headed(old_address, old),
+        false => 0,
+    };
+    crate::trace::realloc_start(old_address, old.is_recorded());
+    let new_block = realloc();
+    let headed = if !new_block.is_null() {
+        if scope::any_open() {
+            scope::on_free(old_address);
+        }
+        let headed = record_alloc_headed(new_block as usize, new_size, builder);
+        // An explicit type tag belongs to the value, wherever its buffer moves.
+        if tag != 0 && headed.is_recorded() {
+            // Inside the guard: the tag map may grow.
+            guard::untracked(|| TABLE.set_slot_tag(headed.slot, new_block as usize, tag));
+        }
+        headed
+    } else if old.is_recorded()
+        && let Some(_guard) = Guard::enter()
+    {
+        // The realloc failed, so the old block is still the program's: put it back.
+        let headed = TABLE.restore_headed(old_address, old.size, old.stack);
+        if tag != 0 && headed.is_recorded() {
+            TABLE.set_slot_tag(headed.slot, old_address, tag);
+        }
+        headed
+    } else {
+        Headed::UNRECORDED
+    };
+    crate::trace::realloc_end(new_block.is_null());
+    (new_block, headed)
 }
 
 /// Whether the block at `address` may be in the table, as far as `frees` (a value of [`FREES`])

@@ -24,17 +24,19 @@ mod nested;
 mod peak;
 mod sampled;
 mod side;
+mod slots;
 pub mod stacks;
 pub mod stats;
 mod word;
 pub mod writers;
 
+#[cfg(test)]
 use crate::address::ReturnAddress;
-use crate::sampling;
 use door::Inside;
 use nested::Deferred;
 use sampled::FILTER;
 use side::{SIDES, Side};
+use slots::Slots;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use word::Word;
@@ -42,6 +44,7 @@ use writers::{Entered, Writer, bump};
 
 pub use door::{Locked, holding_table};
 pub use fork::ForkHold;
+pub use slots::Headed;
 pub use stacks::{StackId, Stacks};
 pub use stats::{HeapStats, Peak, PeakTable};
 
@@ -81,8 +84,10 @@ fn empty_cells<T, const N: usize>() -> Option<Box<[OnceLock<T>; N]>> {
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.
 pub struct Table {
-    /// Live blocks by address.
+    /// Live blocks by address: those reported through the C ABI.
     sides: [Mutex<Side>; SIDES],
+    /// Live blocks of the global allocator, which carry a header.
+    slots: Slots,
     /// One per thread that recorded; see [`writers`].
     writers: boxcar::Vec<Writer>,
     /// The writer of threads that are ending (their own was given back), behind `orphan_lock`.
@@ -132,6 +137,7 @@ impl Table {
     pub const fn new() -> Table {
         Table {
             sides: [const { Mutex::new(Side::new()) }; SIDES],
+            slots: Slots::new(),
             writers: boxcar::Vec::new(),
             orphan: Writer::new(),
             orphan_lock: Mutex::new(()),
@@ -253,7 +259,7 @@ impl Table {
     }
 
     /// Records a new live block allocated from `frames`.
-    #[inline]
+    #[cfg(test)]
     pub fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) -> StackId {
         let stack = self.stacks.intern(frames);
         self.insert_block(address, size as u64, stack);
@@ -271,17 +277,8 @@ impl Table {
             return;
         };
         let entered = &inside.entered;
-        let (blocks, bytes) = sampling::estimate(size, mode.interval);
         let writer = entered.writer;
-        if stack.0 < WRITER_STACKS {
-            writer.count_stack(stack.0, blocks, bytes);
-        } else {
-            let record = self.stacks.record(stack);
-            record.allocated_blocks.fetch_add(blocks, Relaxed);
-            record.allocated_bytes.fetch_add(bytes, Relaxed);
-        }
-        bump(&writer.total_blocks, blocks);
-        bump(&writer.total_bytes, bytes);
+        self.count_allocated(writer, stack, size, mode);
         self.grow(writer, stack, size, mode);
         let block = Block {
             size,

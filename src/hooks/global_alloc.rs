@@ -1,5 +1,6 @@
 //! [`MemProf`]: a `GlobalAlloc` that forwards to another allocator and records what passes.
 
+use crate::table::{Headed, StackId};
 use std::alloc::{GlobalAlloc, Layout, System};
 
 /// The profiling allocator. Install it once, as the global allocator:
@@ -87,50 +88,266 @@ impl<A> MemProf<A> {
     }
 }
 
-// SAFETY: every method forwards to the wrapped allocator with the caller's own arguments and
-// returns its result unchanged, so `MemProf<A>` upholds `GlobalAlloc`'s contract exactly when `A`
-// does. The recording calls around them never touch the blocks' memory, never unwind (they do not
-// panic) and never allocate outside the reentrancy guard.
+// SAFETY: every method asks the wrapped allocator for the caller's block with room for a header
+// in front ([`outer`]: the same alignment, [`offset`] bytes more), and returns the address past
+// that room: a block of the caller's size and alignment, which nothing else uses. The header lies
+// in the room, so only this allocator writes it; `dealloc` and `realloc` give `inner` back the
+// address and layout it handed out. So `MemProf<A>` upholds `GlobalAlloc`'s contract exactly when
+// `A` does. The recording calls around them never touch the blocks' memory, never unwind (they
+// do not panic) and never allocate outside the reentrancy guard.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout, which meets `alloc`'s requirements.
-        let ptr = unsafe { self.inner.alloc(layout) };
-        if !ptr.is_null() {
-            super::record_alloc(ptr as usize, layout.size(), self.settings);
-        }
-        ptr
+        let Some(outer) = outer(layout.size(), layout.align()) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: `outer` has a non-zero size (it holds the header) and the caller's alignment.
+        let base = unsafe { self.inner.alloc(outer) };
+        // SAFETY: `base` is null or a block of `outer`, whose room for the header it skips.
+        unsafe { self.headed(base, layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout, which meets `alloc_zeroed`'s requirements.
-        let ptr = unsafe { self.inner.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            super::record_alloc(ptr as usize, layout.size(), self.settings);
-        }
-        ptr
+        let Some(outer) = outer(layout.size(), layout.align()) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: as in `alloc`.
+        let base = unsafe { self.inner.alloc_zeroed(outer) };
+        // SAFETY: as in `alloc`.
+        unsafe { self.headed(base, layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        super::record_free(ptr as usize);
+        // SAFETY: `ptr` is a live block of `layout` the caller gives up.
+        let Some(headed) = (unsafe { read_header(ptr, layout) }) else {
+            // SAFETY: as for `dealloc`: not this allocator's block, but the wrapped one's.
+            return unsafe { self.free_stranger(ptr, layout) };
+        };
+        super::record_free_headed(ptr as usize, headed);
         if layout.size() >= RELEASE_MIN {
             // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
             unsafe { release_table_memory(ptr, layout.size()) };
         }
-        // SAFETY: `ptr` was allocated by this allocator, hence by `inner`, with `layout`.
-        unsafe { self.inner.dealloc(ptr, layout) }
+        let off = offset(layout.align());
+        // SAFETY: `ptr` is `off` bytes past the block `inner` handed out for the outer layout of
+        // this `layout`, which `alloc` checked.
+        unsafe {
+            let outer = Layout::from_size_align_unchecked(layout.size() + off, layout.align());
+            self.inner.dealloc(ptr.sub(off), outer)
+        }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        super::record_realloc(ptr as usize, new_size, self.settings, || {
-            // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came from
-            // `inner` through this allocator.
-            unsafe { self.inner.realloc(ptr, layout, new_size) }
-        })
+        let off = offset(layout.align());
+        let Some(new_outer) = outer(new_size, layout.align()) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: `ptr` is a live block of `layout`.
+        let Some(old) = (unsafe { read_header(ptr, layout) }) else {
+            // SAFETY: as for `realloc`: not this allocator's block, but the wrapped one's.
+            return unsafe { self.adopt_stranger(ptr, layout, new_size) };
+        };
+        let (new_ptr, headed) =
+            super::record_realloc_headed(ptr as usize, old, new_size, self.settings, || {
+                // SAFETY: `ptr` is `off` bytes past the block `inner` handed out for the outer
+                // layout of `layout`; the new outer size is valid for its alignment (checked
+                // above). The header moves with the block's contents.
+                unsafe {
+                    let outer =
+                        Layout::from_size_align_unchecked(layout.size() + off, layout.align());
+                    let base = self.inner.realloc(ptr.sub(off), outer, new_outer.size());
+                    if base.is_null() { base } else { base.add(off) }
+                }
+            });
+        if new_ptr.is_null() {
+            // SAFETY: the old block is still the caller's, its header in front of it.
+            unsafe { write_header(ptr, headed, layout.size()) };
+        } else {
+            // SAFETY: the new block, its header's room in front of it.
+            unsafe { write_header(new_ptr, headed, new_size) };
+        }
+        new_ptr
     }
+}
+
+impl<A: GlobalAlloc> MemProf<A> {
+    /// Frees a block without this allocator's header: one the program got from the wrapped
+    /// allocator directly (or from C's `malloc`, when that is the wrapped allocator) and hands to
+    /// this one, which `GlobalAlloc` forbids but programs do. It goes back to the wrapped
+    /// allocator as it came, after the side tables forget it (the C ABI may have reported it).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live block of `layout` from the wrapped allocator.
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_stranger(&self, ptr: *mut u8, layout: Layout) {
+        super::record_free(ptr as usize);
+        // SAFETY: the caller's block, from `inner`, with its layout.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    /// Reallocates a block without this allocator's header (see [`MemProf::free_stranger`]): a new
+    /// block of this allocator gets its contents, and the old one is freed as it came.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live block of `layout` from the wrapped allocator; `new_size`, rounded up to
+    /// the alignment, does not overflow `isize`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn adopt_stranger(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller guarantees the new layout is valid.
+        let new =
+            unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live, distinct, and at least this long.
+            unsafe { std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size)) };
+            // SAFETY: the caller's block, given up now that its contents moved.
+            unsafe { self.free_stranger(ptr, layout) };
+        }
+        new
+    }
+
+    /// The block the caller gets from `base`, a block of the outer layout of `layout` from the
+    /// wrapped allocator, or null: past the room for the header, which holds what recording it
+    /// gave.
+    ///
+    /// # Safety
+    ///
+    /// `base` is null or a live block of `outer(layout.size(), layout.align())` from `inner`.
+    #[inline(always)]
+    unsafe fn headed(&self, base: *mut u8, layout: Layout) -> *mut u8 {
+        if base.is_null() {
+            return base;
+        }
+        // SAFETY: the block is at least `offset` bytes larger than the caller's size.
+        let ptr = unsafe { base.add(offset(layout.align())) };
+        let headed = super::record_alloc_headed(ptr as usize, layout.size(), self.settings);
+        // SAFETY: the header's room lies inside the block, before `ptr`.
+        unsafe { write_header(ptr, headed, layout.size()) };
+        ptr
+    }
+}
+
+/// Bytes of the header, written just before the block the caller gets.
+const HEADER: usize = std::mem::size_of::<Header>();
+
+/// What the allocator keeps in front of every block: what freeing it needs.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Header {
+    /// The block's size in the low [`SIZE_BITS`], a hash of its address above (see [`check`]).
+    size: u64,
+    stack: u32,
+    slot: u32,
+}
+
+/// Bits of [`Header::size`] that hold the size: more than any block of a 64-bit address space.
+const SIZE_BITS: u32 = 48;
+
+/// The size field of the header of a block of `size` bytes at `ptr`. The bits above the size
+/// hold a hash of the address, so that a free can tell a block with this allocator's header
+/// (whose field holds exactly the size the caller gives again) from one without: the 8 bytes
+/// before a block of another allocator hold that allocator's own data or the program's, which
+/// match both the size and the hash by chance once in 2^16 times at worst, and the size alone
+/// seldom.
+#[inline(always)]
+fn check(ptr: *mut u8, size: usize) -> u64 {
+    let hash = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SIZE_BITS;
+    (hash << SIZE_BITS) | (size as u64 & ((1 << SIZE_BITS) - 1))
+}
+
+/// Bytes between the wrapped allocator's block and the caller's: the header, or the alignment
+/// when larger, so the caller's block keeps it.
+#[inline(always)]
+const fn offset(align: usize) -> usize {
+    if align > HEADER { align } else { HEADER }
+}
+
+/// The layout asked of the wrapped allocator for a block of `size` bytes aligned to `align` (a
+/// power of two); `None` when it would be too large.
+#[inline(always)]
+fn outer(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size.checked_add(offset(align))?, align).ok()
+}
+
+/// What the header in front of `ptr`, a block of `layout`, holds; `None` when the block has no
+/// header of this allocator's (see [`check`]).
+///
+/// # Safety
+///
+/// `ptr` is a live block of `layout`, from this allocator or the wrapped one, so that at least
+/// `HEADER` readable bytes precede it (the allocator's own data, for the wrapped one's).
+#[inline(always)]
+unsafe fn read_header(ptr: *mut u8, layout: Layout) -> Option<Headed> {
+    // SAFETY: the caller's block is preceded by its header, or by the wrapped allocator's data;
+    // read unaligned, since a wrapped allocator may align a block only as asked.
+    let header = unsafe { ptr.sub(HEADER).cast::<Header>().read_unaligned() };
+    (header.size == check(ptr, layout.size())).then_some(Headed {
+        slot: header.slot,
+        stack: StackId(header.stack),
+        size: layout.size() as u64,
+    })
+}
+
+/// Writes the header in front of `ptr`, a block of `size` bytes.
+///
+/// # Safety
+///
+/// `ptr` is a live block this allocator handed out (or is handing out).
+#[inline(always)]
+unsafe fn write_header(ptr: *mut u8, headed: Headed, size: usize) {
+    let header = Header {
+        size: check(ptr, size),
+        stack: headed.stack.0,
+        slot: headed.slot,
+    };
+    // SAFETY: the header's room lies in the `HEADER` bytes before the block (unaligned when the
+    // wrapped allocator aligns a block only as asked).
+    unsafe { ptr.sub(HEADER).cast::<Header>().write_unaligned(header) }
+}
+
+/// The slot a block of the global allocator at `address` says it has, when `address` may be such
+/// a block: a candidate the caller checks against the slot (which holds the address of its block
+/// while it is live), since any memory may be passed here.
+pub(crate) fn header_slot(address: usize) -> Option<u32> {
+    const PAGE: usize = 4096;
+    if !address.is_multiple_of(HEADER) || address < PAGE {
+        return None;
+    }
+    let at = address - HEADER;
+    let mut header = Header {
+        size: 0,
+        stack: 0,
+        slot: 0,
+    };
+    if address % PAGE >= HEADER {
+        // SAFETY: the header's place is on the same page as `address`, which the caller holds a
+        // value at, so it is mapped and readable; a volatile read of plain integers, whatever
+        // they hold, is checked against the slot before anything trusts it.
+        header = unsafe { std::ptr::read_volatile(at as *const Header) };
+    } else {
+        // The place may lie on another page, which may not be mapped: the kernel reads it.
+        let local = libc::iovec {
+            iov_base: (&raw mut header).cast(),
+            iov_len: HEADER,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: HEADER,
+        };
+        // SAFETY: `local` is this function's own header, `remote` is only read by the kernel,
+        // which fails the call rather than fault when it is not mapped.
+        let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if read != HEADER as isize {
+            return None;
+        }
+    }
+    Some(header.slot)
 }
 
 /// The smallest block of the table's own memory whose pages are given back to the system when

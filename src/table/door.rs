@@ -140,6 +140,10 @@ impl Locked<'_> {
                 f(address, side.unpack(address, word));
             }
         }
+        let table = self.table;
+        table
+            .slots
+            .for_each(|address, word| f(address, table.unpack_slot(address, word)));
     }
 
     /// The totals of the held table.

@@ -5,13 +5,15 @@
 //! Before `fork`, the forking thread takes every lock of the table in the order the table's own
 //! code takes them ([`Table::hold_for_fork`]): the stack index's shards and the orphans' writer
 //! (their holders may wait at the table's door), then the table itself, held still as a reader
-//! holds it (no writer inside, every side table locked), then the peak table. The fork copies
+//! holds it (no writer inside, every side table locked), then the slots' extras, then the peak
+//! table. The fork copies
 //! that; the parent lets it all go ([`ForkHold::release_in_parent`]), and the child too, after
 //! handing back the writers of the threads that did not come along ([`ForkHold::release_in_child`]):
 //! their counters stay, since the blocks they counted are in the child's heap too, and the next
 //! threads the child starts claim them.
 
 use super::door::{Locked, OrphanGuard, holding_table};
+use super::slots::Extras;
 use super::stacks::{HeldShard, INDEX_SHARDS};
 use super::{PeakTable, Table};
 use crate::fence::{SignalsHeld, hold_signals};
@@ -23,6 +25,8 @@ use std::sync::{MutexGuard, PoisonError};
 pub struct ForkHold<'a> {
     /// The per-stack table of the peak.
     _peak: MutexGuard<'a, PeakTable>,
+    /// What some blocks of the slots keep beside them.
+    _extras: MutexGuard<'a, Extras>,
     /// The table, held still.
     locked: Locked<'a>,
     /// The orphans' writer.
@@ -47,12 +51,14 @@ impl Table {
         // `None` only when this thread holds it already, which `inside_writer` rules out.
         let orphan = self.lock_orphan();
         let locked = self.lock_all();
+        let extras = self.slots.extras();
         let peak = self
             .peak_table
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         Some(ForkHold {
             _peak: peak,
+            _extras: extras,
             locked,
             _orphan: orphan,
             _index: index,
@@ -80,5 +86,6 @@ impl ForkHold<'_> {
         for deferred in &table.deferred {
             deferred.reset_after_fork();
         }
+        table.slots.reset_after_fork();
     }
 }

@@ -55,7 +55,7 @@ impl Deferred {
     }
 
     /// Defers a free; `false` when every slot is taken.
-    fn push(&self, address: usize) -> bool {
+    pub(super) fn push(&self, address: usize) -> bool {
         for at in &self.slots {
             if at
                 .compare_exchange(0, WRITING, Ordering::Acquire, Ordering::Relaxed)
@@ -82,7 +82,7 @@ impl Deferred {
 
     /// Takes every complete free out, in no particular order.
     #[inline]
-    fn drain(&self, f: impl FnMut(usize)) {
+    pub(super) fn drain(&self, f: impl FnMut(usize)) {
         if self.waiting.load(Ordering::Acquire) != 0 {
             self.drain_now(f);
         }
@@ -143,13 +143,14 @@ impl Table {
             return false;
         };
         let block = side.take_entries(address, word);
-        self.count_gone(address, &block, mode);
+        self.count_gone(address, &block, mode, true);
         true
     }
 
     /// Counts a block gone outside any writer: in the table's shared counters, the peak counter,
-    /// the stack's live counts and the sampled-block filter, each with one atomic operation.
-    fn count_gone(&self, address: usize, block: &Block, mode: Mode) {
+    /// the stack's live counts and (for a block of the side tables, `filtered`) the sampled-block
+    /// filter, each with one atomic operation.
+    pub(super) fn count_gone(&self, address: usize, block: &Block, mode: Mode, filtered: bool) {
         self.nested_blocks.fetch_sub(1, Ordering::Relaxed);
         self.nested_bytes.fetch_sub(block.size, Ordering::Relaxed);
         let bytes = self.peak_bytes_of(block.size, mode.interval);
@@ -157,7 +158,7 @@ impl Table {
         if mode.track_peak {
             self.stacks.record(block.stack).on_live(false, bytes);
         }
-        if mode.interval != 0 {
+        if filtered && mode.interval != 0 {
             self.filter_remove(address);
         }
     }

@@ -39,6 +39,12 @@ fn mix(address: usize) -> u64 {
 #[derive(Clone, Copy, Default)]
 pub struct AddressHasher(u64);
 
+impl AddressHasher {
+    pub(super) const fn new() -> AddressHasher {
+        AddressHasher(0)
+    }
+}
+
 impl Hasher for AddressHasher {
     fn finish(&self) -> u64 {
         self.0

@@ -70,6 +70,13 @@ pub struct Writer {
     pub(super) total_bytes: AtomicU64,
     /// Live bytes not yet added to the table's peak counter.
     pub(super) pending_peak: AtomicI64,
+    /// The slots this writer freed, as a list (see `slots`): the first one's number plus one, 0
+    /// when empty.
+    pub(super) free_slots: AtomicU32,
+    /// The next fresh slot of this writer's run.
+    pub(super) fresh_next: AtomicU32,
+    /// The end of this writer's run of fresh slots.
+    pub(super) fresh_end: AtomicU32,
     /// `(blocks, bytes)` allocated through this writer, by stack id in groups of [`GROUP`], for
     /// the first [`GROUPS`] groups of ids; each group made on first use.
     near: Groups,
@@ -95,6 +102,9 @@ impl Writer {
             total_blocks: AtomicU64::new(0),
             total_bytes: AtomicU64::new(0),
             pending_peak: AtomicI64::new(0),
+            free_slots: AtomicU32::new(0),
+            fresh_next: AtomicU32::new(0),
+            fresh_end: AtomicU32::new(0),
             near: [const { OnceLock::new() }; GROUPS],
             far: [const { OnceLock::new() }; super::WRITER_STACKS as usize / (GROUP * GROUPS) - 1],
         }

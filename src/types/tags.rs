@@ -118,7 +118,11 @@ pub fn tag_block_as(address: usize, name: &'static str) {
             if tag == next {
                 registry.names.push(name);
             }
-            if let Some((stack, previous)) = TABLE.set_tag(address, tag)
+            let set = TABLE.set_tag(address, tag).or_else(|| {
+                let slot = crate::hooks::global_alloc::header_slot(address)?;
+                TABLE.set_slot_tag(slot, address, tag)
+            });
+            if let Some((stack, previous)) = set
                 && previous != tag
             {
                 *registry.tagged.entry((tag, stack)).or_default() += 1;
