@@ -88,78 +88,129 @@ impl<A> MemProf<A> {
     }
 }
 
-// SAFETY: every method asks the wrapped allocator for the caller's block with room for a header
-// in front ([`outer`]: the same alignment, [`offset`] bytes more), and returns the address past
-// that room: a block of the caller's size and alignment, which nothing else uses. The header lies
-// in the room, so only this allocator writes it; `dealloc` and `realloc` give `inner` back the
-// address and layout it handed out. So `MemProf<A>` upholds `GlobalAlloc`'s contract exactly when
-// `A` does. The recording calls around them never touch the blocks' memory, never unwind (they
-// do not panic) and never allocate outside the reentrancy guard.
+// SAFETY: a headed block (see [`is_headed`]) is the wrapped allocator's block of [`outer`] (the
+// caller's alignment, `HEADER` bytes more), of which the caller gets the part past the header: a
+// block of its size and alignment, which nothing else uses. The header lies in front of it, so
+// only this allocator writes it. Any other block is the wrapped allocator's, unchanged. `dealloc`
+// and `realloc` tell the two apart by the caller's layout, as `alloc` did, and give `inner` back
+// the address and layout it handed out. So `MemProf<A>` upholds `GlobalAlloc`'s contract exactly
+// when `A` does. The recording calls around them never touch the blocks' memory, never unwind
+// (they do not panic) and never allocate outside the reentrancy guard.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let Some(outer) = outer(layout.size(), layout.align()) else {
-            return std::ptr::null_mut();
-        };
-        // SAFETY: `outer` has a non-zero size (it holds the header) and the caller's alignment.
-        let base = unsafe { self.inner.alloc(outer) };
-        // SAFETY: `base` is null or a block of `outer`, whose room for the header it skips.
+        if !is_headed(layout) {
+            // SAFETY: forwarded with the caller's layout, which meets `alloc`'s requirements.
+            let ptr = unsafe { self.inner.alloc(layout) };
+            if !ptr.is_null() {
+                super::record_alloc(ptr as usize, layout.size(), self.settings);
+            }
+            return ptr;
+        }
+        // SAFETY: a valid layout (see `outer`), of a non-zero size.
+        let base = unsafe { self.inner.alloc(outer(layout.size(), layout.align())) };
+        // SAFETY: `base` is null or a block of that layout from `inner`.
         unsafe { self.headed(base, layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let Some(outer) = outer(layout.size(), layout.align()) else {
-            return std::ptr::null_mut();
-        };
+        if !is_headed(layout) {
+            // SAFETY: forwarded with the caller's layout, which meets `alloc_zeroed`'s
+            // requirements.
+            let ptr = unsafe { self.inner.alloc_zeroed(layout) };
+            if !ptr.is_null() {
+                super::record_alloc(ptr as usize, layout.size(), self.settings);
+            }
+            return ptr;
+        }
         // SAFETY: as in `alloc`.
-        let base = unsafe { self.inner.alloc_zeroed(outer) };
+        let base = unsafe {
+            self.inner
+                .alloc_zeroed(outer(layout.size(), layout.align()))
+        };
         // SAFETY: as in `alloc`.
         unsafe { self.headed(base, layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` is a live block of `layout` the caller gives up.
+        if !is_headed(layout) {
+            super::record_free(ptr as usize);
+            if layout.size() >= RELEASE_MIN {
+                // SAFETY: the caller gives the block up: nothing reads it again before `inner`
+                // has it.
+                unsafe { release_table_memory(ptr, layout.size()) };
+            }
+            // SAFETY: `ptr` was allocated by `inner` with `layout`, as `alloc` forwarded it.
+            return unsafe { self.inner.dealloc(ptr, layout) };
+        }
+        // SAFETY: `ptr` is a live headed block of `layout` the caller gives up (or a stranger).
         let Some(headed) = (unsafe { read_header(ptr, layout) }) else {
             // SAFETY: as for `dealloc`: not this allocator's block, but the wrapped one's.
             return unsafe { self.free_stranger(ptr, layout) };
         };
         super::record_free_headed(ptr as usize, headed);
-        if layout.size() >= RELEASE_MIN {
-            // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
-            unsafe { release_table_memory(ptr, layout.size()) };
-        }
-        let off = offset(layout.align());
-        // SAFETY: `ptr` is `off` bytes past the block `inner` handed out for the outer layout of
-        // this `layout`, which `alloc` checked.
+        // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for `outer`.
         unsafe {
-            let outer = Layout::from_size_align_unchecked(layout.size() + off, layout.align());
-            self.inner.dealloc(ptr.sub(off), outer)
+            let outer = outer(layout.size(), layout.align());
+            self.inner.dealloc(ptr.sub(HEADER), outer)
         }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let off = offset(layout.align());
-        let Some(new_outer) = outer(new_size, layout.align()) else {
-            return std::ptr::null_mut();
-        };
+        // SAFETY: `realloc`'s contract: the new size, rounded up to the alignment, fits `isize`.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        match (is_headed(layout), is_headed(new_layout)) {
+            (false, false) => super::record_realloc(ptr as usize, new_size, self.settings, || {
+                // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came
+                // from `inner` through this allocator.
+                unsafe { self.inner.realloc(ptr, layout, new_size) }
+            }),
+            // SAFETY: a live headed block of `layout`, and the new layout.
+            (true, true) => unsafe { self.realloc_headed(ptr, layout, new_size) },
+            // SAFETY: a live block of `layout`, this allocator's, and the new layout: one kind
+            // of block becomes the other, through a new block.
+            _ => unsafe { self.moved(ptr, layout, new_layout, |ptr| self.dealloc(ptr, layout)) },
+        }
+    }
+}
+
+impl<A: GlobalAlloc> MemProf<A> {
+    /// `realloc` of a headed block into a headed block.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live block of `layout` (headed, or a stranger), and both `layout` and `new_size`
+    /// are headed.
+    #[inline(always)]
+    unsafe fn realloc_headed(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` is a live block of `layout`.
         let Some(old) = (unsafe { read_header(ptr, layout) }) else {
-            // SAFETY: as for `realloc`: not this allocator's block, but the wrapped one's.
-            return unsafe { self.adopt_stranger(ptr, layout, new_size) };
+            // SAFETY: not this allocator's block but the wrapped one's, moved into a headed one.
+            return unsafe {
+                let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+                self.moved(ptr, layout, new_layout, |ptr| {
+                    self.free_stranger(ptr, layout)
+                })
+            };
         };
         let (new_ptr, headed) =
             super::record_realloc_headed(ptr as usize, old, new_size, self.settings, || {
-                // SAFETY: `ptr` is `off` bytes past the block `inner` handed out for the outer
-                // layout of `layout`; the new outer size is valid for its alignment (checked
-                // above). The header moves with the block's contents.
+                // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for the outer
+                // layout of `layout`; the new outer size is valid (see `outer`). The header moves
+                // with the block's contents.
                 unsafe {
-                    let outer =
-                        Layout::from_size_align_unchecked(layout.size() + off, layout.align());
-                    let base = self.inner.realloc(ptr.sub(off), outer, new_outer.size());
-                    if base.is_null() { base } else { base.add(off) }
+                    let outer = outer(layout.size(), layout.align());
+                    let base = self
+                        .inner
+                        .realloc(ptr.sub(HEADER), outer, new_size + HEADER);
+                    if base.is_null() {
+                        base
+                    } else {
+                        base.add(HEADER)
+                    }
                 }
             });
         if new_ptr.is_null() {
@@ -171,9 +222,55 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         }
         new_ptr
     }
-}
 
-impl<A: GlobalAlloc> MemProf<A> {
+    /// The block the caller gets from `base`, a block of the outer layout of `layout` from the
+    /// wrapped allocator, or null: past the room for the header, which holds what recording it
+    /// gave.
+    ///
+    /// # Safety
+    ///
+    /// `base` is null or a live block of `outer(layout.size(), layout.align())` from `inner`.
+    #[inline(always)]
+    unsafe fn headed(&self, base: *mut u8, layout: Layout) -> *mut u8 {
+        if base.is_null() {
+            return base;
+        }
+        // SAFETY: the block is `HEADER` bytes larger than the caller's size.
+        let ptr = unsafe { base.add(HEADER) };
+        let headed = super::record_alloc_headed(ptr as usize, layout.size(), self.settings);
+        // SAFETY: the header's room lies inside the block, before `ptr`.
+        unsafe { write_header(ptr, headed, layout.size()) };
+        ptr
+    }
+
+    /// Reallocates through a new block of `new_layout`: the contents copied, then the old block
+    /// freed with `free`. A `realloc` that makes a headed block of a headless one or the other
+    /// way round, or that moves another allocator's block into this one's.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live block of `layout` that `free` frees; `new_layout` is valid.
+    #[cold]
+    #[inline(never)]
+    unsafe fn moved(
+        &self,
+        ptr: *mut u8,
+        layout: Layout,
+        new_layout: Layout,
+        free: impl FnOnce(*mut u8),
+    ) -> *mut u8 {
+        // SAFETY: a valid layout of a non-zero size (a `realloc` to 0 bytes is not allowed).
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live, distinct, and at least this long.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_layout.size()))
+            };
+            free(ptr);
+        }
+        new
+    }
+
     /// Frees a block without this allocator's header: one the program got from the wrapped
     /// allocator directly (or from C's `malloc`, when that is the wrapped allocator) and hands to
     /// this one, which `GlobalAlloc` forbids but programs do. It goes back to the wrapped
@@ -189,48 +286,28 @@ impl<A: GlobalAlloc> MemProf<A> {
         // SAFETY: the caller's block, from `inner`, with its layout.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
+}
 
-    /// Reallocates a block without this allocator's header (see [`MemProf::free_stranger`]): a new
-    /// block of this allocator gets its contents, and the old one is freed as it came.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live block of `layout` from the wrapped allocator; `new_size`, rounded up to
-    /// the alignment, does not overflow `isize`.
-    #[cold]
-    #[inline(never)]
-    unsafe fn adopt_stranger(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller guarantees the new layout is valid.
-        let new =
-            unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };
-        if !new.is_null() {
-            // SAFETY: both blocks are live, distinct, and at least this long.
-            unsafe { std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size)) };
-            // SAFETY: the caller's block, given up now that its contents moved.
-            unsafe { self.free_stranger(ptr, layout) };
-        }
-        new
-    }
+/// Blocks of this size or more have no header: a few of them cost the side tables little time,
+/// and a header could cost them a page (a block the size of a multiple of pages, mapped on its
+/// own, would take one more page for it).
+const HEADED_MAX: usize = 64 << 10;
 
-    /// The block the caller gets from `base`, a block of the outer layout of `layout` from the
-    /// wrapped allocator, or null: past the room for the header, which holds what recording it
-    /// gave.
-    ///
-    /// # Safety
-    ///
-    /// `base` is null or a live block of `outer(layout.size(), layout.align())` from `inner`.
-    #[inline(always)]
-    unsafe fn headed(&self, base: *mut u8, layout: Layout) -> *mut u8 {
-        if base.is_null() {
-            return base;
-        }
-        // SAFETY: the block is at least `offset` bytes larger than the caller's size.
-        let ptr = unsafe { base.add(offset(layout.align())) };
-        let headed = super::record_alloc_headed(ptr as usize, layout.size(), self.settings);
-        // SAFETY: the header's room lies inside the block, before `ptr`.
-        unsafe { write_header(ptr, headed, layout.size()) };
-        ptr
-    }
+/// Whether blocks of `layout` carry a header: blocks under [`HEADED_MAX`] whose alignment the
+/// header keeps (more would cost the alignment in front of every block).
+#[inline(always)]
+fn is_headed(layout: Layout) -> bool {
+    layout.size() < HEADED_MAX && layout.align() <= HEADER
+}
+
+/// The layout asked of the wrapped allocator for a headed block of `size` bytes aligned to
+/// `align`: valid, since both are small (see [`is_headed`]).
+#[inline(always)]
+fn outer(size: usize, align: usize) -> Layout {
+    debug_assert!(size < HEADED_MAX && align <= HEADER);
+    // SAFETY: `align` is a power of two (the caller's layout's) and `size + HEADER` is far below
+    // `isize::MAX`.
+    unsafe { Layout::from_size_align_unchecked(size + HEADER, align) }
 }
 
 /// Bytes of the header, written just before the block the caller gets.
@@ -259,20 +336,6 @@ const SIZE_BITS: u32 = 48;
 fn check(ptr: *mut u8, size: usize) -> u64 {
     let hash = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SIZE_BITS;
     (hash << SIZE_BITS) | (size as u64 & ((1 << SIZE_BITS) - 1))
-}
-
-/// Bytes between the wrapped allocator's block and the caller's: the header, or the alignment
-/// when larger, so the caller's block keeps it.
-#[inline(always)]
-const fn offset(align: usize) -> usize {
-    if align > HEADER { align } else { HEADER }
-}
-
-/// The layout asked of the wrapped allocator for a block of `size` bytes aligned to `align` (a
-/// power of two); `None` when it would be too large.
-#[inline(always)]
-fn outer(size: usize, align: usize) -> Option<Layout> {
-    Layout::from_size_align(size.checked_add(offset(align))?, align).ok()
 }
 
 /// What the header in front of `ptr`, a block of `layout`, holds; `None` when the block has no
