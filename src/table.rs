@@ -1,8 +1,12 @@
 //! The live table: every live block by address, with its size and interned stack.
 //!
-//! A block is one [`word`] in one of the [`side`] tables, hash maps behind small locks picked by
-//! the block's page, so memory per live block is a few dozen bytes whatever its size. What does
-//! not fit a word (sizes too large for it, type tags) is rare and kept beside it.
+//! The global allocator's blocks under 64 KiB carry a header (their size, stack and [`slots`]
+//! number) and each fills one 16-byte slot, which holds its address and [`word`]: the free path
+//! reads the header beside the block, and only readers walk the slots. Every other block (larger
+//! or more aligned ones, and the C ABI's) is one word in one of the [`side`] tables, hash maps
+//! behind small locks picked by the block's 64 MiB region. Either way memory per live block is a
+//! few dozen bytes whatever its size. What does not fit a word (sizes too large for it, type
+//! tags) is rare and kept beside it.
 //! Counters are per thread ([`writers`]): each recording thread writes its own with plain stores,
 //! and readers add them up. A change of the table passes a [`door`] that lets a reader hold the
 //! table still ([`Table::lock_all`]) while it copies or scans it. A block's stack is interned once

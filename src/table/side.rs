@@ -1,5 +1,6 @@
-//! The side tables: every live block, by address, split over [`SIDES`] hash maps, each behind
-//! its own lock.
+//! The side tables: the live blocks without a header (those of 64 KiB and more, those aligned
+//! to more than 16 bytes, and the C ABI's), by address, split over [`SIDES`] hash maps, each
+//! behind its own lock.
 //!
 //! A block is one [`Word`] in its side table's map: 16 bytes of entry and one control byte, in a
 //! map kept between 7/16 and 7/8 full, so memory per live block stays between 19 and 39 bytes
