@@ -131,11 +131,13 @@ impl Config {
     /// Most raw return addresses captured per allocation: enough for the frames shown, the frames
     /// skipped, and the allocator and std frames that are trimmed before them. A walk that can
     /// tell those apart stops at [`Config::shown_depth`] frames after them.
+    #[inline]
     pub fn capture_depth(&self) -> usize {
         (self.shown_depth() + TRIMMED_FRAMES).min(MAX_FRAMES)
     }
 
     /// The frames of a stack a report uses after trimming: those skipped and those shown.
+    #[inline]
     pub fn shown_depth(&self) -> usize {
         self.stack_depth + self.stack_skip
     }

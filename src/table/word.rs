@@ -23,6 +23,7 @@ pub(super) const LARGE: u32 = u32::MAX;
 const TAGGED: u32 = 1 << 31;
 
 impl Word {
+    #[inline]
     pub(super) fn new(block: &Block) -> Word {
         let size = block
             .size
