@@ -99,38 +99,14 @@ impl<A> MemProf<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !is_headed(layout) {
-            // SAFETY: forwarded with the caller's layout, which meets `alloc`'s requirements.
-            let ptr = unsafe { self.inner.alloc(layout) };
-            if !ptr.is_null() {
-                super::record_alloc(ptr as usize, layout.size(), self.settings);
-            }
-            return ptr;
-        }
-        // SAFETY: a valid layout (see `outer`), of a non-zero size.
-        let base = unsafe { self.inner.alloc(outer(layout.size(), layout.align())) };
-        // SAFETY: `base` is null or a block of that layout from `inner`.
-        unsafe { self.headed(base, layout) }
+        // SAFETY: `allocate` asks for valid layouts of a non-zero size.
+        unsafe { self.allocate(layout, |layout| self.inner.alloc(layout)) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !is_headed(layout) {
-            // SAFETY: forwarded with the caller's layout, which meets `alloc_zeroed`'s
-            // requirements.
-            let ptr = unsafe { self.inner.alloc_zeroed(layout) };
-            if !ptr.is_null() {
-                super::record_alloc(ptr as usize, layout.size(), self.settings);
-            }
-            return ptr;
-        }
-        // SAFETY: as in `alloc`.
-        let base = unsafe {
-            self.inner
-                .alloc_zeroed(outer(layout.size(), layout.align()))
-        };
-        // SAFETY: as in `alloc`.
-        unsafe { self.headed(base, layout) }
+        // SAFETY: `allocate` asks for valid layouts of a non-zero size.
+        unsafe { self.allocate(layout, |layout| self.inner.alloc_zeroed(layout)) }
     }
 
     #[inline]
@@ -178,6 +154,27 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
 }
 
 impl<A: GlobalAlloc> MemProf<A> {
+    /// A new block of `layout`, which `get` takes from the wrapped allocator: as it comes for a
+    /// headless one, with room for the header in front for a headed one.
+    ///
+    /// # Safety
+    ///
+    /// `layout` has a non-zero size; `get` returns null or a live block of the layout it is
+    /// given, from `inner`.
+    #[inline(always)]
+    unsafe fn allocate(&self, layout: Layout, get: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+        if !is_headed(layout) {
+            let ptr = get(layout);
+            if !ptr.is_null() {
+                super::record_alloc(ptr as usize, layout.size(), self.settings);
+            }
+            return ptr;
+        }
+        let base = get(outer(layout.size(), layout.align()));
+        // SAFETY: `base` is null or a block of the outer layout from `inner`.
+        unsafe { self.headed(base, layout) }
+    }
+
     /// `realloc` of a headed block into a headed block.
     ///
     /// # Safety
