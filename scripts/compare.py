@@ -445,15 +445,18 @@ def memory_blocks(size, heap_bytes):
     return max(1, min(4_000_000, heap_bytes // size))
 
 
-def memory(tools_by_label, sizes, heap_bytes, runs):
+MEMORY_LABELS = ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
+                 "memprof (default build, DWARF)", "dhat-rs")
+
+
+def memory(tools_by_label, sizes, heap_bytes, runs, labels=MEMORY_LABELS):
     """{size: {label: (median RSS growth kB, median peak kB, baseline label)}}."""
     growth = {}
     for size in sizes:
         blocks = memory_blocks(size, heap_bytes)
         log(f"memory: {blocks:,} blocks of {size:,} bytes (load {load()})")
         growth[size] = {}
-        for label in ("no profiler", "no profiler (frame pointers)", "memprof (frame pointers)",
-                      "memprof (default build, DWARF)", "dhat-rs"):
+        for label in labels:
             tool = tools_by_label[label]
             values, peaks = [], []
             for _ in range(runs):
@@ -462,6 +465,27 @@ def memory(tools_by_label, sizes, heap_bytes, runs):
                 peaks.append(int(fields["peak_rss_kb"]))
             growth[size][label] = (median(values), median(peaks), tool.baseline)
     return growth
+
+
+def print_marginal(growth, doubled, heap_bytes):
+    """Bytes per block from the slope between `heap_bytes` and twice that: what each further
+    block costs, without the profiler's fixed costs (its unwinder's tables, say), which the
+    figures above spread over few blocks at the largest sizes."""
+    labels = ("memprof (frame pointers)", "memprof (default build, DWARF)")
+    print(f"Per further block, from the slope between {heap_bytes >> 20} MiB and "
+          f"{heap_bytes >> 19} MiB of live blocks (the profiler's fixed costs left out):\n")
+    print("| block size | blocks | " + " | ".join(labels) + " |")
+    print("|---:|---:|" + "---:|" * len(labels))
+    for size, by_label in doubled.items():
+        blocks = memory_blocks(size, heap_bytes)
+        more = memory_blocks(size, 2 * heap_bytes) - blocks
+        cells = []
+        for label in labels:
+            once = per_block(growth[size], label, 1)
+            twice = per_block(by_label, label, 1)
+            cells.append("–" if more <= 0 else f"{(twice - once) / more:,.1f}")
+        print(f"| {size:,} B | {blocks:,} → {blocks + more:,} | " + " | ".join(cells) + " |")
+    print()
 
 
 def per_block(by_label, label, blocks):
@@ -913,6 +937,10 @@ def main():
         log(f"memory (load {load()})")
         growth = memory(by_label, MEMORY_SIZES, heap_bytes, runs)
         print_memory(growth, heap_bytes)
+        # The sizes where 512 MiB makes few blocks: their slope to twice the heap.
+        large = [size for size in MEMORY_SIZES if memory_blocks(size, heap_bytes) < 100_000]
+        doubled = memory(by_label, large, 2 * heap_bytes, runs, MEMORY_LABELS[:4])
+        print_marginal(growth, doubled, heap_bytes)
     if "reports" in only:
         log(f"reports (load {load()})")
         times, fields = reports(exes["workload"], 1_000_000, 1 if quick else min(runs, 2))
