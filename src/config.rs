@@ -20,7 +20,7 @@
 //! | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
 //! | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on; a forked child dumps its own heap |
 //! | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
-//! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default) |
+//! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default). Read (with `MEMPROF_ENABLED`) also at the first allocation, without allocating, through [`records_every_block`]: only when every allocation is recorded do blocks carry a header |
 //! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
 //! | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 //! | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
@@ -205,11 +205,7 @@ impl Config {
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty());
         let sample_interval = lookup("MEMPROF_SAMPLE_INTERVAL").and_then(|raw| {
-            let value = raw.trim();
-            let parsed = match value {
-                "0" | "off" => Some(0),
-                _ => value.strip_prefix("bytes:").and_then(|n| n.parse::<u64>().ok()),
-            };
+            let parsed = parse_sample_interval(&raw);
             if parsed.is_none() {
                 warn(format!(
                     "MEMPROF_SAMPLE_INTERVAL={raw:?} is not bytes:N (or 0); using the default: every allocation"
@@ -326,6 +322,35 @@ impl Config {
 
 /// An IP address and port (`127.0.0.1:6060`, `[::1]:6060`), or `localhost:PORT` for the IPv4
 /// loopback; no other host name, since resolving one may block or reach the network.
+/// A value of `MEMPROF_SAMPLE_INTERVAL`: `bytes:N`, or `0`/`off` for every allocation.
+fn parse_sample_interval(raw: &str) -> Option<u64> {
+    match raw.trim() {
+        "0" | "off" => Some(0),
+        value => value
+            .strip_prefix("bytes:")
+            .and_then(|n| n.parse::<u64>().ok()),
+    }
+}
+
+/// Whether the profiler will record every allocation, given the raw values of
+/// `MEMPROF_SAMPLE_INTERVAL` and `MEMPROF_ENABLED` and the interval the program's `MemProf` chose:
+/// the global allocator asks at its first allocation, before the configuration is read (which
+/// allocates), to know whether its blocks carry a header. It decides as [`Config::from_env`] and
+/// the start of recording do, without allocating and without warnings (those come later).
+pub fn records_every_block(
+    sample_interval: Option<&str>,
+    enabled: Option<&str>,
+    builder_interval: u64,
+) -> bool {
+    if enabled.map(str::trim) == Some("0") {
+        return false;
+    }
+    sample_interval
+        .and_then(parse_sample_interval)
+        .unwrap_or(builder_interval)
+        == 0
+}
+
 fn parse_address(raw: &str) -> Option<SocketAddr> {
     let raw = raw.trim();
     if let Some(port) = raw.strip_prefix("localhost:") {
@@ -383,6 +408,18 @@ pub fn get() -> &'static Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_every_block_decides_as_the_configuration() {
+        assert!(records_every_block(None, None, 0));
+        assert!(!records_every_block(None, None, 4096));
+        assert!(!records_every_block(Some("bytes:524288"), None, 0));
+        assert!(records_every_block(Some(" off "), None, 4096));
+        assert!(records_every_block(Some("0"), Some("1"), 4096));
+        // A bad value leaves the allocator's own choice, as the configuration does.
+        assert!(records_every_block(Some("512k"), None, 0));
+        assert!(!records_every_block(None, Some("0"), 0));
+    }
 
     fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
         let mut warnings = Vec::new();

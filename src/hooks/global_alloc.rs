@@ -2,6 +2,7 @@
 
 use crate::table::{Headed, StackId};
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// The profiling allocator. Install it once, as the global allocator:
 ///
@@ -111,7 +112,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if !is_headed(layout) {
+        if !is_headed(layout, &self.settings) {
             super::record_free(ptr as usize);
             if layout.size() >= RELEASE_MIN {
                 // SAFETY: the caller gives the block up: nothing reads it again before `inner`
@@ -138,7 +139,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `realloc`'s contract: the new size, rounded up to the alignment, fits `isize`.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        match (is_headed(layout), is_headed(new_layout)) {
+        match (
+            is_headed(layout, &self.settings),
+            is_headed(new_layout, &self.settings),
+        ) {
             (false, false) => super::record_realloc(ptr as usize, new_size, self.settings, || {
                 // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came
                 // from `inner` through this allocator.
@@ -163,7 +167,7 @@ impl<A: GlobalAlloc> MemProf<A> {
     /// given, from `inner`.
     #[inline(always)]
     unsafe fn allocate(&self, layout: Layout, get: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
-        if !is_headed(layout) {
+        if !is_headed(layout, &self.settings) {
             let ptr = get(layout);
             if !ptr.is_null() {
                 super::record_alloc(ptr as usize, layout.size(), self.settings);
@@ -290,11 +294,67 @@ impl<A: GlobalAlloc> MemProf<A> {
 /// own, would take one more page for it).
 const HEADED_MAX: usize = 64 << 10;
 
-/// Whether blocks of `layout` carry a header: blocks under [`HEADED_MAX`] whose alignment the
-/// header keeps (more would cost the alignment in front of every block).
+/// Whether blocks of `layout` carry a header: when the profiler records every allocation (see
+/// [`headers`]), blocks under [`HEADED_MAX`] whose alignment the header keeps (more would cost the
+/// alignment in front of every block).
 #[inline(always)]
-fn is_headed(layout: Layout) -> bool {
-    layout.size() < HEADED_MAX && layout.align() <= HEADER
+fn is_headed(layout: Layout, builder: &Settings) -> bool {
+    layout.size() < HEADED_MAX && layout.align() <= HEADER && headers(builder)
+}
+
+/// [`HEADERS`] before the first allocation decides it.
+const UNDECIDED: u8 = 0;
+/// Blocks carry headers.
+const HEADED: u8 = 1;
+/// No block carries a header.
+const HEADLESS: u8 = 2;
+
+/// Whether blocks carry headers, for the whole life of the process: decided at its first
+/// allocation, before any block could need to know.
+static HEADERS: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+/// Whether blocks carry headers: only when every allocation is recorded. Under sampling, or with
+/// recording off, few blocks or none are in the table: the side tables hold those cheaply, and a
+/// header would only make every block larger (and glibc slower with it).
+#[inline(always)]
+fn headers(builder: &Settings) -> bool {
+    match HEADERS.load(Relaxed) {
+        HEADED => true,
+        HEADLESS => false,
+        _ => decide_headers(builder),
+    }
+}
+
+/// Decides [`HEADERS`] from the environment, read without allocating (the configuration is read
+/// later, when recording starts, and allocates), and the allocator's own settings. Every thread
+/// that gets here decides the same; the first to store its answer sets it.
+#[cold]
+#[inline(never)]
+fn decide_headers(builder: &Settings) -> bool {
+    let every = crate::config::records_every_block(
+        raw_env(c"MEMPROF_SAMPLE_INTERVAL"),
+        raw_env(c"MEMPROF_ENABLED"),
+        builder.sample_interval,
+    );
+    let decided = if every { HEADED } else { HEADLESS };
+    match HEADERS.compare_exchange(UNDECIDED, decided, Relaxed, Relaxed) {
+        Ok(_) => every,
+        Err(current) => current == HEADED,
+    }
+}
+
+/// The environment variable `name` as text, without allocating; `None` when unset or not UTF-8.
+fn raw_env(name: &std::ffi::CStr) -> Option<&'static str> {
+    // SAFETY: `name` is NUL-terminated. The value returned stays as it is unless another thread
+    // changes the environment meanwhile, which a program seldom does before its first
+    // allocation; it is read at once and never kept.
+    unsafe {
+        let value = libc::getenv(name.as_ptr());
+        if value.is_null() {
+            return None;
+        }
+        std::ffi::CStr::from_ptr(value).to_str().ok()
+    }
 }
 
 /// The layout asked of the wrapped allocator for a headed block of `size` bytes aligned to

@@ -106,6 +106,65 @@ proptest! {
         prop_assert_eq!(stats.total_blocks, allocated.values().map(|a| a.0).sum::<u64>());
         prop_assert!(stats.peak_bytes >= stats.live_bytes);
     }
+
+    /// The same for blocks in slots: a program's headers beside the table.
+    #[test]
+    fn slots_match_model(ops in proptest::collection::vec(op(), 1..300)) {
+        let table = Table::new();
+        let mut model: BTreeMap<usize, (u64, u8)> = BTreeMap::new();
+        // What each live block's header holds.
+        let mut headers: BTreeMap<usize, Headed> = BTreeMap::new();
+        let mut generation = [false; 32];
+        let insert = |at: usize, size: u16, stack: u8| {
+            table.insert_headed(at, u64::from(size), table.stacks.intern(&frames(stack)))
+        };
+        for op in ops {
+            match op {
+                Op::Alloc { slot, size, stack } => {
+                    let at = address(slot, generation[slot as usize]);
+                    if model.contains_key(&at) { continue; }
+                    let headed = insert(at, size, stack);
+                    prop_assert!(headed.is_recorded());
+                    headers.insert(at, headed);
+                    model.insert(at, (u64::from(size), stack));
+                }
+                Op::Realloc { slot, size, stack } => {
+                    let old = address(slot, generation[slot as usize]);
+                    if let Some(headed) = headers.remove(&old) {
+                        table.remove_headed(old, headed);
+                        model.remove(&old);
+                    }
+                    generation[slot as usize] ^= true;
+                    let new = address(slot, generation[slot as usize]);
+                    headers.insert(new, insert(new, size, stack));
+                    model.insert(new, (u64::from(size), stack));
+                }
+                Op::Free { slot } | Op::FreeUnknown { slot } => {
+                    let at = address(slot, generation[slot as usize]);
+                    if let Some(headed) = headers.remove(&at) {
+                        prop_assert_eq!(headed.size, model.remove(&at).unwrap().0);
+                        table.remove_headed(at, headed);
+                    }
+                }
+            }
+        }
+        let snapshot = crate::Snapshot::of(&table);
+        let got: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = snapshot.blocks.iter()
+            .map(|b| (b.address, (b.size, snapshot.stack(b.stack).frames.clone())))
+            .collect();
+        let want: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = model.iter()
+            .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
+            .collect();
+        prop_assert_eq!(got, want);
+        let stats = table.stats();
+        prop_assert_eq!(stats.live_blocks, model.len() as u64);
+        prop_assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
+        // No two live blocks share a slot.
+        let mut slots: Vec<u32> = headers.values().map(|h| h.slot).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        prop_assert_eq!(slots.len(), headers.len());
+    }
 }
 
 #[test]
