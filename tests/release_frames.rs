@@ -30,25 +30,29 @@ type Kept = Box<dyn std::any::Any>;
 #[inline(never)]
 fn leak_string() {
     let s = String::with_capacity(5000); // site: leak_string 5000
-    std::mem::forget(s);
+    // The block escapes, or the optimizer may drop an allocation nothing uses.
+    std::mem::forget(black_box(s));
 }
 
 #[inline(never)]
 fn leak_vec() {
     let v = Vec::<u64>::with_capacity(626); // site: leak_vec 5008
-    std::mem::forget(v);
+    // The block escapes, or the optimizer may drop an allocation nothing uses.
+    std::mem::forget(black_box(v));
 }
 
 #[inline(never)]
 fn leak_zeroed() {
     let v = vec![0u8; 5016]; // site: leak_zeroed 5016
-    std::mem::forget(v);
+    // The block escapes, or the optimizer may drop an allocation nothing uses.
+    std::mem::forget(black_box(v));
 }
 
 #[inline(never)]
 fn leak_uninit_box() {
     let b = Box::<[u8; 5024]>::new_uninit(); // site: leak_uninit_box 5024
-    std::mem::forget(b);
+    // The block escapes, or the optimizer may drop an allocation nothing uses.
+    std::mem::forget(black_box(b));
 }
 
 #[inline(never)]
