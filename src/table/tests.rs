@@ -42,6 +42,23 @@ fn address(slot: u8, generation: bool) -> usize {
     0x10_0000 + usize::from(slot) * 0x1100 + if generation { 0x88 } else { 0 }
 }
 
+/// Every block of `snapshot`: address -> (size, frames).
+fn blocks_of(snapshot: &crate::Snapshot) -> BTreeMap<usize, (u64, Vec<ReturnAddress>)> {
+    snapshot
+        .blocks
+        .iter()
+        .map(|b| (b.address, (b.size, snapshot.stack(b.stack).frames.clone())))
+        .collect()
+}
+
+/// The blocks a model holds (address -> (size, stack number)), as [`blocks_of`] gives them.
+fn model_blocks(model: &BTreeMap<usize, (u64, u8)>) -> BTreeMap<usize, (u64, Vec<ReturnAddress>)> {
+    model
+        .iter()
+        .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
+        .collect()
+}
+
 proptest! {
     #[test]
     fn table_matches_model(ops in proptest::collection::vec(op(), 1..300)) {
@@ -82,13 +99,7 @@ proptest! {
             }
         }
         let snapshot = crate::Snapshot::of(&table);
-        let got: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = snapshot.blocks.iter()
-            .map(|b| (b.address, (b.size, snapshot.stack(b.stack).frames.clone())))
-            .collect();
-        let want: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = model.iter()
-            .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
-            .collect();
-        prop_assert_eq!(got, want);
+        prop_assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         // Per-stack counters: live ones from the snapshot, allocated ones from the threads' counters.
         let allocated_per_stack = table.allocated();
         for (id, record) in table.stacks.iter() {
@@ -149,13 +160,7 @@ proptest! {
             }
         }
         let snapshot = crate::Snapshot::of(&table);
-        let got: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = snapshot.blocks.iter()
-            .map(|b| (b.address, (b.size, snapshot.stack(b.stack).frames.clone())))
-            .collect();
-        let want: BTreeMap<usize, (u64, Vec<ReturnAddress>)> = model.iter()
-            .map(|(&a, &(size, stack))| (a, (size, frames(stack))))
-            .collect();
-        prop_assert_eq!(got, want);
+        prop_assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         let stats = table.stats();
         prop_assert_eq!(stats.live_blocks, model.len() as u64);
         prop_assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
