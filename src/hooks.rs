@@ -111,9 +111,9 @@ fn start(builder: Settings) -> Option<&'static Config> {
     (state == RECORDING).then_some(config)
 }
 
-/// Records a block the wrapped allocator just returned, in the side tables (the C ABI's blocks);
-/// `builder` holds the allocator's own settings, used where the environment does not say
-/// otherwise.
+/// Records a block the wrapped allocator just returned, in the side tables (a block without a
+/// header: the C ABI's, a large or very aligned one, or any under sampling); `builder` holds the
+/// allocator's own settings, used where the environment does not say otherwise.
 ///
 /// Inlined, with the allocator's entry, into the program's function that allocated, so the call
 /// into the recording path is that function's last call whenever the allocation is the last thing

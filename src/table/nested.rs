@@ -7,11 +7,13 @@
 //! the object scan would read it. So it is made as part of the interrupted change
 //! ([`writers::nested`] keeps readers out meanwhile):
 //!
-//! - the block leaves its side table under that side table's lock. When this thread may hold a
-//!   side table itself (the interrupted change is inside one), waiting could be waiting for
-//!   itself, so it only tries the lock; failing that, the free is deferred to the side table
-//!   ([`Deferred`]), and whoever takes that side table next applies it first: before a block at
-//!   that address can be stored there again, and before a reader reads the table;
+//! - a block in a slot (see `slots`) leaves it with one store; the slot is not used again, since
+//!   the interrupted change may be taking a slot from the same free list;
+//! - a block of the side tables leaves its side table under that side table's lock. When this
+//!   thread may hold a side table itself (the interrupted change is inside one), waiting could be
+//!   waiting for itself, so it only tries the lock; failing that, the free is deferred to the
+//!   side table ([`Deferred`]), and whoever takes that side table next applies it first: before a
+//!   block at that address can be stored there again, and before a reader reads the table;
 //! - the block's counts go to the table's shared counters with locked instructions (the
 //!   writer's own are plain load-and-store pairs the interrupted change may be in the middle of),
 //!   and its live bytes straight to the peak counter.
