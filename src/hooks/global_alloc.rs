@@ -114,11 +114,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if !is_headed(layout, &self.settings) {
             super::record_free(ptr as usize);
-            if layout.size() >= RELEASE_MIN {
-                // SAFETY: the caller gives the block up: nothing reads it again before `inner`
-                // has it.
-                unsafe { release_table_memory(ptr, layout.size()) };
-            }
+            // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
+            unsafe { release_table_memory(ptr, layout.size()) };
             // SAFETY: `ptr` was allocated by `inner` with `layout`, as `alloc` forwarded it.
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
@@ -128,6 +125,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             return unsafe { self.free_stranger(ptr, layout) };
         };
         super::record_free_headed(ptr as usize, headed);
+        // SAFETY: as above; the header, before `ptr`, is left alone.
+        unsafe { release_table_memory(ptr, layout.size()) };
         // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for `outer`.
         unsafe {
             let outer = outer(layout.size(), layout.align());
@@ -436,7 +435,7 @@ unsafe fn write_header(ptr: *mut u8, headed: Headed, size: usize) {
 /// while it is live), since any memory may be passed here.
 pub(crate) fn header_slot(address: usize) -> Option<u32> {
     const PAGE: usize = 4096;
-    if !address.is_multiple_of(HEADER) || address < PAGE {
+    if HEADERS.load(Relaxed) != HEADED || !address.is_multiple_of(HEADER) || address < PAGE {
         return None;
     }
     let at = address - HEADER;
@@ -475,7 +474,8 @@ pub(crate) fn header_slot(address: usize) -> Option<u32> {
 const RELEASE_MIN: usize = 3 << 12;
 
 /// Gives the whole pages inside a block of the table's own memory back to the system, when the
-/// block being freed is the table's (the old array of a side table that grew or shrank).
+/// block being freed is the table's (the old array of a side table that grew or shrank, with a
+/// header when under 64 KiB, which stays: only whole pages after it go back).
 ///
 /// The wrapped allocator keeps a freed block for later, and the table's old arrays are of sizes
 /// the program's own blocks may never ask for again: held resident, they would double the table's
@@ -486,9 +486,9 @@ const RELEASE_MIN: usize = 3 << 12;
 ///
 /// `ptr` must be a live block of `size` bytes from this allocator that the caller is about to
 /// free, and nothing may read its contents in between.
-#[inline]
+#[inline(always)]
 unsafe fn release_table_memory(ptr: *mut u8, size: usize) {
-    if !crate::table::holding_table() {
+    if size < RELEASE_MIN || !crate::table::holding_table() {
         return;
     }
     let page = 1usize << 12;
