@@ -283,37 +283,80 @@ pub fn record_realloc_headed(
     builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
 ) -> (*mut u8, Headed) {
-    let tag = match old.is_recorded() {
-        true => TABLE.remove_headed(old_address, old),
-        false => 0,
-    };
-    crate::trace::realloc_start(old_address, old.is_recorded());
+    let taken = old
+        .is_recorded()
+        .then(|| (old, TABLE.remove_headed(old_address, old)));
+    reallocate(
+        old_address,
+        taken,
+        realloc,
+        Recording {
+            record: |new| record_alloc_headed(new, new_size, builder),
+            restore: |old: Headed| TABLE.restore_headed(old_address, old.size, old.stack),
+            retag: |headed: &Headed, address, tag| {
+                if headed.is_recorded() {
+                    TABLE.set_slot_tag(headed.slot, address, tag);
+                }
+            },
+            unrecorded: Headed::UNRECORDED,
+        },
+    )
+}
+
+/// How a `realloc` records the block it leaves, for one kind of block: `record` records the new
+/// block at its address, `restore` puts back the old record `R` when the realloc failed, `retag`
+/// gives a tag to what either returned (`N`, what the block's kind keeps of it) at an address, and
+/// `unrecorded` stands for a block that is not recorded.
+struct Recording<Record, Restore, Retag, N> {
+    record: Record,
+    restore: Restore,
+    retag: Retag,
+    unrecorded: N,
+}
+
+/// What [`record_realloc`] and [`record_realloc_headed`] share, once the old block's record `R`
+/// and its tag were taken out of the table (`taken`; `None` when it was not recorded): the
+/// realloc, then the new block recorded with the realloc's stack, or the old one put back when
+/// the realloc failed; an explicit type tag belongs to the value and follows it either way.
+#[inline(always)]
+fn reallocate<R, N, Record, Restore, Retag>(
+    old_address: usize,
+    taken: Option<(R, u32)>,
+    realloc: impl FnOnce() -> *mut u8,
+    recording: Recording<Record, Restore, Retag, N>,
+) -> (*mut u8, N)
+where
+    Record: FnOnce(usize) -> N,
+    Restore: FnOnce(R) -> N,
+    Retag: FnOnce(&N, usize, u32),
+{
+    crate::trace::realloc_start(old_address, taken.is_some());
     let new_block = realloc();
-    let headed = if !new_block.is_null() {
+    let tag = taken.as_ref().map_or(0, |&(_, tag)| tag);
+    let kept = if !new_block.is_null() {
         if scope::any_open() {
             scope::on_free(old_address);
         }
-        let headed = record_alloc_headed(new_block as usize, new_size, builder);
-        // An explicit type tag belongs to the value, wherever its buffer moves.
-        if tag != 0 && headed.is_recorded() {
+        let kept = (recording.record)(new_block as usize);
+        if tag != 0 {
             // Inside the guard: the tag map may grow.
-            guard::untracked(|| TABLE.set_slot_tag(headed.slot, new_block as usize, tag));
+            guard::untracked(|| (recording.retag)(&kept, new_block as usize, tag));
         }
-        headed
-    } else if old.is_recorded()
+        kept
+    } else if let Some((old, _)) = taken
         && let Some(_guard) = Guard::enter()
     {
         // The realloc failed, so the old block is still the program's: put it back.
-        let headed = TABLE.restore_headed(old_address, old.size, old.stack);
-        if tag != 0 && headed.is_recorded() {
-            TABLE.set_slot_tag(headed.slot, old_address, tag);
+        let kept = (recording.restore)(old);
+        if tag != 0 {
+            (recording.retag)(&kept, old_address, tag);
         }
-        headed
+        kept
     } else {
-        Headed::UNRECORDED
+        recording.unrecorded
     };
     crate::trace::realloc_end(new_block.is_null());
-    (new_block, headed)
+    (new_block, kept)
 }
 
 /// Whether the block at `address` may be in the table, as far as `frees` (a value of [`FREES`])
@@ -335,29 +378,22 @@ pub fn record_realloc(
     builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
-    let old = may_be_recorded(FREES.load(Ordering::Acquire), old_address)
+    let taken = may_be_recorded(FREES.load(Ordering::Acquire), old_address)
         .then(|| TABLE.take(old_address))
-        .flatten();
-    crate::trace::realloc_start(old_address, old.is_some());
-    let new_block = realloc();
-    if !new_block.is_null() {
-        if scope::any_open() {
-            scope::on_free(old_address);
-        }
-        record_alloc(new_block as usize, new_size, builder);
-        // An explicit type tag belongs to the value, wherever its buffer moves.
-        if let Some(block) = old
-            && block.tag != 0
-        {
-            // Inside the guard: the tag map may grow.
-            guard::untracked(|| TABLE.set_tag(new_block as usize, block.tag));
-        }
-    } else if let Some(block) = old
-        && let Some(_guard) = Guard::enter()
-    {
-        // The realloc failed, so the old block is still the program's: put it back.
-        TABLE.restore(old_address, block);
-    }
-    crate::trace::realloc_end(new_block.is_null());
+        .flatten()
+        .map(|block| (block, block.tag));
+    let (new_block, ()) = reallocate(
+        old_address,
+        taken,
+        realloc,
+        Recording {
+            record: |new| record_alloc(new, new_size, builder),
+            restore: |block| TABLE.restore(old_address, block),
+            retag: |_: &(), address, tag| {
+                TABLE.set_tag(address, tag);
+            },
+            unrecorded: (),
+        },
+    );
     new_block
 }

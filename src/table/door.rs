@@ -140,10 +140,14 @@ impl Locked<'_> {
                 f(address, side.unpack(address, word));
             }
         }
-        let table = self.table;
-        table
-            .slots
-            .for_each(|address, word| f(address, table.unpack_slot(address, word)));
+        let extras = self.table.slot_extras();
+        self.table.slots.for_each(|address, word| {
+            let block = match &extras {
+                Some(extras) => extras.unpack(address, word, true),
+                None => word.block(),
+            };
+            f(address, block)
+        });
     }
 
     /// The totals of the held table.

@@ -13,7 +13,7 @@
 //! threads the child starts claim them.
 
 use super::door::{Locked, OrphanGuard, holding_table};
-use super::slots::Extras;
+use super::side::Extras;
 use super::stacks::{HeldShard, INDEX_SHARDS};
 use super::{PeakTable, Table};
 use crate::fence::{SignalsHeld, hold_signals};

@@ -15,8 +15,7 @@
 //! different arenas mostly change different side tables (unless their regions' hashes meet, or
 //! one frees the other's blocks), so their locks and maps seldom move between cores.
 //! Within a side table, the map keeps a page's blocks in neighbouring buckets (see [`place`]).
-//! Sizes too large for a word and type tags are rare and kept in maps of their own beside the
-//! blocks.
+//! Sizes too large for a word and type tags are rare and kept beside the blocks ([`Extras`]).
 
 use super::door::Hold;
 use super::word::{LARGE, Word};
@@ -39,12 +38,6 @@ fn mix(address: usize) -> u64 {
 /// The hash map's hasher for addresses.
 #[derive(Clone, Copy, Default)]
 pub struct AddressHasher(u64);
-
-impl AddressHasher {
-    pub(super) const fn new() -> AddressHasher {
-        AddressHasher(0)
-    }
-}
 
 impl Hasher for AddressHasher {
     fn finish(&self) -> u64 {
@@ -74,39 +67,81 @@ type Blocks = hashbrown::HashMap<usize, Word, AddressHasher>;
 pub struct Side {
     /// Every live block of the side table's pages.
     pub(super) blocks: Blocks,
-    /// Sizes that do not fit a word, by address.
-    pub(super) large: hashbrown::HashMap<usize, u64, AddressHasher>,
-    /// Type tags set explicitly, by address.
-    pub(super) tags: hashbrown::HashMap<usize, u32, AddressHasher>,
+    /// What the blocks whose word says so keep beside it.
+    pub(super) extras: Extras,
 }
 
 impl Side {
     pub(super) const fn new() -> Side {
         Side {
             blocks: hashbrown::HashMap::with_hasher(AddressHasher(0)),
-            large: hashbrown::HashMap::with_hasher(AddressHasher(0)),
-            tags: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            extras: Extras::new(),
         }
     }
 
     /// The block at `address` as stored in `word`.
     pub(super) fn unpack(&self, address: usize, word: Word) -> Block {
+        match word.has_side() {
+            true => self.extras.unpack(address, word, word.is_tagged()),
+            false => word.block(),
+        }
+    }
+}
+
+/// What some blocks keep beside their word, by address: sizes too large for it, and type tags set
+/// explicitly. Both are rare. A side table has its own; the slots share one.
+pub(super) struct Extras {
+    /// Sizes that do not fit a word.
+    pub(super) large: hashbrown::HashMap<usize, u64, AddressHasher>,
+    /// Type tags.
+    pub(super) tags: hashbrown::HashMap<usize, u32, AddressHasher>,
+}
+
+impl Extras {
+    pub(super) const fn new() -> Extras {
+        Extras {
+            large: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+            tags: hashbrown::HashMap::with_hasher(AddressHasher(0)),
+        }
+    }
+
+    /// The block at `address` whose word is `word`, its size looked up here when the word is
+    /// large, and its tag when `tagged`.
+    pub(super) fn unpack(&self, address: usize, word: Word, tagged: bool) -> Block {
         Block {
-            size: if word.is_large() {
-                self.large
+            size: match word.is_large() {
+                true => self
+                    .large
                     .get(&address)
                     .copied()
-                    .unwrap_or(u64::from(LARGE))
-            } else {
-                word.small_size()
+                    .unwrap_or(u64::from(LARGE)),
+                false => word.small_size(),
             },
             stack: word.stack(),
-            tag: if word.is_tagged() {
-                self.tags.get(&address).copied().unwrap_or(0)
-            } else {
-                0
+            tag: match tagged {
+                true => self.tags.get(&address).copied().unwrap_or(0),
+                false => 0,
             },
         }
+    }
+
+    /// Keeps what `block`, packed in `word` at `address`, does not fit in the word.
+    pub(super) fn keep(&mut self, address: usize, word: Word, block: &Block) {
+        if word.is_large() {
+            self.large.insert(address, block.size);
+        }
+        if block.tag != 0 {
+            self.tags.insert(address, block.tag);
+        }
+    }
+
+    /// Takes out what the block at `address` kept here (its size only when `large`); returns its
+    /// tag, 0 for none.
+    pub(super) fn take(&mut self, address: usize, large: bool) -> u32 {
+        if large {
+            self.large.remove(&address);
+        }
+        self.tags.remove(&address).unwrap_or(0)
     }
 }
 
@@ -180,12 +215,7 @@ impl Table {
         let side = &mut *held.side;
         let old = side.blocks.insert(address, word);
         let old = old.map(|old| side.take_entries(address, old));
-        if word.is_large() {
-            side.large.insert(address, block.size);
-        }
-        if block.tag != 0 {
-            side.tags.insert(address, block.tag);
-        }
+        side.extras.keep(address, word, block);
         old
     }
 
@@ -210,8 +240,7 @@ impl Side {
             return word.block();
         }
         let block = self.unpack(address, word);
-        self.large.remove(&address);
-        self.tags.remove(&address);
+        self.extras.take(address, true);
         block
     }
 

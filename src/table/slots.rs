@@ -21,7 +21,7 @@
 //! slot is not used again.
 
 use super::nested::Deferred;
-use super::side::AddressHasher;
+use super::side::Extras;
 use super::word::{LARGE, Word};
 use super::writers::{Entered, Writer, bump};
 use super::{Block, Mode, StackId, Table};
@@ -51,30 +51,15 @@ pub(super) struct Slots {
     buckets: [OnceLock<Box<[Slot]>>; BUCKETS],
     /// The first slot no writer has claimed (past [`LIMIT`] once they are all claimed).
     next: AtomicU64,
-    /// What some blocks keep beside their slot.
+    /// What some blocks keep beside their slot: sizes too large for a word, type tags. A slot's
+    /// word never says which it has: a tag is set without touching the slot, which its owner may
+    /// be changing, so every tag is looked up once any was set ([`Slots::any_tags`]).
     extras: Mutex<Extras>,
     /// Blocks whose extras a nested free could not take out (their thread held `extras`): taken
     /// out by the next holder, first.
     deferred: Deferred,
     /// Whether a tag was ever set: until then, frees skip the tag map.
     any_tags: AtomicBool,
-}
-
-/// What some blocks keep beside their slot, by address: sizes too large for a word (rare) and
-/// type tags set explicitly.
-pub(super) struct Extras {
-    large: hashbrown::HashMap<usize, u64, AddressHasher>,
-    tags: hashbrown::HashMap<usize, u32, AddressHasher>,
-}
-
-impl Extras {
-    /// Takes out what the block at `address` kept here; returns its tag.
-    fn take(&mut self, address: usize, large: bool) -> u32 {
-        if large {
-            self.large.remove(&address);
-        }
-        self.tags.remove(&address).unwrap_or(0)
-    }
 }
 
 /// The bucket of slot `slot` and its index there.
@@ -90,10 +75,7 @@ impl Slots {
         Slots {
             buckets: [const { OnceLock::new() }; BUCKETS],
             next: AtomicU64::new(0),
-            extras: Mutex::new(Extras {
-                large: hashbrown::HashMap::with_hasher(AddressHasher::new()),
-                tags: hashbrown::HashMap::with_hasher(AddressHasher::new()),
-            }),
+            extras: Mutex::new(Extras::new()),
             deferred: Deferred::new(),
             any_tags: AtomicBool::new(false),
         }
@@ -355,24 +337,11 @@ impl Table {
         Headed { slot, stack, size }
     }
 
-    /// The block in slot `slot` as the readers see it: its word, with the maps beside it.
-    pub(super) fn unpack_slot(&self, address: usize, word: Word) -> Block {
-        if !word.is_large() && !self.slots.any_tags.load(Relaxed) {
-            return word.block();
-        }
+    /// The slots' extras, held, when a block may keep something there: a tag was set, or a size
+    /// too large for a word recorded. For readers, which hold them while they walk every slot.
+    pub(super) fn slot_extras(&self) -> Option<MutexGuard<'_, Extras>> {
         let extras = self.slots.extras();
-        Block {
-            size: match word.is_large() {
-                true => extras
-                    .large
-                    .get(&address)
-                    .copied()
-                    .unwrap_or(u64::from(LARGE)),
-                false => word.small_size(),
-            },
-            stack: word.stack(),
-            tag: extras.tags.get(&address).copied().unwrap_or(0),
-        }
+        (self.slots.any_tags.load(Relaxed) || !extras.large.is_empty()).then_some(extras)
     }
 
     /// Sets the type tag of the block in slot `slot`, when it is the live block at `address`;

@@ -166,6 +166,15 @@ impl Stacks {
         {
             return StackId(id);
         }
+        self.intern_missed(frames, hash, tag)
+    }
+
+    /// [`Stacks::intern`] past a miss of the thread's cache: the id from the index, then cached.
+    /// Out of line, so that the allocation path's frame holds none of it (resetting the cache
+    /// builds its whole array).
+    #[cold]
+    #[inline(never)]
+    fn intern_missed(&self, frames: &[ReturnAddress], hash: u64, tag: u64) -> StackId {
         let id = self.intern_locked(frames, hash);
         let _ = RECENT_IDS.try_with(|recent| {
             if let Ok(mut recent) = recent.try_borrow_mut() {
@@ -173,7 +182,7 @@ impl Stacks {
                     recent.owner = tag;
                     recent.ids = no_ids();
                 }
-                recent.ids[slot] = (hash, id.0);
+                recent.ids[hash as usize % RECENT] = (hash, id.0);
             }
         });
         id
