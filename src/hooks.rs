@@ -260,21 +260,27 @@ pub fn record_free(address: usize) {
 }
 
 /// Forgets a block of the global allocator that is about to be freed, as its header tells
-/// (see [`record_free`]).
+/// (see [`record_free`]); `false`, with nothing done, when the slot the header names does not
+/// hold the block: then the header was not this allocator's (see [`Table::remove_headed`]).
 #[inline]
-pub fn record_free_headed(address: usize, headed: Headed) {
+#[must_use]
+pub fn record_free_headed(address: usize, headed: Headed) -> bool {
     if headed.is_recorded() {
-        TABLE.remove_headed(address, headed);
+        if TABLE.remove_headed(address, headed).is_none() {
+            return false;
+        }
         crate::trace::free(address);
     }
     if scope::any_open() && !table::holding_table() {
         scope::on_free(address);
     }
+    true
 }
 
 /// [`record_realloc`] for a block of the global allocator, whose header says `old`: returns the
 /// new block and what the header of the block the program holds now must say (the new block's,
-/// or the old one's again when the realloc failed).
+/// or the old one's again when the realloc failed); `None`, without calling `realloc`, when the
+/// slot the header names does not hold the block (see [`record_free_headed`]).
 #[inline]
 pub fn record_realloc_headed(
     old_address: usize,
@@ -282,11 +288,12 @@ pub fn record_realloc_headed(
     new_size: usize,
     builder: Settings,
     realloc: impl FnOnce() -> *mut u8,
-) -> (*mut u8, Headed) {
-    let taken = old
-        .is_recorded()
-        .then(|| (old, TABLE.remove_headed(old_address, old)));
-    reallocate(
+) -> Option<(*mut u8, Headed)> {
+    let taken = match old.is_recorded() {
+        true => Some((old, TABLE.remove_headed(old_address, old)?)),
+        false => None,
+    };
+    Some(reallocate(
         old_address,
         taken,
         realloc,
@@ -300,7 +307,7 @@ pub fn record_realloc_headed(
             },
             unrecorded: Headed::UNRECORDED,
         },
-    )
+    ))
 }
 
 /// How a `realloc` records the block it leaves, for one kind of block: `record` records the new

@@ -120,11 +120,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
         // SAFETY: `ptr` is a live headed block of `layout` the caller gives up (or a stranger).
-        let Some(headed) = (unsafe { read_header(ptr, layout) }) else {
+        let headed = unsafe { read_header(ptr, layout) };
+        if !headed.is_some_and(|headed| super::record_free_headed(ptr as usize, headed)) {
             // SAFETY: as for `dealloc`: not this allocator's block, but the wrapped one's.
             return unsafe { self.free_stranger(ptr, layout) };
-        };
-        super::record_free_headed(ptr as usize, headed);
+        }
         // SAFETY: as above; the header, before `ptr`, is left alone.
         unsafe { release_table_memory(ptr, layout.size()) };
         // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for `outer`.
@@ -187,16 +187,8 @@ impl<A: GlobalAlloc> MemProf<A> {
     #[inline(always)]
     unsafe fn realloc_headed(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `ptr` is a live block of `layout`.
-        let Some(old) = (unsafe { read_header(ptr, layout) }) else {
-            // SAFETY: not this allocator's block but the wrapped one's, moved into a headed one.
-            return unsafe {
-                let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
-                self.moved(ptr, layout, new_layout, |ptr| {
-                    self.free_stranger(ptr, layout)
-                })
-            };
-        };
-        let (new_ptr, headed) =
+        let old = unsafe { read_header(ptr, layout) };
+        let reallocated = old.and_then(|old| {
             super::record_realloc_headed(ptr as usize, old, new_size, self.settings, || {
                 // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for the outer
                 // layout of `layout`; the new outer size is valid (see `outer`). The header moves
@@ -212,7 +204,17 @@ impl<A: GlobalAlloc> MemProf<A> {
                         base.add(HEADER)
                     }
                 }
-            });
+            })
+        });
+        let Some((new_ptr, headed)) = reallocated else {
+            // SAFETY: not this allocator's block but the wrapped one's, moved into a headed one.
+            return unsafe {
+                let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+                self.moved(ptr, layout, new_layout, |ptr| {
+                    self.free_stranger(ptr, layout)
+                })
+            };
+        };
         if new_ptr.is_null() {
             // SAFETY: the old block is still the caller's, its header in front of it.
             unsafe { write_header(ptr, headed, layout.size()) };
@@ -387,7 +389,8 @@ const SIZE_BITS: u32 = 48;
 /// (whose field holds exactly the size the caller gives again) from one without: the 8 bytes
 /// before a block of another allocator hold that allocator's own data or the program's, which
 /// match both the size and the hash by chance once in 2^16 times at worst, and the size alone
-/// seldom.
+/// seldom. The slot number is checked next: a recorded block's slot holds its address
+/// ([`Table::remove_headed`](crate::table::Table::remove_headed)).
 #[inline(always)]
 fn check(ptr: *mut u8, size: usize) -> u64 {
     let hash = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SIZE_BITS;
@@ -500,5 +503,75 @@ unsafe fn release_table_memory(ptr: *mut u8, size: usize) {
         // leaves contents that nothing reads. An error (pages larger than 4 KiB, say) only means
         // the memory stays resident.
         unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    /// Bytes the test allocator keeps in front of its blocks, which a test may write.
+    const PAD: usize = 32;
+
+    /// An allocator with room of its own in front of every block, which remembers the last block
+    /// it freed.
+    #[derive(Default)]
+    struct Padded {
+        freed: AtomicUsize,
+    }
+
+    fn padded(layout: Layout) -> Layout {
+        Layout::from_size_align(layout.size() + PAD, layout.align().max(PAD)).unwrap()
+    }
+
+    // SAFETY: every block is `System`'s block of the padded layout, handed out `PAD` bytes in and
+    // taken back from there with the same layout.
+    unsafe impl GlobalAlloc for Padded {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: a valid layout of a non-zero size; the block is `PAD` bytes longer.
+            unsafe {
+                let base = System.alloc(padded(layout));
+                if base.is_null() { base } else { base.add(PAD) }
+            }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            self.freed.store(ptr as usize, SeqCst);
+            // SAFETY: `ptr` came from `alloc` with `layout`.
+            unsafe { System.dealloc(ptr.sub(PAD), padded(layout)) }
+        }
+    }
+
+    #[test]
+    fn a_stranger_whose_header_looks_like_ours_goes_back_as_it_came() {
+        let memprof = MemProf::wrap(Padded::default());
+        let layout = Layout::from_size_align(40, 8).unwrap();
+        // SAFETY: every block is freed once, with its layout, by the allocator that made it or by
+        // `memprof`, which must hand a stranger to its wrapped allocator; the bytes written in
+        // front of the stranger are the wrapped allocator's padding.
+        unsafe {
+            let ours = memprof.alloc(layout);
+            let header = read_header(ours, layout).expect("a block of memprof's has its header");
+            assert!(header.is_recorded(), "this test needs recording on");
+            // Blocks of the wrapped allocator, in front of which lies exactly what memprof would
+            // write for a block at their address, naming the slot of a live block.
+            let strangers = [memprof.inner().alloc(layout), memprof.inner().alloc(layout)];
+            for stranger in strangers {
+                write_header(stranger, header, layout.size());
+            }
+            memprof.dealloc(strangers[0], layout);
+            assert_eq!(memprof.inner().freed.load(SeqCst), strangers[0] as usize);
+            let moved = memprof.realloc(strangers[1], layout, 80);
+            assert_eq!(memprof.inner().freed.load(SeqCst), strangers[1] as usize);
+            assert_ne!(moved, strangers[1]);
+            // The live block kept its slot, and leaves it as usual.
+            assert_eq!(read_header(ours, layout), Some(header));
+            memprof.dealloc(ours, layout);
+            assert_eq!(memprof.inner().freed.load(SeqCst), ours as usize - HEADER);
+            let moved_layout = Layout::from_size_align(80, 8).unwrap();
+            assert!(read_header(moved, moved_layout).is_some());
+            memprof.dealloc(moved, moved_layout);
+        }
     }
 }

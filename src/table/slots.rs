@@ -254,13 +254,13 @@ impl Table {
     }
 
     /// Takes the block of `headed`, at `address`, out of its slot, counts it gone, and returns
-    /// its type tag (0 for none). Nested in this thread's own change of the table (a signal
-    /// handler's), it is made as part of that change.
+    /// its type tag (0 for none); `None`, with nothing changed, when the slot the header names
+    /// does not hold that address: the header was not this allocator's, but data that only looked
+    /// like one in front of another allocator's block. Nested in this thread's own change of the
+    /// table (a signal handler's), it is made as part of that change.
     #[inline]
-    pub fn remove_headed(&self, address: usize, headed: Headed) -> u32 {
-        let Some(s) = self.slots.get(headed.slot) else {
-            return 0;
-        };
+    pub fn remove_headed(&self, address: usize, headed: Headed) -> Option<u32> {
+        let s = self.slots.get(headed.slot)?;
         let block = Block {
             size: headed.size,
             stack: headed.stack,
@@ -268,14 +268,19 @@ impl Table {
         };
         match self.enter() {
             Some(inside) => {
+                // A slot holding the block changes only with the block's free, which this is.
+                if s[0].load(Relaxed) != address as u64 {
+                    return None;
+                }
                 let mode = self.mode();
                 s[0].store(0, Relaxed);
                 inside.entered.writer.free_slot(headed.slot, s);
                 self.count_gone_from(&inside.entered, &block);
                 self.shrink(inside.entered.writer, block.stack, block.size, mode);
-                self.take_slot_extras(address, headed.size)
+                Some(self.take_slot_extras(address, headed.size))
             }
-            None => self.remove_headed_nested(address, s, &block),
+            None if s[0].load(Relaxed) != address as u64 => None,
+            None => Some(self.remove_headed_nested(address, s, &block)),
         }
     }
 
@@ -428,8 +433,11 @@ mod tests {
                 (0x30_0010, block(huge, s2)),
             ]
         );
-        assert_eq!(table.remove_headed(0x20_0010, b), 0);
-        assert_eq!(table.remove_headed(0x30_0010, c), 0);
+        assert_eq!(table.remove_headed(0x20_0010, b), Some(0));
+        assert_eq!(table.remove_headed(0x30_0010, c), Some(0));
+        // Gone: a header naming its slot again (a stranger's, or a second free) changes nothing.
+        assert_eq!(table.remove_headed(0x30_0010, c), None);
+        assert_eq!(table.remove_headed(0x10_0020, a), None);
         let stats = table.stats();
         assert_eq!((stats.live_blocks, stats.live_bytes), (1, 24));
         assert_eq!((stats.total_blocks, stats.total_bytes), (3, 1024 + huge));
@@ -449,7 +457,7 @@ mod tests {
         assert_eq!(table.set_slot_tag(a.slot, 0x10_0020, 7), None);
         assert_eq!(table.set_slot_tag(a.slot, 0x10_0010, 7), Some((s1, 0)));
         assert_eq!(blocks(&table)[0].1.tag, 7);
-        assert_eq!(table.remove_headed(0x10_0010, a), 7);
+        assert_eq!(table.remove_headed(0x10_0010, a), Some(7));
         assert!(blocks(&table).is_empty());
     }
 

@@ -142,7 +142,7 @@ proptest! {
                 Op::Realloc { slot, size, stack } => {
                     let old = address(slot, generation[slot as usize]);
                     if let Some(headed) = headers.remove(&old) {
-                        table.remove_headed(old, headed);
+                        prop_assert!(table.remove_headed(old, headed).is_some());
                         model.remove(&old);
                     }
                     generation[slot as usize] ^= true;
@@ -154,7 +154,7 @@ proptest! {
                     let at = address(slot, generation[slot as usize]);
                     if let Some(headed) = headers.remove(&at) {
                         prop_assert_eq!(headed.size, model.remove(&at).unwrap().0);
-                        table.remove_headed(at, headed);
+                        prop_assert!(table.remove_headed(at, headed).is_some());
                     }
                 }
             }
