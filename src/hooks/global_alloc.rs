@@ -332,11 +332,11 @@ fn headers(builder: &Settings) -> bool {
 #[cold]
 #[inline(never)]
 fn decide_headers(builder: &Settings) -> bool {
-    let every = crate::config::records_every_block(
-        raw_env(c"MEMPROF_SAMPLE_INTERVAL"),
-        raw_env(c"MEMPROF_ENABLED"),
-        builder.sample_interval,
-    );
+    let every = with_raw_env(c"MEMPROF_SAMPLE_INTERVAL", |interval| {
+        with_raw_env(c"MEMPROF_ENABLED", |enabled| {
+            crate::config::records_every_block(interval, enabled, builder.sample_interval)
+        })
+    });
     let decided = if every { HEADED } else { HEADLESS };
     match HEADERS.compare_exchange(UNDECIDED, decided, Relaxed, Relaxed) {
         Ok(_) => every,
@@ -344,18 +344,17 @@ fn decide_headers(builder: &Settings) -> bool {
     }
 }
 
-/// The environment variable `name` as text, without allocating; `None` when unset or not UTF-8.
-fn raw_env(name: &std::ffi::CStr) -> Option<&'static str> {
-    // SAFETY: `name` is NUL-terminated. The value returned stays as it is unless another thread
-    // changes the environment meanwhile, which a program seldom does before its first
-    // allocation; it is read at once and never kept.
-    unsafe {
+/// Calls `read` with the environment variable `name` as text, read without allocating; `None`
+/// when unset or not UTF-8.
+fn with_raw_env<R>(name: &std::ffi::CStr, read: impl FnOnce(Option<&str>) -> R) -> R {
+    // SAFETY: `name` is NUL-terminated. The value stays as it is unless another thread changes
+    // the environment meanwhile, which a program seldom does before its first allocation; it is
+    // only lent to `read`, and never kept.
+    let value = unsafe {
         let value = libc::getenv(name.as_ptr());
-        if value.is_null() {
-            return None;
-        }
-        std::ffi::CStr::from_ptr(value).to_str().ok()
-    }
+        (!value.is_null()).then(|| std::ffi::CStr::from_ptr(value))
+    };
+    read(value.and_then(|value| value.to_str().ok()))
 }
 
 /// The layout asked of the wrapped allocator for a headed block of `size` bytes aligned to
