@@ -23,7 +23,7 @@ use crate::config::{self, Config, MAX_FRAMES};
 use crate::guard::{self, Guard};
 use crate::sampling;
 use crate::scope;
-use crate::table::{self, Headed, StackId, TABLE};
+use crate::table::{self, Block, Headed, StackId, TABLE};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -293,50 +293,118 @@ pub fn record_realloc_headed(
         true => Some((old, TABLE.remove_headed(old_address, old)?)),
         false => None,
     };
-    Some(reallocate(
+    let kind = HeadedBlock {
         old_address,
-        taken,
-        realloc,
-        Recording {
-            record: |new| record_alloc_headed(new, new_size, builder),
-            restore: |old: Headed| TABLE.restore_headed(old_address, old.size, old.stack),
-            retag: |headed: &Headed, address, tag| {
-                if headed.is_recorded() {
-                    TABLE.set_slot_tag(headed.slot, address, tag);
-                }
-            },
-            unrecorded: Headed::UNRECORDED,
-        },
-    ))
+        new_size,
+        builder,
+    };
+    Some(reallocate(&kind, taken, realloc))
 }
 
-/// How a `realloc` records the block it leaves, for one kind of block: `record` records the new
-/// block at its address, `restore` puts back the old record `R` when the realloc failed, `retag`
-/// gives a tag to what either returned (`N`, what the block's kind keeps of it) at an address, and
-/// `unrecorded` stands for a block that is not recorded.
-struct Recording<Record, Restore, Retag, N> {
-    record: Record,
-    restore: Restore,
-    retag: Retag,
-    unrecorded: N,
+/// How a `realloc` records the block it leaves, for one kind of block. The methods are inlined
+/// even in unoptimized builds, so that they add no frame for a walk to pass.
+trait Reallocated {
+    /// What the table gave of the old block when it took it out.
+    type Old;
+    /// What the block's kind keeps of a recorded block (a header's contents, or nothing).
+    type Kept;
+    /// The address of the block reallocated.
+    fn old_address(&self) -> usize;
+    /// Records the new block at `new`, with the realloc's stack.
+    fn record(&self, new: usize) -> Self::Kept;
+    /// Puts back the old block, when the realloc failed.
+    fn restore(&self, old: Self::Old) -> Self::Kept;
+    /// Gives `tag` to the block at `address` that `kept` stands for.
+    fn retag(&self, kept: &Self::Kept, address: usize, tag: u32);
+    /// What stands for a block that is not recorded.
+    fn unrecorded(&self) -> Self::Kept;
 }
 
-/// What [`record_realloc`] and [`record_realloc_headed`] share, once the old block's record `R`
-/// and its tag were taken out of the table (`taken`; `None` when it was not recorded): the
-/// realloc, then the new block recorded with the realloc's stack, or the old one put back when
-/// the realloc failed; an explicit type tag belongs to the value and follows it either way.
-#[inline(always)]
-fn reallocate<R, N, Record, Restore, Retag>(
+/// A `realloc` of a block of the global allocator, which carries a header.
+struct HeadedBlock {
     old_address: usize,
-    taken: Option<(R, u32)>,
+    new_size: usize,
+    builder: Settings,
+}
+
+impl Reallocated for HeadedBlock {
+    type Old = Headed;
+    type Kept = Headed;
+
+    #[inline(always)]
+    fn old_address(&self) -> usize {
+        self.old_address
+    }
+
+    #[inline(always)]
+    fn record(&self, new: usize) -> Headed {
+        record_alloc_headed(new, self.new_size, self.builder)
+    }
+
+    #[inline(always)]
+    fn restore(&self, old: Headed) -> Headed {
+        TABLE.restore_headed(self.old_address, old.size, old.stack)
+    }
+
+    #[inline(always)]
+    fn retag(&self, kept: &Headed, address: usize, tag: u32) {
+        if kept.is_recorded() {
+            TABLE.set_slot_tag(kept.slot, address, tag);
+        }
+    }
+
+    #[inline(always)]
+    fn unrecorded(&self) -> Headed {
+        Headed::UNRECORDED
+    }
+}
+
+/// A `realloc` of a block without a header, which the side tables hold.
+struct HeadlessBlock {
+    old_address: usize,
+    new_size: usize,
+    builder: Settings,
+}
+
+impl Reallocated for HeadlessBlock {
+    type Old = Block;
+    type Kept = ();
+
+    #[inline(always)]
+    fn old_address(&self) -> usize {
+        self.old_address
+    }
+
+    #[inline(always)]
+    fn record(&self, new: usize) {
+        record_alloc(new, self.new_size, self.builder);
+    }
+
+    #[inline(always)]
+    fn restore(&self, old: Block) {
+        TABLE.restore(self.old_address, old);
+    }
+
+    #[inline(always)]
+    fn retag(&self, _: &(), address: usize, tag: u32) {
+        TABLE.set_tag(address, tag);
+    }
+
+    #[inline(always)]
+    fn unrecorded(&self) {}
+}
+
+/// What [`record_realloc`] and [`record_realloc_headed`] share, once the old block's record and
+/// its tag were taken out of the table (`taken`; `None` when it was not recorded): the realloc,
+/// then the new block recorded with the realloc's stack, or the old one put back when the realloc
+/// failed; an explicit type tag belongs to the value and follows it either way.
+#[inline(always)]
+fn reallocate<K: Reallocated>(
+    kind: &K,
+    taken: Option<(K::Old, u32)>,
     realloc: impl FnOnce() -> *mut u8,
-    recording: Recording<Record, Restore, Retag, N>,
-) -> (*mut u8, N)
-where
-    Record: FnOnce(usize) -> N,
-    Restore: FnOnce(R) -> N,
-    Retag: FnOnce(&N, usize, u32),
-{
+) -> (*mut u8, K::Kept) {
+    let old_address = kind.old_address();
     crate::trace::realloc_start(old_address, taken.is_some());
     let new_block = realloc();
     let tag = taken.as_ref().map_or(0, |&(_, tag)| tag);
@@ -344,23 +412,23 @@ where
         if scope::any_open() {
             scope::on_free(old_address);
         }
-        let kept = (recording.record)(new_block as usize);
+        let kept = kind.record(new_block as usize);
         if tag != 0 {
             // Inside the guard: the tag map may grow.
-            guard::untracked(|| (recording.retag)(&kept, new_block as usize, tag));
+            guard::untracked(|| kind.retag(&kept, new_block as usize, tag));
         }
         kept
     } else if let Some((old, _)) = taken
         && let Some(_guard) = Guard::enter()
     {
         // The realloc failed, so the old block is still the program's: put it back.
-        let kept = (recording.restore)(old);
+        let kept = kind.restore(old);
         if tag != 0 {
-            (recording.retag)(&kept, old_address, tag);
+            kind.retag(&kept, old_address, tag);
         }
         kept
     } else {
-        recording.unrecorded
+        kind.unrecorded()
     };
     crate::trace::realloc_end(new_block.is_null());
     (new_block, kept)
@@ -389,18 +457,11 @@ pub fn record_realloc(
         .then(|| TABLE.take(old_address))
         .flatten()
         .map(|block| (block, block.tag));
-    let (new_block, ()) = reallocate(
+    let kind = HeadlessBlock {
         old_address,
-        taken,
-        realloc,
-        Recording {
-            record: |new| record_alloc(new, new_size, builder),
-            restore: |block| TABLE.restore(old_address, block),
-            retag: |_: &(), address, tag| {
-                TABLE.set_tag(address, tag);
-            },
-            unrecorded: (),
-        },
-    );
+        new_size,
+        builder,
+    };
+    let (new_block, ()) = reallocate(&kind, taken, realloc);
     new_block
 }
