@@ -320,8 +320,6 @@ impl Config {
     }
 }
 
-/// An IP address and port (`127.0.0.1:6060`, `[::1]:6060`), or `localhost:PORT` for the IPv4
-/// loopback; no other host name, since resolving one may block or reach the network.
 /// A value of `MEMPROF_SAMPLE_INTERVAL`: `bytes:N`, or `0`/`off` for every allocation.
 fn parse_sample_interval(raw: &str) -> Option<u64> {
     match raw.trim() {
@@ -351,6 +349,8 @@ pub fn records_every_block(
         == 0
 }
 
+/// An IP address and port (`127.0.0.1:6060`, `[::1]:6060`), or `localhost:PORT` for the IPv4
+/// loopback; no other host name, since resolving one may block or reach the network.
 fn parse_address(raw: &str) -> Option<SocketAddr> {
     let raw = raw.trim();
     if let Some(port) = raw.strip_prefix("localhost:") {

@@ -312,9 +312,9 @@ trait Reallocated {
     fn old_address(&self) -> usize;
     /// Records the new block at `new`, with the realloc's stack.
     fn record(&self, new: usize) -> Self::Kept;
-    /// Puts back the old block, when the realloc failed.
-    fn restore(&self, old: Self::Old) -> Self::Kept;
-    /// Gives `tag` to the block at `address` that `kept` stands for.
+    /// Puts back the old block with its `tag`, when the realloc failed.
+    fn restore(&self, old: Self::Old, tag: u32) -> Self::Kept;
+    /// Gives `tag` to the new block at `address` that `kept` stands for.
     fn retag(&self, kept: &Self::Kept, address: usize, tag: u32);
     /// What stands for a block that is not recorded.
     fn unrecorded(&self) -> Self::Kept;
@@ -342,8 +342,12 @@ impl Reallocated for HeadedBlock {
     }
 
     #[inline(always)]
-    fn restore(&self, old: Headed) -> Headed {
-        TABLE.restore_headed(self.old_address, old.size, old.stack)
+    fn restore(&self, old: Headed, tag: u32) -> Headed {
+        let kept = TABLE.restore_headed(self.old_address, old.size, old.stack);
+        if tag != 0 {
+            self.retag(&kept, self.old_address, tag);
+        }
+        kept
     }
 
     #[inline(always)]
@@ -380,8 +384,9 @@ impl Reallocated for HeadlessBlock {
         record_alloc(new, self.new_size, self.builder);
     }
 
+    /// The block taken out holds its tag already.
     #[inline(always)]
-    fn restore(&self, old: Block) {
+    fn restore(&self, old: Block, _: u32) {
         TABLE.restore(self.old_address, old);
     }
 
@@ -422,11 +427,7 @@ fn reallocate<K: Reallocated>(
         && let Some(_guard) = Guard::enter()
     {
         // The realloc failed, so the old block is still the program's: put it back.
-        let kept = kind.restore(old);
-        if tag != 0 {
-            kind.retag(&kept, old_address, tag);
-        }
-        kept
+        kind.restore(old, tag)
     } else {
         kind.unrecorded()
     };

@@ -544,6 +544,49 @@ mod tests {
             // SAFETY: `ptr` came from `alloc` with `layout`.
             unsafe { System.dealloc(ptr.sub(PAD), padded(layout)) }
         }
+
+        /// Fails, leaving the block as it was, for sizes of [`FAILS`] and more.
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            if new_size >= FAILS {
+                return std::ptr::null_mut();
+            }
+            // SAFETY: the caller's arguments, as `GlobalAlloc::realloc` requires them.
+            unsafe {
+                let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+                if !new.is_null() {
+                    std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                    self.dealloc(ptr, layout);
+                }
+                new
+            }
+        }
+    }
+
+    /// Sizes the test allocator's `realloc` fails for (still under the headed blocks' limit).
+    const FAILS: usize = 1000;
+
+    #[test]
+    fn a_failed_realloc_leaves_the_block_recorded_with_its_tag() {
+        let memprof = MemProf::wrap(Padded::default());
+        let layout = Layout::from_size_align(40, 8).unwrap();
+        let table = &crate::table::TABLE;
+        // SAFETY: the block is memprof's, freed once with its layout; the failed realloc leaves
+        // it the caller's, as it was.
+        unsafe {
+            let ptr = memprof.alloc(layout);
+            let header = read_header(ptr, layout).expect("a block of memprof's has its header");
+            assert!(header.is_recorded(), "this test needs recording on");
+            let tagged =
+                crate::guard::untracked(|| table.set_slot_tag(header.slot, ptr as usize, 7));
+            assert_eq!(tagged, Some((header.stack, 0)));
+            assert!(memprof.realloc(ptr, layout, FAILS).is_null());
+            let back = read_header(ptr, layout).expect("the header is written again");
+            assert!(back.is_recorded());
+            let snapshot = crate::Snapshot::of(table);
+            let block = snapshot.blocks.iter().find(|b| b.address == ptr as usize);
+            assert_eq!(block.map(|b| (b.size, b.tag)), Some((40, 7)));
+            memprof.dealloc(ptr, layout);
+        }
     }
 
     #[test]
