@@ -4,6 +4,7 @@ use super::view::Query;
 use super::{CACHED_SCANS, Reply};
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
+use memprof::export::Format;
 use memprof::trace::replay::{Block, Event, Heap, LiveBlocks};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -13,24 +14,7 @@ use std::time::Duration;
 /// `/api/export/FORMAT`: the live heap at `at` (blocks allocated within the range and passing
 /// the filters) through the crate's writers.
 pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, ApiError> {
-    use memprof::export::Format;
-    let (kind, ending, content_type) = match format {
-        "pprof" => (Format::Pprof, "pb.gz", "application/octet-stream"),
-        "folded" => (Format::Folded, "folded", "text/plain; charset=utf-8"),
-        "dhat" => (Format::Dhat, "dhat.json", "application/json"),
-        "heaptrack" => (Format::Heaptrack, "heaptrack.gz", "application/gzip"),
-        "md" => (Format::Markdown, "md", "text/markdown; charset=utf-8"),
-        "tsv" => (
-            Format::Tsv,
-            "tsv",
-            "text/tab-separated-values; charset=utf-8",
-        ),
-        other => {
-            return Err(ApiError::not_found(format!(
-                "export {other:?}: pprof, folded, dhat, heaptrack, md or tsv"
-            )));
-        }
-    };
+    let (kind, ending, content_type) = format_of(format)?;
     let q = Query::parse(state, params)?;
     let trace = &state.trace;
     let stem = trace
@@ -78,6 +62,48 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
     if let Some(body) = cached(state) {
         return Ok(reply(body));
     }
+    let (heap, time) = live_heap(state, &q, stop_events, stop_time)?;
+    let body = write_body(state, kind, format, &heap, time)?;
+    if let Ok(mut exports) = state.exports.lock() {
+        if exports.len() >= CACHED_SCANS {
+            exports.remove(0);
+        }
+        exports.push((key, Arc::new(body.clone())));
+    }
+    Ok(reply(body))
+}
+
+/// An export's writer, file name ending and `Content-Type`.
+fn format_of(format: &str) -> Result<(Format, &'static str, &'static str), ApiError> {
+    let found = match format {
+        "pprof" => (Format::Pprof, "pb.gz", "application/octet-stream"),
+        "folded" => (Format::Folded, "folded", "text/plain; charset=utf-8"),
+        "dhat" => (Format::Dhat, "dhat.json", "application/json"),
+        "heaptrack" => (Format::Heaptrack, "heaptrack.gz", "application/gzip"),
+        "md" => (Format::Markdown, "md", "text/markdown; charset=utf-8"),
+        "tsv" => (
+            Format::Tsv,
+            "tsv",
+            "text/tab-separated-values; charset=utf-8",
+        ),
+        other => {
+            return Err(ApiError::not_found(format!(
+                "export {other:?}: pprof, folded, dhat, heaptrack, md or tsv"
+            )));
+        }
+    };
+    Ok(found)
+}
+
+/// The blocks live at the moment (up to `stop_events` events, or events up to `stop_time`) that
+/// pass the query's filters, as a heap; and the time of the last event replayed before it.
+fn live_heap(
+    state: &State,
+    q: &Query,
+    stop_events: u64,
+    stop_time: u64,
+) -> Result<(Heap, u64), ApiError> {
+    let trace = &state.trace;
     // A lifetime filter needs each block's end: blocks freed before the moment end during the
     // replay, and the replay goes on past the moment until every block live there has ended (or
     // the trace has), without changing what is live at the moment.
@@ -126,8 +152,7 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
                             };
                             last_alloc.insert(timed.thread, address);
                             live.insert(address, (block, timed.thread));
-                            if !lifetimes && pass(state, &q, stack, timed.thread, size, timed.time)
-                            {
+                            if !lifetimes && pass(state, q, stack, timed.thread, size, timed.time) {
                                 count(&mut allocated, &block);
                             }
                         }
@@ -135,7 +160,7 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
                             let temporary = last_alloc.get(&timed.thread) == Some(&address);
                             if let Some((block, thread)) = live.remove(&address)
                                 && lifetimes
-                                && pass(state, &q, block.stack, thread, block.size, block.time)
+                                && pass(state, q, block.stack, thread, block.size, block.time)
                                 && selection.outcome(Some(timed.time - block.time), temporary)
                             {
                                 count(&mut allocated, &block);
@@ -187,7 +212,7 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
             let (life, temporary) = end.map_or((None, false), |(l, t)| (Some(l), t));
             selection.outcome(life, temporary)
         };
-        if pass(state, &q, block.stack, thread, block.size, block.time)
+        if pass(state, q, block.stack, thread, block.size, block.time)
             && (!lifetimes || ended_well())
         {
             if lifetimes {
@@ -204,7 +229,19 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         sample_interval: 0,
         estimated: Vec::new(),
     };
-    let snapshot = trace.snapshot(&heap, bytes);
+    Ok((heap, time))
+}
+
+/// The export of `heap` in `kind`, at `time` (nanoseconds since the trace started).
+fn write_body(
+    state: &State,
+    kind: Format,
+    format: &str,
+    heap: &Heap,
+    time: u64,
+) -> Result<Vec<u8>, ApiError> {
+    let trace = &state.trace;
+    let snapshot = trace.snapshot(heap, heap.live_bytes);
     let mut resolver = trace.resolver();
     let header = trace.header();
     let mut options = memprof::ReportOptions::from_env();
@@ -232,13 +269,7 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         }
     };
     written.map_err(|e| ApiError::internal(format!("export {format}: {e}")))?;
-    if let Ok(mut exports) = state.exports.lock() {
-        if exports.len() >= CACHED_SCANS {
-            exports.remove(0);
-        }
-        exports.push((key, Arc::new(body.clone())));
-    }
-    Ok(reply(body))
+    Ok(body)
 }
 
 /// A block live at an export's moment, and how it ended after it.

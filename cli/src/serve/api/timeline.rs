@@ -41,6 +41,60 @@ pub fn timeline(
                 .collect(),
         ),
     };
+    let (agg_view, groups) = drawn_by(state, q, params, points, lo, hi, &mask)?;
+    let (out, mut highest) = drawn_points(&agg_view, &mask, &groups, last_time);
+    let agg = agg_view.agg();
+    let from_ns = match (groups.first(), lo) {
+        (Some(&(start, _)), Some(_)) if start > 0 => agg.edges.end(start - 1),
+        _ => 0,
+    };
+    let to_ns = groups.last().map_or(hi, |&(_, end)| {
+        agg.edges
+            .end(end)
+            .min(last_time.max(agg.edges.end(end.saturating_sub(1))))
+    });
+    // The exact peak within the range when the index holds it (no filter); else the highest
+    // point drawn.
+    let mut exact = false;
+    if agg_view.is_index() && mask.is_none() {
+        for &(start, end) in &groups {
+            for peak in index
+                .peaks
+                .get(start..=end.min(index.peaks.len().saturating_sub(1)))
+                .unwrap_or(&[])
+            {
+                if highest.is_none_or(|h| peak.bytes > h.1) {
+                    highest = Some((peak.time, peak.bytes, peak.blocks));
+                }
+            }
+        }
+        exact = true;
+    }
+    let (pt, pb, pk) = highest.unwrap_or((0, 0, 0));
+    Ok(json!({
+        "from_ns": from_ns,
+        "to_ns": to_ns,
+        "bucket_ns": if agg_view.is_index() { width(index) } else { 0 },
+        "points": out,
+        "markers": markers(state, q.lo, Some(to_ns)),
+        "peak": {"time_ns": pt, "bytes": pb, "blocks": pk, "exact": exact},
+    }))
+}
+
+/// The view that draws a timeline of `points` points over `(lo, hi]`, and the buckets each point
+/// sums (first and last): the index's when the range holds enough of its buckets, else a scan's
+/// at edges made for the points.
+fn drawn_by<'a>(
+    state: &'a State,
+    q: &Query,
+    params: &Params,
+    points: usize,
+    lo: Option<u64>,
+    hi: u64,
+    mask: &Option<Vec<bool>>,
+) -> Result<(View<'a>, Vec<(usize, usize)>), ApiError> {
+    let index = &state.index;
+    let last_time = index.totals.last_time;
     // The index draws the timeline when the range holds enough of its buckets.
     let w = width(index);
     let (first, last) = (
@@ -104,6 +158,17 @@ pub fn timeline(
             groups,
         )
     };
+    Ok((agg_view, groups))
+}
+
+/// The points of a timeline: per group of buckets, the live heap at its end and its counters;
+/// and the highest point (time, bytes, blocks).
+fn drawn_points(
+    agg_view: &View,
+    mask: &Option<Vec<bool>>,
+    groups: &[(usize, usize)],
+    last_time: u64,
+) -> (Vec<Value>, Option<(u64, u64, u64)>) {
     let agg = agg_view.agg();
     let last_bucket = groups.last().map_or(0, |g| g.1);
     // Per bucket up to the last: the selected classes' counters.
@@ -123,7 +188,7 @@ pub fn timeline(
     let mut out = Vec::with_capacity(groups.len());
     let mut cursor = 0;
     let mut highest: Option<(u64, u64, u64)> = None;
-    for &(start, end) in &groups {
+    for &(start, end) in groups {
         while cursor < start {
             bytes += i128::from(per[cursor].alloc_bytes) - i128::from(per[cursor].free_bytes);
             blocks += i128::from(per[cursor].allocs) - i128::from(per[cursor].frees);
@@ -147,39 +212,5 @@ pub fn timeline(
             "alloc_bytes": sum.alloc_bytes, "free_bytes": sum.free_bytes,
         }));
     }
-    let from_ns = match (groups.first(), lo) {
-        (Some(&(start, _)), Some(_)) if start > 0 => agg.edges.end(start - 1),
-        _ => 0,
-    };
-    let to_ns = groups.last().map_or(hi, |&(_, end)| {
-        agg.edges
-            .end(end)
-            .min(last_time.max(agg.edges.end(end.saturating_sub(1))))
-    });
-    // The exact peak within the range when the index holds it (no filter); else the highest
-    // point drawn.
-    let mut exact = false;
-    if agg_view.is_index() && mask.is_none() {
-        for &(start, end) in &groups {
-            for peak in index
-                .peaks
-                .get(start..=end.min(index.peaks.len().saturating_sub(1)))
-                .unwrap_or(&[])
-            {
-                if highest.is_none_or(|h| peak.bytes > h.1) {
-                    highest = Some((peak.time, peak.bytes, peak.blocks));
-                }
-            }
-        }
-        exact = true;
-    }
-    let (pt, pb, pk) = highest.unwrap_or((0, 0, 0));
-    Ok(json!({
-        "from_ns": from_ns,
-        "to_ns": to_ns,
-        "bucket_ns": if agg_view.is_index() { w } else { 0 },
-        "points": out,
-        "markers": markers(state, q.lo, Some(to_ns)),
-        "peak": {"time_ns": pt, "bytes": pb, "blocks": pk, "exact": exact},
-    }))
+    (out, highest)
 }
