@@ -21,8 +21,8 @@
 //! [profile.release]
 //! debug = "limited"
 //!
-//! # memprof optimized in debug builds too, where it is otherwise many times slower (an empty
-//! # program takes about 1.4 s to start instead of 0.64 s): your own code stays a debug build.
+//! # memprof optimized in debug builds too, where it is otherwise several times slower (each
+//! # allocation costs microseconds); your own code stays a debug build.
 //! [profile.dev.package.memprof]
 //! opt-level = 3
 //! ```
