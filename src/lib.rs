@@ -5,7 +5,14 @@
 //! sites hold the live heap, what leaks, what churns, which types dominate, who keeps an object
 //! alive.
 //!
+//! This page is the short manual. The full one is in the repository's `docs/` directory, one page
+//! per topic: `docs/reports.md`, `docs/exports.md`, `docs/configuration.md`, `docs/trace-mode.md`,
+//! `docs/viewer.md`, `docs/services.md`, `docs/heap-assertions.md`, `docs/builds-and-stacks.md`,
+//! `docs/overhead.md`, `docs/guarantees.md`.
+//!
 //! # Quick start
+//!
+//! memprof is not on crates.io: depend on it by path or git (`memprof = { path = "../memprof" }`).
 //!
 //! In a release build, a report's files and lines need debug information, which Cargo's release
 //! profile leaves out by default; in `Cargo.toml`:
@@ -13,6 +20,11 @@
 //! ```toml
 //! [profile.release]
 //! debug = "limited"
+//!
+//! # memprof optimized in debug builds too, where it is otherwise several times slower (each
+//! # allocation costs microseconds); your own code stays a debug build.
+//! [profile.dev.package.memprof]
+//! opt-level = 3
 //! ```
 //!
 //! Then, in `main.rs`:
@@ -51,7 +63,8 @@
 //! you called (`Vec::with_capacity`, `Box::new`) or your own function; the runtime below `main`
 //! (`std::rt::lang_start` and what calls it) and below a thread's closure is trimmed too, so a
 //! context ends at `main` or at the thread's closure. The standard library's files read from their
-//! crate on: `alloc/src/vec/mod.rs` is `library/alloc/src/vec/mod.rs` in Rust's sources.
+//! crate on: `alloc/src/vec/mod.rs` is `library/alloc/src/vec/mod.rs` in Rust's sources
+//! (`docs/reports.md`).
 //!
 //! # Reports and exports
 //!
@@ -69,6 +82,9 @@
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
 //!
+//! The exports are described in `docs/exports.md`; trace mode and the `memprof` command that reads
+//! traces, with its web viewer, in `docs/trace-mode.md` and `docs/viewer.md`.
+//!
 //! # Services: a live heap profile over HTTP
 //!
 //! With the cargo feature `http`, `memprof::serve_http("127.0.0.1:6060")` (or
@@ -79,14 +95,15 @@
 //! own allocations are never recorded, and nothing listens unless asked. For a service that runs
 //! for weeks, record a sample ([`MemProf::sample_interval`], `MEMPROF_SAMPLE_INTERVAL=bytes:524288`):
 //! the profiles carry the interval as their period, with values already scaled to unbiased
-//! estimates.
+//! estimates. `docs/services.md` has the paths and the scrapers' configurations.
 //!
 //! # Configuration
 //!
 //! Read once from the environment when the profiler starts; see [`config`] for the table
 //! (`MEMPROF_STACK_DEPTH`, `MEMPROF_MIN_BYTES`, `MEMPROF_PRINT_AT_EXIT`, `MEMPROF_OUTPUT`,
 //! `MEMPROF_SAMPLE_INTERVAL`, ...). Recording can be switched off and on at run time with
-//! [`pause`] and [`resume`], or a signal (`MEMPROF_TOGGLE_SIGNAL`).
+//! [`pause`] and [`resume`], or a signal (`MEMPROF_TOGGLE_SIGNAL`). The same table, with the
+//! cargo features and the settings in code, is in `docs/configuration.md`.
 //!
 //! # Stacks
 //!
@@ -96,6 +113,8 @@
 //! profile). Either walk finds the function that allocated, even when the allocation is the last
 //! thing it does; a function that ends in a call to another one that is not inlined (returning
 //! `iter.collect()`) leaves by a jump in an optimized build, and the report names its caller.
+//! `docs/builds-and-stacks.md` has the recommended build settings; `docs/overhead.md` what each
+//! costs.
 //!
 //! # C and custom allocators
 //!
