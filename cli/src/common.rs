@@ -1,0 +1,109 @@
+//! What the commands share: opening and replaying a trace with a progress bar, the report
+//! options, and the failure of a write to stdout.
+
+use crate::{Failure, ReportArgs};
+use indicatif::{ProgressBar, ProgressStyle};
+use memprof::trace::replay::{Heap, Moment, Position, Trace};
+use memprof::{ReportOptions, Snapshot};
+use std::io;
+use std::path::Path;
+
+/// A write's error as the failure it is.
+pub fn written(r: io::Result<()>) -> Result<(), Failure> {
+    r.map_err(|e| Failure(format!("cannot write: {e}"), 1))
+}
+
+/// The report options: the recording's depth and skip, the environment's minimum, then the
+/// command line's.
+pub fn report_options(trace: &Trace, args: &ReportArgs) -> ReportOptions {
+    let header = trace.header();
+    let mut options = ReportOptions::from_env();
+    if header.stack_depth > 0 {
+        options = options.depth(header.stack_depth as usize);
+    }
+    options.skip = header.stack_skip as usize;
+    if let Some(depth) = args.depth {
+        options = options.depth(depth);
+    }
+    if let Some(min_bytes) = args.min_bytes {
+        options = options.min_bytes(min_bytes);
+    }
+    options
+}
+
+/// A progress bar on stderr (drawn only when stderr is a terminal).
+pub fn bar(length: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(length);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg:>10} [{bar:40}] {percent:>3}% {human_pos}/{human_len} {elapsed}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Opens a trace with a progress bar over its bytes; warns when it was cut short.
+pub fn open(path: &Path) -> Result<Trace, Failure> {
+    let progress = bar(0, "indexing");
+    let trace = Trace::open_with_progress(path, &mut |done, total| {
+        progress.set_length(total);
+        progress.set_position(done);
+    })?;
+    progress.finish_and_clear();
+    if let Some(cut) = trace.cut() {
+        eprintln!(
+            "memprof: warning: {}: {cut}; read up to there",
+            path.display()
+        );
+    }
+    Ok(trace)
+}
+
+/// Replays `trace` to `moment` with a progress bar.
+pub fn replay(trace: &Trace, moment: &Moment) -> Result<(Heap, Position), Failure> {
+    let passes = if *moment == Moment::Peak { 2 } else { 1 };
+    let progress = bar(trace.events() * passes, "replaying");
+    let mut base = 0;
+    let mut last = 0;
+    let result = trace.replay(moment, &mut |done| {
+        if done < last {
+            base += last;
+        }
+        last = done;
+        progress.set_position(base + done);
+    });
+    progress.finish_and_clear();
+    let (heap, position) = result?;
+    if !position.found {
+        return Err(Failure(
+            match moment {
+                Moment::Marker(label) => format!(
+                    "{}: no marker labelled {label:?} (markers: {})",
+                    trace.path().display(),
+                    marker_list(trace)
+                ),
+                _ => format!("{}: {moment:?} not found", trace.path().display()),
+            },
+            1,
+        ));
+    }
+    Ok((heap, position))
+}
+
+fn marker_list(trace: &Trace) -> String {
+    let mut labels: Vec<&str> = trace.labels().values().map(String::as_str).collect();
+    labels.sort_unstable();
+    if labels.is_empty() {
+        "none".into()
+    } else {
+        labels.join(", ")
+    }
+}
+
+/// The snapshot at `moment`, with the trace's peak when the moment is the peak.
+pub fn snapshot_at(trace: &Trace, moment: &Moment) -> Result<(Snapshot, Position), Failure> {
+    let (heap, position) = replay(trace, moment)?;
+    let snapshot = trace.snapshot(&heap, heap.live_bytes);
+    Ok((snapshot, position))
+}

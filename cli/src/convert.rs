@@ -1,0 +1,104 @@
+//! `memprof convert`: the heap at a moment in the format the output's name asks for.
+
+use crate::{Failure, alys, bar, replay, timeline};
+use memprof::trace::replay::{Moment, Trace};
+use memprof::{Report, ReportOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+/// `memprof convert`: the format by the output's name.
+pub fn convert(
+    trace: &Trace,
+    output: &Path,
+    moment: &Moment,
+    options: &ReportOptions,
+) -> Result<(), Failure> {
+    let name = output.to_string_lossy();
+    if name.ends_with(".json") && !name.ends_with(".dhat.json") {
+        let until = match moment {
+            Moment::End => None,
+            _ => Some(replay(trace, moment)?.1.events),
+        };
+        let file = std::fs::File::create(output)
+            .map_err(|e| Failure(format!("{}: cannot create: {e}", output.display()), 1))?;
+        let mut out = io::BufWriter::new(file);
+        alys::write(trace, until, &mut out)
+            .map_err(|Failure(m, s)| Failure(format!("{}: {m}", output.display()), s))?;
+        return out
+            .flush()
+            .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1));
+    }
+    let format = memprof::export::Format::from_path(&name).ok_or_else(|| {
+        let endings: Vec<&str> = memprof::export::Format::EXTENSIONS
+            .iter()
+            .map(|(e, _)| *e)
+            .collect();
+        Failure(
+            format!(
+                "{}: unknown output format (the name ends in one of {}, .json)",
+                output.display(),
+                endings.join(", ")
+            ),
+            2,
+        )
+    })?;
+    let (heap, position) = replay(trace, moment)?;
+    let snapshot = match format {
+        memprof::export::Format::Markdown | memprof::export::Format::Tsv => {
+            trace.snapshot(&heap, heap.live_bytes)
+        }
+        _ => {
+            // The peak up to the moment, for the exports' per-site peak figures.
+            let progress = bar(trace.events() * 2, "peak");
+            let peak =
+                trace.find_peak_within(position.events, &mut |done| progress.set_position(done))?;
+            let (at_peak, _) = trace.replay(&Moment::Events(peak.events), &mut |done| {
+                progress.set_position(trace.events() + done)
+            })?;
+            progress.finish_and_clear();
+            trace.snapshot_with_peak(&heap, &at_peak)
+        }
+    };
+    let mut resolver = trace.resolver();
+    let header = trace.header();
+    let file = std::fs::File::create(output)
+        .map_err(|e| Failure(format!("{}: cannot create: {e}", output.display()), 1))?;
+    let mut out = io::BufWriter::new(file);
+    let result = match format {
+        memprof::export::Format::Markdown => {
+            Report::live(&snapshot, &mut resolver, options).write_markdown(&mut out)
+        }
+        memprof::export::Format::Tsv => {
+            Report::live(&snapshot, &mut resolver, options).write_tsv(&mut out)
+        }
+        _ => {
+            let export = memprof::ExportOptions::default()
+                .pid(header.pid)
+                .command(header.executable.clone())
+                .elapsed(Duration::from_nanos(position.time))
+                .time(Duration::from_nanos(
+                    header.start_unix_ns.saturating_add(position.time),
+                ));
+            // The events up to the moment (a sampled trace's are not the program's: its
+            // exports keep the snapshot's estimates).
+            let mut events = timeline::TraceEvents {
+                trace,
+                events: position.events,
+            };
+            let events = (header.sample_interval == 0)
+                .then_some(&mut events as &mut dyn memprof::export::Events);
+            memprof::export::write_with_events(
+                format,
+                &snapshot,
+                &mut resolver,
+                &export,
+                events,
+                &mut out,
+            )
+        }
+    };
+    result
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1))
+}

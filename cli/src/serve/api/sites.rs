@@ -1,0 +1,224 @@
+//! `/api/sites`, the table of call sites, and `/api/site/ID`, one of them.
+
+use super::MAX_LIMIT;
+use super::timeline::timeline;
+use super::view::{Query, View, view};
+use crate::serve::index::{Cell, Live};
+use crate::serve::query::{ApiError, At, Params};
+use crate::serve::state::State;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// One site's row.
+#[derive(Clone, Debug, Default)]
+struct Row {
+    cell: Cell,
+    live: Live,
+    leaked: Live,
+    peak: Live,
+}
+
+fn rows(state: &State, v: &View, q: &Query) -> Vec<Row> {
+    let classes = state.classes.list.len();
+    let range = v.range(q.lo, q.hi, classes);
+    let live = v.live(&q.at, classes);
+    let leaked = v.live(&At::End, classes);
+    let totals = &state.index.totals;
+    let peak = v.live(
+        &At::Peak {
+            events: totals.peak_events,
+            time: totals.peak_time,
+        },
+        classes,
+    );
+    let mut rows = vec![Row::default(); state.sites.len()];
+    for class in 0..classes {
+        let row = &mut rows[state.site_of_class(class) as usize];
+        row.cell.add(&range[class]);
+        for (into, from) in [
+            (&mut row.live, live[class]),
+            (&mut row.leaked, leaked[class]),
+            (&mut row.peak, peak[class]),
+        ] {
+            into.0 += from.0;
+            into.1 += from.1;
+        }
+    }
+    rows
+}
+
+const SITE_KEYS: [&str; 15] = [
+    "id",
+    "line",
+    "allocations",
+    "allocated_bytes",
+    "frees",
+    "freed_bytes",
+    "live_bytes",
+    "live_blocks",
+    "leaked_bytes",
+    "leaked_blocks",
+    "peak_bytes",
+    "peak_blocks",
+    "temporary",
+    "temporary_bytes",
+    "mean_lifetime_ns",
+];
+
+fn site_json(state: &State, id: usize, row: &Row) -> Value {
+    let frame = &state.sites[id].frame;
+    let mean = row
+        .cell
+        .life_sum
+        .checked_div(row.cell.life_count)
+        .unwrap_or(0);
+    json!({
+        "id": id,
+        "function": frame.function,
+        "file": frame.file,
+        "line": frame.line,
+        "allocations": row.cell.allocs,
+        "allocated_bytes": row.cell.alloc_bytes,
+        "frees": row.cell.frees,
+        "freed_bytes": row.cell.free_bytes,
+        "live_bytes": row.live.0,
+        "live_blocks": row.live.1,
+        "leaked_bytes": row.leaked.0,
+        "leaked_blocks": row.leaked.1,
+        "peak_bytes": row.peak.0,
+        "peak_blocks": row.peak.1,
+        "temporary": row.cell.temporary,
+        "temporary_bytes": row.cell.temporary_bytes,
+        "mean_lifetime_ns": mean,
+    })
+}
+
+/// A site's figure named `key` (one of [`SITE_KEYS`]).
+fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
+    let c = &row.cell;
+    match key {
+        "id" => id as u64,
+        "line" => u64::from(state.sites[id].frame.line),
+        "allocations" => c.allocs,
+        "allocated_bytes" => c.alloc_bytes,
+        "frees" => c.frees,
+        "freed_bytes" => c.free_bytes,
+        "live_bytes" => row.live.0,
+        "live_blocks" => row.live.1,
+        "leaked_bytes" => row.leaked.0,
+        "leaked_blocks" => row.leaked.1,
+        "peak_bytes" => row.peak.0,
+        "peak_blocks" => row.peak.1,
+        "temporary" => c.temporary,
+        "temporary_bytes" => c.temporary_bytes,
+        "mean_lifetime_ns" => c.life_sum.checked_div(c.life_count).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
+    let q = Query::parse(state, params)?;
+    let sort = params.get("sort").unwrap_or("allocated_bytes");
+    if !SITE_KEYS.contains(&sort) {
+        return Err(ApiError::bad(format!(
+            "sort={sort:?}: one of {}",
+            SITE_KEYS.join(", ")
+        )));
+    }
+    let desc = match params.get("desc") {
+        None | Some("1") | Some("true") => true,
+        Some("0") | Some("false") => false,
+        Some(other) => return Err(ApiError::bad(format!("desc={other:?}: 1 or 0"))),
+    };
+    let limit = params.number("limit")?.unwrap_or(100);
+    if limit > MAX_LIMIT {
+        return Err(ApiError::bad(format!("limit={limit}: at most {MAX_LIMIT}")));
+    }
+    let offset = params.number("offset")?.unwrap_or(0);
+    let v = view(state, &q, &[&q.at], None)?;
+    let rows = rows(state, &v, &q);
+    let mut listed: Vec<(u64, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.cell != Cell::default() || r.live != (0, 0) || r.leaked != (0, 0) || r.peak != (0, 0)
+        })
+        .map(|(id, row)| (sort_key(state, id, row, sort), id))
+        .collect();
+    let total = listed.len();
+    listed.sort_by(|a, b| {
+        let order = a.0.cmp(&b.0);
+        let order = if desc { order.reverse() } else { order };
+        order.then(a.1.cmp(&b.1))
+    });
+    let page: Vec<Value> = listed
+        .into_iter()
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        .take(limit as usize)
+        .map(|(_, id)| site_json(state, id, &rows[id]))
+        .collect();
+    Ok(
+        json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
+        (true, false) => "index",
+        (true, true) => "index+scan",
+        _ => "scan",
+    }, "sites": page }),
+    )
+}
+
+pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
+    let id: usize = id
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("site {id:?}: not a site id")))?;
+    let Some(info) = state.sites.get(id) else {
+        return Err(ApiError::not_found(format!(
+            "site {id}: the trace has {} sites",
+            state.sites.len()
+        )));
+    };
+    let q = Query::parse(state, params)?;
+    let classes = state.classes.list.len();
+    let only: Vec<bool> = (0..classes)
+        .map(|c| state.site_of_class(c) as usize == id)
+        .collect();
+    let v = view(state, &q, &[&q.at], None)?;
+    let range = v.range(q.lo, q.hi, classes);
+    let live = v.live(&q.at, classes);
+    let mut per_stack: BTreeMap<u32, (Cell, Live)> = BTreeMap::new();
+    for stack in &info.stacks {
+        per_stack.insert(*stack, Default::default());
+    }
+    for (class, &(stack, _)) in state.classes.list.iter().enumerate() {
+        if !only[class] {
+            continue;
+        }
+        let entry = per_stack.entry(stack).or_default();
+        entry.0.add(&range[class]);
+        entry.1.0 += live[class].0;
+        entry.1.1 += live[class].1;
+    }
+    let stacks: Vec<Value> = per_stack
+        .iter()
+        .map(|(&stack, (cell, live))| {
+            let frames: Vec<Value> = state
+                .stack_frames(stack)
+                .map(|f| {
+                    json!({"function": f.function, "file": f.file, "line": f.line,
+                           "address": format!("{:#x}", f.address)})
+                })
+                .collect();
+            json!({"id": stack, "bytes": live.0, "blocks": live.1,
+                   "allocations": cell.allocs, "allocated_bytes": cell.alloc_bytes,
+                   "frames": frames})
+        })
+        .collect();
+    let timeline = timeline(state, &q, params, Some(&only))?;
+    Ok(json!({
+        "id": id,
+        "function": info.frame.function,
+        "file": info.frame.file,
+        "line": info.frame.line,
+        "stacks": stacks,
+        "timeline": timeline,
+    }))
+}

@@ -1,0 +1,35 @@
+//! `/api/summary`: the trace as a whole.
+
+use super::{markers, width};
+use crate::serve::state::State;
+use serde_json::{Value, json};
+
+pub fn summary(state: &State) -> Value {
+    let trace = &state.trace;
+    let totals = &state.index.totals;
+    let mut threads: Vec<(u32, &str)> = trace
+        .threads()
+        .iter()
+        .map(|(&id, (_, name))| (id, name.as_str()))
+        .collect();
+    threads.sort_unstable();
+    json!({
+        "path": trace.path().display().to_string(),
+        "events": trace.events(),
+        "duration_ns": totals.last_time,
+        "sample_interval": trace.header().sample_interval,
+        "threads": threads.iter().map(|(id, name)| json!({"id": id, "name": name})).collect::<Vec<_>>(),
+        "markers": markers(state, None, None),
+        "peak": {"time_ns": totals.peak_time, "bytes": totals.peak.0, "blocks": totals.peak.1},
+        "end": {"bytes": totals.end.0, "blocks": totals.end.1},
+        "totals": {
+            "allocations": totals.allocations,
+            "reallocs": totals.reallocs,
+            "frees": totals.frees,
+            "allocated_bytes": totals.allocated_bytes,
+            "temporary": totals.temporary,
+        },
+        "bucket_ns": width(&state.index),
+        "complete": trace.end_record().is_some(),
+    })
+}

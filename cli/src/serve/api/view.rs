@@ -1,0 +1,328 @@
+//! What the endpoints share: a query's moments and filters, and the view that answers it (the
+//! index, or a scan of the trace made for the query and kept for the next ones).
+
+use super::CACHED_SCANS;
+use crate::serve::index::{Agg, Builder, Cell, Live, Point, Selection};
+use crate::serve::query::{ApiError, At, Filters, Params};
+use crate::serve::state::State;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// The moments and filters of a query.
+#[derive(Debug)]
+pub struct Query {
+    pub filters: Filters,
+    pub classes: Option<Vec<bool>>,
+    pub at: At,
+    /// The range: events after `lo` (none: from the first) up to and with `hi`.
+    pub lo: Option<u64>,
+    pub hi: u64,
+}
+
+impl Query {
+    pub fn parse(state: &State, params: &Params) -> Result<Query, ApiError> {
+        let filters = Filters::parse(params)?;
+        let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames);
+        let totals = &state.index.totals;
+        let at = match params.get("at") {
+            Some(text) => moment(state, "at", text)?,
+            None => At::End,
+        };
+        let from = match (params.get("from"), params.get("marker_from")) {
+            (_, Some(label)) => Some(marker(state, "marker_from", label)?),
+            (Some("start") | None, None) => None,
+            (Some(text), None) => Some(moment(state, "from", text)?),
+        };
+        let to = match (params.get("to"), params.get("marker_to")) {
+            (_, Some(label)) => marker(state, "marker_to", label)?,
+            (Some(text), None) => moment(state, "to", text)?,
+            (None, None) => At::End,
+        };
+        let lo = from.map(|f| f.time(totals));
+        let hi = match to {
+            At::End => u64::MAX,
+            ref to => to.time(totals),
+        };
+        if let Some(lo) = lo
+            && lo > hi
+        {
+            return Err(ApiError::bad(format!(
+                "from ({lo} ns) is after to ({hi} ns)"
+            )));
+        }
+        Ok(Query {
+            filters,
+            classes,
+            at,
+            lo,
+            hi,
+        })
+    }
+}
+
+pub fn moment(state: &State, name: &str, text: &str) -> Result<At, ApiError> {
+    crate::serve::query::moment(
+        name,
+        text,
+        &state.index.totals,
+        &|l| state.label(l),
+        &|| state.marker_names(),
+    )
+}
+
+pub fn marker(state: &State, name: &str, label: &str) -> Result<At, ApiError> {
+    crate::serve::query::marker(
+        name,
+        label,
+        &state.index.totals,
+        &|l| state.label(l),
+        &|| state.marker_names(),
+    )
+}
+
+/// The aggregates that answer a query: the index (with the classes not selected masked), or a
+/// scan made for it.
+pub struct View<'a> {
+    pub agg: ViewAgg<'a>,
+    pub mask: Option<Vec<bool>>,
+    pub last_time: u64,
+    /// With the index: a scan to the moments it does not hold.
+    pub extra: Option<Arc<Agg>>,
+}
+
+pub enum ViewAgg<'a> {
+    Index(&'a Agg),
+    Scan(Arc<Agg>),
+}
+
+impl View<'_> {
+    pub fn agg(&self) -> &Agg {
+        match &self.agg {
+            ViewAgg::Index(agg) => agg,
+            ViewAgg::Scan(agg) => agg,
+        }
+    }
+
+    pub fn is_index(&self) -> bool {
+        matches!(self.agg, ViewAgg::Index(_))
+    }
+
+    fn masked(&self, class: usize) -> bool {
+        self.mask
+            .as_ref()
+            .is_some_and(|m| !m.get(class).copied().unwrap_or(false))
+    }
+
+    /// Live per class at a moment the view answers.
+    pub fn live(&self, at: &At, classes: usize) -> Vec<Live> {
+        let agg = self.agg();
+        let point = match at {
+            At::Time(t) => Point::Time(*t),
+            At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+            At::End => Point::Events(u64::MAX),
+        };
+        let from_extra = self.extra.as_ref().and_then(|e| e.points.get(&point));
+        let mut live = match (at, self.is_index()) {
+            _ if from_extra.is_some() => from_extra.cloned().unwrap_or_default(),
+            (At::End, _) => agg.end.clone(),
+            (At::Time(t), _) if self.is_index() && *t >= self.last_time => agg.end.clone(),
+            (At::Time(t), true) => agg.live_through(agg.edges.ending_at(*t).unwrap_or(0), classes),
+            (At::Time(t), false) => agg
+                .points
+                .get(&Point::Time(*t))
+                .cloned()
+                .unwrap_or_default(),
+            (At::Peak { events, .. }, _) => agg
+                .points
+                .get(&Point::Events(*events))
+                .cloned()
+                .unwrap_or_default(),
+            (At::Marker { label, .. }, true) => {
+                agg.marker_live.get(label).cloned().unwrap_or_default()
+            }
+            (At::Marker { events, .. }, false) => agg
+                .points
+                .get(&Point::Events(*events))
+                .cloned()
+                .unwrap_or_default(),
+        };
+        live.resize(classes, (0, 0));
+        for (class, entry) in live.iter_mut().enumerate() {
+            if self.masked(class) {
+                *entry = (0, 0);
+            }
+        }
+        live
+    }
+
+    /// The buckets of the range `(lo, hi]`.
+    fn buckets(&self, lo: Option<u64>, hi: u64) -> (usize, usize) {
+        let edges = &self.agg().edges;
+        let first = match lo {
+            None => 0,
+            Some(lo) => edges.ending_at(lo).map_or(usize::MAX, |b| b + 1),
+        };
+        let last = if hi == u64::MAX || (self.is_index() && hi >= self.last_time) {
+            usize::MAX
+        } else {
+            edges.ending_at(hi).unwrap_or(0)
+        };
+        (first, last)
+    }
+
+    /// Per class, the counters of the range.
+    pub fn range(&self, lo: Option<u64>, hi: u64, classes: usize) -> Vec<Cell> {
+        if lo.is_some_and(|lo| self.is_index() && lo >= self.last_time) {
+            return vec![Cell::default(); classes];
+        }
+        let (first, last) = self.buckets(lo, hi);
+        let mut sums = self.agg().sum(first, last, classes);
+        for (class, cell) in sums.iter_mut().enumerate() {
+            if self.masked(class) {
+                *cell = Cell::default();
+            }
+        }
+        sums
+    }
+}
+
+/// Whether the index answers a moment exactly.
+fn index_has(state: &State, at: &At) -> bool {
+    let index = &state.index;
+    match at {
+        At::End | At::Peak { .. } => true,
+        At::Marker { label, .. } => index.marker_live.contains_key(label),
+        At::Time(t) => *t >= index.totals.last_time || index.edges.ending_at(*t).is_some(),
+    }
+}
+
+fn index_has_range(state: &State, lo: Option<u64>, hi: u64) -> bool {
+    let index = &state.index;
+    let last = index.totals.last_time;
+    lo.is_none_or(|lo| lo >= last || index.edges.ending_at(lo).is_some())
+        && (hi >= last || index.edges.ending_at(hi).is_some())
+}
+
+/// The view of `q` at `ats`, with the timeline's bucket edges when a scan must draw it.
+pub fn view<'a>(
+    state: &'a State,
+    q: &Query,
+    ats: &[&At],
+    timeline_edges: Option<&[u64]>,
+) -> Result<View<'a>, ApiError> {
+    let last_time = state.index.totals.last_time;
+    if q.filters.by_class_only() && index_has_range(state, q.lo, q.hi) && timeline_edges.is_none() {
+        // The index, and a scan up to the moments it does not hold (if any).
+        let mut missing: Vec<Point> = Vec::new();
+        for at in ats.iter().filter(|at| !index_has(state, at)) {
+            missing.push(match at {
+                At::Time(t) => Point::Time(*t),
+                At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+                At::End => continue,
+            });
+        }
+        let extra = if missing.is_empty() {
+            None
+        } else {
+            missing.sort_unstable_by_key(|p| format!("{p:?}"));
+            missing.dedup();
+            let key = format!("points {:?}|{missing:?}", q.classes);
+            let selection = q.filters.selection(q.classes.clone());
+            Some(scan(state, key, None, selection, missing)?)
+        };
+        return Ok(View {
+            agg: ViewAgg::Index(&state.index),
+            mask: q.classes.clone(),
+            last_time,
+            extra,
+        });
+    }
+    let mut edges: Vec<u64> = timeline_edges.map(<[u64]>::to_vec).unwrap_or_default();
+    edges.extend(q.lo);
+    if q.hi != u64::MAX {
+        edges.push(q.hi);
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let totals = &state.index.totals;
+    let mut points = vec![Point::Events(totals.peak_events)];
+    for at in ats {
+        points.push(match at {
+            At::Time(t) => Point::Time(*t),
+            At::Peak { events, .. } | At::Marker { events, .. } => Point::Events(*events),
+            At::End => continue,
+        });
+    }
+    points.sort_unstable_by_key(|p| format!("{p:?}"));
+    points.dedup();
+    let selection = q.filters.selection(q.classes.clone());
+    let key = format!("{:?}|{edges:?}|{points:?}", selection_key(&selection));
+    let agg = scan(state, key, Some(edges), selection, points)?;
+    Ok(View {
+        agg: ViewAgg::Scan(agg),
+        mask: None,
+        last_time,
+        extra: None,
+    })
+}
+
+fn selection_key(selection: &Selection) -> String {
+    format!(
+        "{:?} {:?} {:?} {} {}",
+        selection.classes, selection.size, selection.life, selection.never, selection.temporary
+    )
+}
+
+/// A scan of the trace for a query, or the same scan made for an earlier query; without edges,
+/// a scan for the live heap at `points` only, which stops after the last of them.
+fn scan(
+    state: &State,
+    key: String,
+    edges: Option<Vec<u64>>,
+    selection: Selection,
+    points: Vec<Point>,
+) -> Result<Arc<Agg>, ApiError> {
+    let cached = |state: &State| {
+        state
+            .scans
+            .lock()
+            .ok()
+            .and_then(|s| s.iter().find(|(k, _)| *k == key).map(|(_, a)| a.clone()))
+    };
+    if let Some(agg) = cached(state) {
+        return Ok(agg);
+    }
+    let _one_at_a_time = state
+        .scanning
+        .lock()
+        // A scan that failed (a 500) leaves nothing half-made behind the lock.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(agg) = cached(state) {
+        return Ok(agg);
+    }
+    let mut builder = match edges {
+        Some(edges) => Builder::scan(&state.classes, edges, selection, points),
+        None => Builder::points_only(&state.classes, selection, points),
+    };
+    state
+        .trace
+        .for_each_event(
+            &mut |timed| {
+                if builder.past(timed) {
+                    return ControlFlow::Break(());
+                }
+                builder.event(timed);
+                ControlFlow::Continue(())
+            },
+            &mut |_| {},
+        )
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let agg = Arc::new(builder.finish().0);
+    if let Ok(mut scans) = state.scans.lock() {
+        if scans.len() >= CACHED_SCANS {
+            scans.remove(0);
+        }
+        scans.push((key, agg.clone()));
+    }
+    Ok(agg)
+}
