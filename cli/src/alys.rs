@@ -5,7 +5,7 @@
 //! holds the trace's symbols, innermost first, an inlined call as a frame of its own.
 
 use crate::Failure;
-use memprof::trace::replay::{Event, Trace};
+use memprof_trace::{Event, Trace};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -13,7 +13,7 @@ use std::ops::ControlFlow;
 
 /// Writes every event up to `until` events (all when `None`).
 pub fn write(trace: &Trace, until: Option<u64>, out: &mut dyn Write) -> Result<(), Failure> {
-    let symbols = trace.resolver();
+    let symbols = crate::moment::resolver(trace);
     let mut stacks: HashMap<u32, Value> = HashMap::new();
     let stack_of = |stacks: &mut HashMap<u32, Value>, stack: u32| {
         stacks

@@ -3,7 +3,7 @@
 
 use memprof::StackId;
 use memprof::export::{Event, Events};
-use memprof::trace::replay::{self, Trace};
+use memprof_trace::{self as replay, Trace};
 use std::io;
 use std::ops::ControlFlow;
 
