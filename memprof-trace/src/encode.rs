@@ -43,10 +43,6 @@ fn put_opt_str(out: &mut Vec<u8>, text: Option<&str>) {
     }
 }
 
-/// What the encoder and the decoder of a chunk both remember of its events so far, to store an
-/// event's address, stack and size by reference to them: the last [`ADDRESSES`] distinct
-/// addresses and [`STACKS`] stack ids, most recent first, and the last size allocated from each
-
 impl Header {
     /// Encodes the header, with this codec's version whatever `major` and `minor` say.
     pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {

@@ -27,6 +27,9 @@ pub(crate) fn unzigzag(value: u64) -> i64 {
     ((value >> 1) as i64) ^ -((value & 1) as i64)
 }
 
+/// What the encoder and the decoder of a chunk both remember of its events so far, to store an
+/// event's address, stack and size by reference to them: the last [`ADDRESSES`] distinct
+/// addresses and [`STACKS`] stack ids, most recent first, and the last size allocated from each
 /// slot of stack ids. Allocators hand out the blocks just freed, and programs free the blocks just
 /// allocated, so most addresses are among the recent ones.
 #[derive(Clone, Debug)]
