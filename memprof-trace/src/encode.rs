@@ -14,7 +14,7 @@ use std::io::{self, Write};
 /// Appends `value` as a LEB128 varint: 7 bits a byte, low bits first, the high bit set on every
 /// byte but the last.
 #[inline(always)]
-pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push(value as u8 | 0x80);
         value >>= 7;

@@ -63,7 +63,7 @@ pub struct Heap {
 impl Heap {
     /// Applies one event. Returns the block it ends: for a free, the freed block when it was
     /// live; for an allocation, the live block at its address whose free went unseen.
-    pub fn apply(&mut self, timed: &Timed) -> Option<Block> {
+    pub(crate) fn apply(&mut self, timed: &Timed) -> Option<Block> {
         match timed.event {
             Event::Alloc {
                 address,

@@ -52,7 +52,7 @@ mod visit;
 mod tests;
 
 pub use decode::{Chunk, Reader, Records};
-pub use encode::{ChunkEncoder, Compressor, put_varint};
+pub use encode::{ChunkEncoder, Compressor};
 pub use heap::{AddressHasher, Block, Heap, LiveBlocks};
 pub use moment::{Moment, Position};
 pub use records::{
