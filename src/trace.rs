@@ -9,7 +9,7 @@
 //! - `buffer`: the allocation path's half, per-thread buffers of raw events;
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
 //!   stacks, modules, threads and labels before their first use, and at close adds the symbols;
-//! - `symbols`: offline symbolization ([`OfflineSymbolizer`]), from the binaries a trace's module
+//! - `symbols`: offline symbolization (`OfflineSymbolizer`), from the binaries a trace's module
 //!   records name, with the rules the live symbolizer follows (what `memprof symbolize` uses).
 //!
 //! The allocation path calls `alloc`, `free` and the two halves of a reallocation
