@@ -10,11 +10,11 @@
 //!   [`ChunkHeader`], [`Error`], the [`kind`], [`class`] and [`flags`] numbers); the encoder
 //!   ([`ChunkEncoder`], [`Compressor`], [`Header::write_to`]); the streaming decoder
 //!   ([`Reader`], [`Chunk`], [`Records`]).
-//! - The replay: a [`Trace`] opened once (its definitions read, its event chunks indexed),
-//!   its events merged across threads in time order ([`Trace::for_each_event`]) and applied to
-//!   one live heap ([`Heap`]) by one loop that tells a [`Visitor`] what each event means
-//!   ([`Trace::visit`]); replays to a [`Moment`] ([`Trace::replay`]) and to the peak are visitors
-//!   of that loop, as are the command's summary, index and exports.
+//! - The replay: a [`Trace`] opened once (its definitions read, its event chunks indexed), its
+//!   events merged across threads in time order and applied to one live heap ([`Heap`]) by one
+//!   loop that tells a [`Visitor`] what each event means ([`Trace::visit`]); replays to a
+//!   [`Moment`] ([`Trace::replay`]) and to the peak are visitors of that loop, as are the
+//!   command's summary, index, scans, exports and event streams.
 //! - [`write_symbolized`]: a trace written again with a new symbol section.
 //!
 //! ```

@@ -1,11 +1,11 @@
 //! A trace opened for replay: [`Trace::open`] reads the file once, decoding only the chunks
 //! that define stacks, threads, labels and symbols and keeping an index of the event chunks
-//! (offset, thread, first and last time). [`Trace::for_each_event`] then decodes the event chunks
+//! (offset, thread, first and last time). `Trace::for_each_event` then decodes the event chunks
 //! in order of their first event, merging the chunks that overlap in time: memory is what the
-//! caller keeps, the chunks that overlap the event being read and the stack table, never the
+//! replay keeps, the chunks that overlap the event being read and the stack table, never the
 //! whole trace. A [`Trace`] is reusable: a server opens it once and replays it as often as it is
-//! asked. What a replay accumulates (the live heap, each block's end) is
-//! [`visit`](crate::visit)'s.
+//! asked. The merge feeds one loop, [`Trace::visit`], which applies each event to the live heap
+//! and tells a visitor what it means.
 
 use crate::decode::Reader;
 use crate::records::{Error, ErrorKind, Header, ModuleEntry, Record, SymbolFrame, flags};
@@ -296,7 +296,7 @@ impl Trace {
 
     /// Calls `visit` with every event in time order (merged across threads; at equal times in
     /// file order) until it breaks; `progress(events_done)` every few thousand events.
-    pub fn for_each_event(
+    pub(crate) fn for_each_event(
         &self,
         visit: &mut dyn FnMut(&Timed) -> ControlFlow<()>,
         progress: &mut dyn FnMut(u64),
