@@ -6,7 +6,7 @@
 //! cargo run --release --features trace --example trace_size -- /tmp/churn.mptrace
 //! ```
 
-use memprof::trace::{Reader, Record, format::flags};
+use memprof_trace::{Reader, Record, flags};
 use std::collections::HashSet;
 
 fn main() {

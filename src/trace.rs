@@ -2,17 +2,15 @@
 //! to a file (or a FIFO, or a TCP peer) while the program runs, for tools to analyse afterwards.
 //!
 //! `MEMPROF_TRACE=path` (or [`MemProf::trace`](crate::MemProf::trace)) turns it on, beside the live
-//! table, in a build with the cargo feature `trace`. The pieces:
+//! table, in a build with the cargo feature `trace`. The file format (`docs/trace-format.md`),
+//! its encoder, decoder and replay are the `memprof-trace` crate's, shared with the `memprof`
+//! command; here are the recorder's pieces:
 //!
-//! - `format`: the file format (specified in `docs/trace-format.md`), encoder and streaming
-//!   decoder (`Reader`), shared by the recorder and every reader;
 //! - `buffer`: the allocation path's half, per-thread buffers of raw events;
-//! - `replay`: the trace's events merged across threads in time order, replayed to a moment
-//!   into a [`Snapshot`](crate::Snapshot) that every report and export takes;
-//! - `symbols`: offline symbolization, from the binaries the trace's module records name, and
-//!   the trace written again with that symbol section (`memprof symbolize`);
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
-//!   stacks, modules, threads and labels before their first use, and at close adds the symbols.
+//!   stacks, modules, threads and labels before their first use, and at close adds the symbols;
+//! - `symbols`: offline symbolization (`OfflineSymbolizer`), from the binaries a trace's module
+//!   records name, with the rules the live symbolizer follows (what `memprof symbolize` uses).
 //!
 //! The allocation path calls `alloc`, `free` and the two halves of a reallocation
 //! (`realloc_start`, `realloc_end`) beside the live table's own calls, for the blocks the table
@@ -23,19 +21,12 @@
 #[cfg(feature = "trace")]
 mod buffer;
 #[cfg(feature = "trace")]
-pub mod format;
-#[cfg(feature = "trace")]
-pub mod replay;
-#[cfg(feature = "trace")]
-pub mod symbols;
+mod symbols;
 #[cfg(feature = "trace")]
 mod writer;
 
 #[cfg(feature = "trace")]
-pub use format::{
-    Chunk, ChunkEncoder, ChunkHeader, Codec, Compressor, Error, ErrorKind, Header, ModuleEntry,
-    Reader, Record, Records, SymbolFrame,
-};
+pub use symbols::{OfflineSymbolizer, Unresolved};
 
 #[cfg(feature = "trace")]
 use crate::native::clock;

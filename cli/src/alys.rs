@@ -5,7 +5,8 @@
 //! holds the trace's symbols, innermost first, an inlined call as a frame of its own.
 
 use crate::Failure;
-use memprof::trace::replay::{Event, Trace};
+use memprof::{Frame, ReturnAddress};
+use memprof_trace::{Accumulated, Block, Event, Timed, Trace, Visitor};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -13,15 +14,53 @@ use std::ops::ControlFlow;
 
 /// Writes every event up to `until` events (all when `None`).
 pub fn write(trace: &Trace, until: Option<u64>, out: &mut dyn Write) -> Result<(), Failure> {
-    let symbols = trace.resolver();
-    let mut stacks: HashMap<u32, Value> = HashMap::new();
-    let stack_of = |stacks: &mut HashMap<u32, Value>, stack: u32| {
-        stacks
+    let mut alys = Alys {
+        trace,
+        symbols: crate::moment::resolver(trace),
+        stacks: HashMap::new(),
+        ids: HashMap::new(),
+        moving: HashMap::new(),
+        next_id: 0,
+        first: true,
+        until,
+        result: out.write_all(b"["),
+        out,
+        failed: false,
+    };
+    trace.visit(&mut alys, &mut |_| {})?;
+    alys.result
+        .and_then(|()| alys.out.write_all(b"\n]\n"))
+        .map_err(|e| Failure(format!("cannot write: {e}"), 1))
+}
+
+/// The replay's visitor that writes each event as it comes.
+struct Alys<'a> {
+    trace: &'a Trace,
+    symbols: HashMap<ReturnAddress, Vec<Frame>>,
+    /// Each stack's frames as written, once made.
+    stacks: HashMap<u32, Value>,
+    /// The id of each live block, by address.
+    ids: HashMap<u64, u64>,
+    /// A reallocation's old block per thread: id, address, size.
+    moving: HashMap<u32, (u64, u64, u64)>,
+    next_id: u64,
+    first: bool,
+    until: Option<u64>,
+    out: &'a mut dyn Write,
+    result: io::Result<()>,
+    /// An event could not be written: the replay stops.
+    failed: bool,
+}
+
+impl Alys<'_> {
+    fn stack_of(&mut self, stack: u32) -> Value {
+        let (trace, symbols) = (self.trace, &self.symbols);
+        self.stacks
             .entry(stack)
             .or_insert_with(|| {
                 let mut frames = Vec::new();
                 for &address in &trace.stacks()[stack as usize] {
-                    let resolved = symbols.get(&memprof::ReturnAddress(address as usize));
+                    let resolved = symbols.get(&ReturnAddress(address as usize));
                     match resolved {
                         Some(resolved) if !resolved.is_empty() => {
                             for frame in resolved {
@@ -39,83 +78,85 @@ pub fn write(trace: &Trace, until: Option<u64>, out: &mut dyn Write) -> Result<(
                 Value::Array(frames)
             })
             .clone()
-    };
-    // Live blocks: address → (id, size, stack); a reallocation's old block per thread.
-    let mut live: HashMap<u64, (u64, u64, u32)> = HashMap::new();
-    let mut moving: HashMap<u32, (u64, u64, u64)> = HashMap::new();
-    let mut next_id = 0u64;
-    let mut first = true;
-    let mut count = 0u64;
-    let mut result: io::Result<()> = out.write_all(b"[");
-    trace.for_each_event(
-        &mut |timed| {
-            if until.is_some_and(|n| count >= n) {
-                return ControlFlow::Break(());
+    }
+
+    fn put(&mut self, value: Value) {
+        let separator: &[u8] = if self.first { b"\n" } else { b",\n" };
+        self.first = false;
+        let out = &mut *self.out;
+        self.result = out
+            .write_all(separator)
+            .and_then(|()| serde_json::to_writer(&mut *out, &value).map_err(io::Error::from));
+        self.failed = self.result.is_err();
+    }
+}
+
+impl Visitor for Alys<'_> {
+    fn before(&mut self, _: &Timed, state: &Accumulated) -> ControlFlow<()> {
+        if self.until.is_some_and(|n| state.events >= n) {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn alloc(&mut self, timed: &Timed, address: u64, block: &Block, _: Option<&Block>) {
+        let realloc = matches!(
+            timed.event,
+            Event::Alloc {
+                realloc_of: Some(_),
+                ..
             }
-            count += 1;
-            let time = timed.time as f64 / 1e9;
-            let value = match timed.event {
-                Event::Alloc {
-                    address,
-                    size,
-                    stack,
-                    realloc_of,
-                } => {
-                    let previous = realloc_of.and_then(|_| moving.remove(&timed.thread));
-                    let id = previous.map_or_else(
-                        || {
-                            next_id += 1;
-                            next_id
-                        },
-                        |(id, _, _)| id,
-                    );
-                    live.insert(address, (id, size, stack));
-                    let mut event = json!({
-                        "id": id,
-                        "time": time,
-                        "kind": if previous.is_some() { "realloc" } else { "alloc" },
-                        "addr": address,
-                        "size": size,
-                        "stack": stack_of(&mut stacks, stack),
-                    });
-                    if let Some((_, old_address, old_size)) = previous {
-                        event["prev_addr"] = json!(old_address);
-                        event["prev_size"] = json!(old_size);
-                    }
-                    Some(event)
-                }
-                Event::Free { address, realloc } => match live.remove(&address) {
-                    Some((id, size, _)) if realloc => {
-                        moving.insert(timed.thread, (id, address, size));
-                        None
-                    }
-                    Some((id, size, stack)) => Some(json!({
-                        "id": id,
-                        "time": time,
-                        "kind": "free",
-                        "addr": address,
-                        "size": size,
-                        "stack": stack_of(&mut stacks, stack),
-                    })),
-                    None => None,
-                },
-                Event::Mark { .. } => None,
-            };
-            if let Some(value) = value {
-                let separator: &[u8] = if first { b"\n" } else { b",\n" };
-                first = false;
-                result = out.write_all(separator).and_then(|()| {
-                    serde_json::to_writer(&mut *out, &value).map_err(io::Error::from)
-                });
-                if result.is_err() {
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
-        },
-        &mut |_| {},
-    )?;
-    result
-        .and_then(|()| out.write_all(b"\n]\n"))
-        .map_err(|e| Failure(format!("cannot write: {e}"), 1))
+        );
+        let previous = if realloc {
+            self.moving.remove(&timed.thread)
+        } else {
+            None
+        };
+        let id = previous.map_or_else(
+            || {
+                self.next_id += 1;
+                self.next_id
+            },
+            |(id, _, _)| id,
+        );
+        self.ids.insert(address, id);
+        let mut event = json!({
+            "id": id,
+            "time": timed.time as f64 / 1e9,
+            "kind": if previous.is_some() { "realloc" } else { "alloc" },
+            "addr": address,
+            "size": block.size,
+            "stack": self.stack_of(block.stack),
+        });
+        if let Some((_, old_address, old_size)) = previous {
+            event["prev_addr"] = json!(old_address);
+            event["prev_size"] = json!(old_size);
+        }
+        self.put(event);
+    }
+
+    fn free(&mut self, timed: &Timed, address: u64, freed: Option<&Block>, _: bool) {
+        let Some(block) = freed else { return };
+        let id = self.ids.remove(&address).unwrap_or_default();
+        if matches!(timed.event, Event::Free { realloc: true, .. }) {
+            self.moving.insert(timed.thread, (id, address, block.size));
+            return;
+        }
+        let event = json!({
+            "id": id,
+            "time": timed.time as f64 / 1e9,
+            "kind": "free",
+            "addr": address,
+            "size": block.size,
+            "stack": self.stack_of(block.stack),
+        });
+        self.put(event);
+    }
+
+    fn after(&mut self, _: &Timed, _: &Accumulated) -> ControlFlow<()> {
+        if self.failed {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
 }

@@ -3,8 +3,8 @@
 
 use crate::{Failure, ReportArgs};
 use indicatif::{ProgressBar, ProgressStyle};
-use memprof::trace::replay::{Heap, Moment, Position, Trace};
 use memprof::{ReportOptions, Snapshot};
+use memprof_trace::{Heap, Moment, Position, Trace};
 use std::io;
 use std::path::Path;
 
@@ -104,6 +104,6 @@ fn marker_list(trace: &Trace) -> String {
 /// The snapshot at `moment`, with the trace's peak when the moment is the peak.
 pub fn snapshot_at(trace: &Trace, moment: &Moment) -> Result<(Snapshot, Position), Failure> {
     let (heap, position) = replay(trace, moment)?;
-    let snapshot = trace.snapshot(&heap, heap.live_bytes);
+    let snapshot = crate::moment::snapshot(trace, &heap, heap.live_bytes);
     Ok((snapshot, position))
 }

@@ -1,8 +1,8 @@
 //! `memprof convert`: the heap at a moment in the format the output's name asks for.
 
 use crate::{Failure, alys, bar, replay, timeline};
-use memprof::trace::replay::{Moment, Trace};
 use memprof::{Report, ReportOptions};
+use memprof_trace::{Moment, Trace};
 use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -46,7 +46,7 @@ pub fn convert(
     let (heap, position) = replay(trace, moment)?;
     let snapshot = match format {
         memprof::export::Format::Markdown | memprof::export::Format::Tsv => {
-            trace.snapshot(&heap, heap.live_bytes)
+            crate::moment::snapshot(trace, &heap, heap.live_bytes)
         }
         _ => {
             // The peak up to the moment, for the exports' per-site peak figures.
@@ -57,10 +57,10 @@ pub fn convert(
                 progress.set_position(trace.events() + done)
             })?;
             progress.finish_and_clear();
-            trace.snapshot_with_peak(&heap, &at_peak)
+            crate::moment::snapshot_with_peak(trace, &heap, &at_peak)
         }
     };
-    let mut resolver = trace.resolver();
+    let mut resolver = crate::moment::resolver(trace);
     let header = trace.header();
     let file = std::fs::File::create(output)
         .map_err(|e| Failure(format!("{}: cannot create: {e}", output.display()), 1))?;

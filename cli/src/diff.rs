@@ -1,8 +1,8 @@
 //! `memprof diff`: what grew and shrank between two moments, in the in-process diff format.
 
 use crate::{Failure, Style, snapshot_at, written};
-use memprof::trace::replay::{Moment, Trace};
 use memprof::{DiffReport, ReportOptions};
+use memprof_trace::{Moment, Trace};
 use std::io::Write;
 
 /// The diff from `from` to `to`, written to `out`.
@@ -17,7 +17,7 @@ pub fn diff(
     let (earlier, _) = snapshot_at(trace, from)?;
     let (later, _) = snapshot_at(trace, to)?;
     let diff = later.diff(&earlier);
-    let report_of = DiffReport::new(&diff, &mut trace.resolver(), options);
+    let report_of = DiffReport::new(&diff, &mut crate::moment::resolver(trace), options);
     written(match format {
         Style::Md => report_of.write_markdown(out),
         Style::Tsv => report_of.write_tsv(out),

@@ -1,7 +1,8 @@
 //! `memprof`: reads a trace written by `MEMPROF_TRACE` and reports on any moment of the run: the
 //! live heap's report, a summary of the whole run, every export the crate writes, and what
-//! changed between two moments. The reading is `memprof::trace::replay`; this binary is its
-//! command line.
+//! changed between two moments. The reading is the `memprof-trace` crate's (its decoder and its one
+//! replay, which the summary, the viewer's index and the exports visit); `moment` turns a replay
+//! into the library's snapshot; this binary is its command line.
 
 #![forbid(unsafe_code)]
 
@@ -9,6 +10,7 @@ mod alys;
 mod common;
 mod convert;
 mod diff;
+mod moment;
 mod receive;
 mod report;
 mod run;
@@ -20,7 +22,7 @@ mod timeline;
 use clap::{Parser, Subcommand, ValueEnum};
 // Also the commands' helpers, reached as `crate::…`.
 use common::{bar, open, replay, report_options, snapshot_at, written};
-use memprof::trace::replay::{Moment, TraceError};
+use memprof_trace::{Moment, TraceError};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;

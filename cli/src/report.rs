@@ -1,8 +1,8 @@
 //! `memprof report`: the live heap at a moment, as the in-process Markdown or TSV report.
 
 use crate::{Failure, Style, snapshot_at, written};
-use memprof::trace::replay::{Moment, Trace};
 use memprof::{Report, ReportOptions};
+use memprof_trace::{Moment, Trace};
 use std::io::Write;
 
 /// The report of the live heap at `at`, written to `out`.
@@ -14,7 +14,7 @@ pub fn report(
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let (snapshot, _) = snapshot_at(trace, at)?;
-    let report_of = Report::live(&snapshot, &mut trace.resolver(), options);
+    let report_of = Report::live(&snapshot, &mut crate::moment::resolver(trace), options);
     written(match format {
         Style::Md => report_of.write_markdown(out),
         Style::Tsv => report_of.write_tsv(out),

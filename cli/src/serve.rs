@@ -11,7 +11,7 @@ mod query;
 mod state;
 
 use crate::Failure;
-use memprof::trace::replay::Trace;
+use memprof_trace::Trace;
 use query::ApiError;
 use state::State;
 use std::io::{self, Read, Write};

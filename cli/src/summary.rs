@@ -6,7 +6,7 @@
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::ReportOptions;
-use memprof::trace::replay::{Event, Heap, Moment, Trace};
+use memprof_trace::{Accumulated, Block, Moment, Timed, Trace, Visitor};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
@@ -65,6 +65,61 @@ pub struct Summary {
     top: usize,
 }
 
+/// What the summary counts during the replay of the whole trace.
+struct Counting<'a> {
+    summary: &'a mut Summary,
+    /// Per stack: allocations, bytes, temporary.
+    per_stack: Vec<(u64, u64, u64)>,
+    /// Events up to and with the peak.
+    peak_events: u64,
+    progress: ProgressBar,
+}
+
+impl Visitor for Counting<'_> {
+    fn alloc(&mut self, _: &Timed, _: u64, block: &Block, _: Option<&Block>) {
+        self.summary.allocations += 1;
+        self.summary.bytes += block.size;
+        let site = &mut self.per_stack[block.stack as usize];
+        site.0 += 1;
+        site.1 += block.size;
+    }
+
+    fn free(&mut self, timed: &Timed, _: u64, freed: Option<&Block>, temporary: bool) {
+        self.summary.frees += 1;
+        if let Some(block) = freed {
+            let lifetime = timed.time.saturating_sub(block.time);
+            let bucket = BUCKETS
+                .iter()
+                .position(|&(bound, _)| lifetime < bound)
+                .unwrap_or(BUCKETS.len());
+            self.summary.lifetimes[bucket] += 1;
+            if temporary {
+                self.summary.temporary += 1;
+                self.per_stack[block.stack as usize].2 += 1;
+            }
+        }
+    }
+
+    fn mark(&mut self, _: &Timed, _: u32) {
+        self.summary.markers += 1;
+    }
+
+    fn after(&mut self, timed: &Timed, state: &Accumulated) -> ControlFlow<()> {
+        let summary = &mut *self.summary;
+        summary.duration = timed.time;
+        if state.heap.live_bytes > summary.peak_bytes {
+            summary.peak_bytes = state.heap.live_bytes;
+            summary.peak_blocks = state.heap.live.len() as u64;
+            summary.peak_time = timed.time;
+            self.peak_events = state.events;
+        }
+        if state.events.is_multiple_of(65536) {
+            self.progress.set_position(state.events);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 impl Summary {
     /// Replays `trace` to its end, then to its peak.
     pub fn of(
@@ -84,67 +139,22 @@ impl Summary {
             ..Summary::default()
         };
         let stacks = trace.stacks().len();
-        // Per stack: allocations, bytes, temporary.
-        let mut per_stack = vec![(0u64, 0u64, 0u64); stacks];
-        let mut heap = Heap::default();
-        // Per thread: the address of its last allocation, until it is freed or another comes.
-        let mut last: HashMap<u32, u64> = HashMap::new();
-        let (mut events, mut peak_events) = (0u64, 0u64);
-        let progress = bar(trace.events(), "summary");
-        trace.for_each_event(
-            &mut |timed| {
-                events += 1;
-                summary.duration = timed.time;
-                match timed.event {
-                    Event::Alloc {
-                        address,
-                        size,
-                        stack,
-                        ..
-                    } => {
-                        summary.allocations += 1;
-                        summary.bytes += size;
-                        let site = &mut per_stack[stack as usize];
-                        site.0 += 1;
-                        site.1 += size;
-                        last.insert(timed.thread, address);
-                    }
-                    Event::Free { address, .. } => {
-                        summary.frees += 1;
-                        if let Some(block) = heap.live.get(&address) {
-                            let lifetime = timed.time.saturating_sub(block.time);
-                            let bucket = BUCKETS
-                                .iter()
-                                .position(|&(bound, _)| lifetime < bound)
-                                .unwrap_or(BUCKETS.len());
-                            summary.lifetimes[bucket] += 1;
-                            if last.get(&timed.thread) == Some(&address) {
-                                summary.temporary += 1;
-                                per_stack[block.stack as usize].2 += 1;
-                                last.remove(&timed.thread);
-                            }
-                        }
-                    }
-                    Event::Mark { .. } => summary.markers += 1,
-                }
-                heap.apply(timed);
-                if heap.live_bytes > summary.peak_bytes {
-                    summary.peak_bytes = heap.live_bytes;
-                    summary.peak_blocks = heap.live.len() as u64;
-                    summary.peak_time = timed.time;
-                    peak_events = events;
-                }
-                if events.is_multiple_of(65536) {
-                    progress.set_position(events);
-                }
-                ControlFlow::Continue(())
-            },
-            &mut |_| {},
-        )?;
-        progress.finish_and_clear();
-        summary.leaked_bytes = heap.live_bytes;
-        summary.leaked_blocks = heap.live.len() as u64;
-        drop(heap);
+        let mut counting = Counting {
+            summary: &mut summary,
+            per_stack: vec![(0u64, 0u64, 0u64); stacks],
+            peak_events: 0,
+            progress: bar(trace.events(), "summary"),
+        };
+        let end = trace.visit(&mut counting, &mut |_| {})?;
+        counting.progress.finish_and_clear();
+        let Counting {
+            per_stack,
+            peak_events,
+            ..
+        } = counting;
+        summary.leaked_bytes = end.heap.live_bytes;
+        summary.leaked_blocks = end.heap.live.len() as u64;
+        drop(end);
 
         let (at_peak, _) = crate::replay(trace, &Moment::Events(peak_events))?;
         let mut peak_per_stack = vec![(0u64, 0u64); stacks];
@@ -156,7 +166,7 @@ impl Summary {
         drop(at_peak);
 
         // Stacks grouped by the context a report prints for them.
-        let mut resolver = trace.resolver();
+        let mut resolver = crate::moment::resolver(trace);
         let mut sites: HashMap<Vec<String>, Site> = HashMap::new();
         for (id, frames) in trace.stacks().iter().enumerate() {
             let (allocations, bytes, temporary) = per_stack[id];

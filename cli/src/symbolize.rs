@@ -3,9 +3,8 @@
 //! write its own, or recorded where the debug information was not.
 
 use crate::Failure;
-use memprof::trace::SymbolFrame;
-use memprof::trace::replay::Trace;
-use memprof::trace::symbols::{OfflineSymbolizer, write_symbolized};
+use memprof::trace::OfflineSymbolizer;
+use memprof_trace::{SymbolFrame, Trace, write_symbolized};
 use std::path::{Path, PathBuf};
 
 /// Resolves every return address of `trace`'s stacks and writes the trace with those symbols to
@@ -19,7 +18,7 @@ pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Re
     addresses.dedup();
     let mut symbolizer = OfflineSymbolizer::new(trace, debug_dirs, std::env::current_dir().ok());
     // What the trace says already, kept for the addresses nothing on disk names.
-    let old = trace.resolver();
+    let old = trace.symbols();
     let mut kept = 0;
     let progress = crate::bar(addresses.len() as u64, "resolving");
     let symbols: Vec<(u64, Vec<SymbolFrame>)> = addresses
@@ -29,19 +28,11 @@ pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Re
             let mut frames = symbolizer.resolve(address);
             let unnamed = frames.iter().all(|f| f.function.is_none() && f.line == 0);
             if unnamed
-                && let Some(known) = old.get(&memprof::ReturnAddress(address as usize))
+                && let Some(known) = old.get(&address)
                 && known.iter().any(|f| f.function.is_some())
             {
                 kept += 1;
-                frames = known
-                    .iter()
-                    .map(|f| SymbolFrame {
-                        function: f.function.clone(),
-                        file: f.file.clone(),
-                        line: f.line,
-                        column: f.column,
-                    })
-                    .collect();
+                frames = known.clone();
             }
             (address, frames)
         })

@@ -3,11 +3,12 @@
 
 use memprof::StackId;
 use memprof::export::{Event, Events};
-use memprof::trace::replay::{self, Trace};
+use memprof_trace::{Accumulated, Block, Timed, Trace, Visitor};
 use std::io;
 use std::ops::ControlFlow;
 
-/// The first `events` events of `trace` (a [`replay::Position::events`]), with a progress bar.
+/// The first `events` events of `trace` (a [`memprof_trace::Position::events`]), with a progress
+/// bar.
 pub struct TraceEvents<'a> {
     pub trace: &'a Trace,
     pub events: u64,
@@ -16,37 +17,45 @@ pub struct TraceEvents<'a> {
 impl Events for TraceEvents<'_> {
     fn for_each(&mut self, f: &mut dyn FnMut(Event)) -> io::Result<()> {
         let progress = crate::bar(self.events, "events");
-        let mut seen = 0u64;
-        let limit = self.events;
-        let result = self.trace.for_each_event(
-            &mut |timed| {
-                if seen == limit {
-                    return ControlFlow::Break(());
-                }
-                seen += 1;
-                match timed.event {
-                    replay::Event::Alloc {
-                        address,
-                        size,
-                        stack,
-                        ..
-                    } => f(Event::Alloc {
-                        time: timed.time,
-                        address,
-                        size,
-                        stack: StackId(stack),
-                    }),
-                    replay::Event::Free { address, .. } => f(Event::Free {
-                        time: timed.time,
-                        address,
-                    }),
-                    replay::Event::Mark { .. } => {}
-                }
-                ControlFlow::Continue(())
-            },
-            &mut |done| progress.set_position(done),
-        );
+        let mut forward = Forward {
+            limit: self.events,
+            f,
+        };
+        let result = self
+            .trace
+            .visit(&mut forward, &mut |done| progress.set_position(done));
         progress.finish_and_clear();
-        result.map_err(io::Error::other)
+        result.map(drop).map_err(io::Error::other)
+    }
+}
+
+/// The replay's visitor that hands each allocation and free on, up to `limit` events.
+struct Forward<'a> {
+    limit: u64,
+    f: &'a mut dyn FnMut(Event),
+}
+
+impl Visitor for Forward<'_> {
+    fn before(&mut self, _: &Timed, state: &Accumulated) -> ControlFlow<()> {
+        if state.events == self.limit {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn alloc(&mut self, timed: &Timed, address: u64, block: &Block, _: Option<&Block>) {
+        (self.f)(Event::Alloc {
+            time: timed.time,
+            address,
+            size: block.size,
+            stack: StackId(block.stack),
+        });
+    }
+
+    fn free(&mut self, timed: &Timed, address: u64, _: Option<&Block>, _: bool) {
+        (self.f)(Event::Free {
+            time: timed.time,
+            address,
+        });
     }
 }

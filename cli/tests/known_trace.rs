@@ -11,8 +11,13 @@ mod common;
 
 mod support;
 
+/// The command's replay into the library's snapshot, as the command makes it.
+#[path = "../src/moment.rs"]
+#[allow(dead_code)]
+mod moment;
+
 use common::{missing_tool, pprof_binary};
-use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
+use memprof_trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::{LEAKY, TEMP, known_trace, memprof_cli, stdout_of};
@@ -490,7 +495,7 @@ fn check_dhat_viewer(file: &Path, dir: &Path) {
 /// or says where it stopped, never panics.
 #[test]
 fn damaged_traces_never_panic() {
-    use memprof::trace::replay::{Moment, Trace};
+    use memprof_trace::{Moment, Trace};
     let (bytes, _) = known_trace();
     let dir = std::env::temp_dir().join(format!("memprof-cli-damaged-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -531,7 +536,7 @@ fn damaged_traces_never_panic() {
         for moment in [Moment::Peak, Moment::End, Moment::Marker("m".into())] {
             if let Ok((heap, _)) = trace.replay(&moment, &mut |_| {}) {
                 replayed += 1;
-                let snapshot = trace.snapshot(&heap, heap.live_bytes);
+                let snapshot = moment::snapshot(&trace, &heap, heap.live_bytes);
                 assert_eq!(snapshot.blocks.len(), heap.live.len());
             }
         }

@@ -13,7 +13,7 @@
 mod common;
 
 use common::{chromium, missing_tool};
-use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
+use memprof_trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

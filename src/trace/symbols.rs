@@ -1,16 +1,45 @@
 //! Offline symbolization of a trace: the source frames of every return address of its stacks,
-//! read from the binaries its `MODULES` records name (or from their separate debug files), and
-//! the trace written again with that symbol section. What `memprof symbolize` does for a trace
-//! cut short (no symbol section) or recorded on another machine.
+//! read from the binaries its `MODULES` records name (or from their separate debug files). What
+//! `memprof symbolize` does for a trace cut short (no symbol section) or recorded on another
+//! machine; `memprof_trace::write_symbolized` writes the trace again with those frames.
+//!
+//! It lives in the library, not with the format, because it reads binaries as the live
+//! symbolizer does (`symbolize::frames_at`: inlined frames, demangling, the symbol table when
+//! there is no debug information) and checks build ids with the reader the writer records them
+//! with (`modules::build_id`): offline frames read as the frames a trace gets at close. The
+//! conversions between the library's [`Frame`] and the format's [`SymbolFrame`] are here too,
+//! each written once.
 
 #![forbid(unsafe_code)]
 
-use super::format::{ChunkEncoder, Compressor, ErrorKind, ModuleEntry, Reader, SymbolFrame, flags};
-use super::replay::{Trace, TraceError};
+use crate::frames::Frame;
+use memprof_trace::{ModuleEntry, SymbolFrame, Trace};
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+impl From<SymbolFrame> for Frame {
+    /// A trace's frame as the reports take it.
+    fn from(frame: SymbolFrame) -> Frame {
+        Frame {
+            function: frame.function,
+            file: frame.file,
+            line: frame.line,
+            column: frame.column,
+        }
+    }
+}
+
+impl From<Frame> for SymbolFrame {
+    /// A frame as a trace's `SYMBOL` record holds it.
+    fn from(frame: Frame) -> SymbolFrame {
+        SymbolFrame {
+            function: frame.function,
+            file: frame.file,
+            line: frame.line,
+            column: frame.column,
+        }
+    }
+}
 
 /// Where the debug information of a module was found, or why it was not.
 enum Source {
@@ -122,12 +151,7 @@ impl OfflineSymbolizer {
             |file| crate::symbolize::display_path(working_dir, file),
         )
         .into_iter()
-        .map(|f| SymbolFrame {
-            function: f.function,
-            file: f.file,
-            line: f.line,
-            column: f.column,
-        })
+        .map(SymbolFrame::from)
         .collect()
     }
 
@@ -217,133 +241,4 @@ fn find_source(module: &ModuleEntry, dirs: &[PathBuf]) -> Source {
         }
     }
     Source::Missing(reason)
-}
-
-/// Writes `trace` to `out` with `symbols` as its symbol section: every complete chunk of the
-/// file as it is, but the chunks that hold only symbols, then the new symbol chunks, then the
-/// `END` chunk if the trace has one. A trace cut short stays without `END`, and loses the
-/// incomplete chunk at its end. `out` may be the trace's own path: the file is written under a
-/// temporary name beside it and renamed over it.
-pub fn write_symbolized(
-    trace: &Trace,
-    symbols: &[(u64, Vec<SymbolFrame>)],
-    out: &Path,
-) -> Result<(), TraceError> {
-    let path = trace.path();
-    let fail = |offset: u64, e: io::Error| TraceError {
-        path: path.to_path_buf(),
-        error: super::format::Error {
-            offset,
-            record_offset: None,
-            kind: ErrorKind::Io(e),
-        },
-    };
-    let mut partial = out.as_os_str().to_owned();
-    partial.push(".symbolizing");
-    let partial = PathBuf::from(partial);
-    let written = (|| -> Result<(), TraceError> {
-        let mut reader = Reader::new(BufReader::new(File::open(path).map_err(|e| fail(0, e))?))
-            .map_err(|error| TraceError {
-                path: path.to_path_buf(),
-                error,
-            })?;
-        let mut copy = File::open(path).map_err(|e| fail(0, e))?;
-        let mut sink = BufWriter::new(File::create(&partial).map_err(|e| fail(0, e))?);
-        let put = |sink: &mut BufWriter<File>, e: io::Result<()>| {
-            e.map_err(|e| TraceError {
-                path: partial.clone(),
-                error: super::format::Error {
-                    offset: sink.get_ref().stream_position().unwrap_or(0),
-                    record_offset: None,
-                    kind: ErrorKind::Io(e),
-                },
-            })
-        };
-        let header_len = reader.offset();
-        let result = io::copy(&mut (&mut copy).take(header_len), &mut sink).map(|_| ());
-        put(&mut sink, result)?;
-        let mut end_chunk = None;
-        loop {
-            let (offset, chunk) = match reader.next_chunk_header() {
-                Ok(Some(found)) => found,
-                Ok(None) => break,
-                Err(error) if matches!(error.kind, ErrorKind::Truncated) => break,
-                Err(error) => {
-                    return Err(TraceError {
-                        path: path.to_path_buf(),
-                        error,
-                    });
-                }
-            };
-            match reader.skip_payload() {
-                Ok(()) => {}
-                Err(error) if matches!(error.kind, ErrorKind::Truncated) => break,
-                Err(error) => {
-                    return Err(TraceError {
-                        path: path.to_path_buf(),
-                        error,
-                    });
-                }
-            }
-            let len = reader.offset() - offset;
-            if chunk.events == 0 && chunk.flags & !flags::SYMBOLS == 0 {
-                continue;
-            }
-            if chunk.events == 0 && chunk.flags == flags::END {
-                end_chunk = Some((offset, len));
-                continue;
-            }
-            let result = copy
-                .seek(SeekFrom::Start(offset))
-                .and_then(|_| io::copy(&mut (&mut copy).take(len), &mut sink))
-                .map(|_| ());
-            put(&mut sink, result)?;
-        }
-        let mut compressor = Compressor::new(3).map_err(|e| fail(0, e))?;
-        let mut encoder = ChunkEncoder::new(0);
-        let mut bytes = Vec::new();
-        for (address, frames) in symbols {
-            encoder.symbol(*address, frames);
-            if encoder.len() >= 1 << 20 {
-                bytes.clear();
-                let result = encoder
-                    .finish(Some(&mut compressor), &mut bytes)
-                    .and_then(|()| sink.write_all(&bytes));
-                put(&mut sink, result)?;
-                encoder.reset(0);
-            }
-        }
-        if !encoder.is_empty() {
-            bytes.clear();
-            let result = encoder
-                .finish(Some(&mut compressor), &mut bytes)
-                .and_then(|()| sink.write_all(&bytes));
-            put(&mut sink, result)?;
-        }
-        if let Some((offset, len)) = end_chunk {
-            let result = copy
-                .seek(SeekFrom::Start(offset))
-                .and_then(|_| io::copy(&mut (&mut copy).take(len), &mut sink))
-                .map(|_| ());
-            put(&mut sink, result)?;
-        }
-        let result = sink.flush();
-        put(&mut sink, result)?;
-        let result = sink.get_ref().sync_all();
-        put(&mut sink, result)
-    })();
-    match written {
-        Ok(()) => std::fs::rename(&partial, out).map_err(|e| TraceError {
-            path: out.to_path_buf(),
-            error: super::format::Error {
-                offset: 0,
-                record_offset: None,
-                kind: ErrorKind::Io(e),
-            },
-        }),
-        Err(error) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(error)
-        }
-    }
 }

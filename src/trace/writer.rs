@@ -15,13 +15,13 @@
 #![forbid(unsafe_code)]
 
 use super::buffer::{self, Buffer};
-use super::format::{ChunkEncoder, Compressor, Header, ModuleEntry, SymbolFrame};
 use crate::address::ReturnAddress;
 use crate::config::warn;
 use crate::guard::Guard;
 use crate::modules::{self, Generation};
 use crate::native::{self, clock, clock::Calibration};
 use crate::table::{StackId, TABLE};
+use memprof_trace::{ChunkEncoder, Compressor, Header, ModuleEntry, SymbolFrame};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::TcpStream;
@@ -533,15 +533,7 @@ impl Sink {
         });
         self.defs.reset(0);
         for (address, frames) in resolved {
-            let frames: Vec<SymbolFrame> = frames
-                .iter()
-                .map(|f| SymbolFrame {
-                    function: f.function.clone(),
-                    file: f.file.clone(),
-                    line: f.line,
-                    column: f.column,
-                })
-                .collect();
+            let frames: Vec<SymbolFrame> = frames.iter().cloned().map(SymbolFrame::from).collect();
             self.defs.symbol(address, &frames);
             if self.defs.len() >= SYMBOL_CHUNK {
                 self.write_chunk(true)?;

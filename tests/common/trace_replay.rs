@@ -2,7 +2,7 @@
 //! the end, into the set of live blocks; and the live table's own view, written by the traced
 //! program, to compare it with.
 
-use memprof::trace::{Header, ModuleEntry, Reader, Record, SymbolFrame};
+use memprof_trace::{Header, ModuleEntry, Reader, Record, SymbolFrame};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 

@@ -9,9 +9,10 @@
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
-use memprof::trace::replay::{AddressHasher, Event, Timed};
+use memprof_trace::{Accumulated, AddressHasher, Block, Event, Timed, Visitor};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::ops::ControlFlow;
 
 /// Counters of one class within one bucket. Allocation-side counters (`allocs` to `life_*`)
 /// belong to the bucket of the allocation; `frees` and `free_bytes` to the bucket of the free.
@@ -290,7 +291,6 @@ pub struct Builder<'a> {
     /// A scan that only needs its points stops after the last of them.
     stop_early: bool,
     live: HashMap<u64, Pending, BuildHasherDefault<AddressHasher>>,
-    last_alloc: HashMap<u32, u64>,
     cell_count: usize,
     cell_limit: usize,
     // The index's running heap, per class and whole, and the peak's copy.
@@ -380,7 +380,6 @@ impl<'a> Builder<'a> {
             scan_points,
             stop_early: false,
             live: HashMap::default(),
-            last_alloc: HashMap::new(),
             cell_count: 0,
             cell_limit: INDEX_CELLS,
             current: Vec::new(),
@@ -482,98 +481,12 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Takes one event (in time order).
-    pub fn event(&mut self, timed: &Timed) {
+    /// Counts one event (in time order); returns the events so far.
+    fn count(&mut self, timed: &Timed) -> u64 {
         let totals = &mut self.agg.totals;
         totals.events += 1;
         totals.last_time = timed.time;
-        let events = totals.events;
-        match timed.event {
-            Event::Alloc {
-                address,
-                size,
-                stack,
-                realloc_of,
-            } => {
-                if self.index {
-                    totals.allocations += 1;
-                    totals.allocated_bytes += size;
-                    totals.reallocs += u64::from(realloc_of.is_some());
-                }
-                let class = match self.fixed {
-                    Some(classes) => classes.get(stack, timed.thread),
-                    None => {
-                        let class = self.classes.intern(stack, timed.thread);
-                        if class as usize == self.agg.cells.len() {
-                            self.agg.cells.push(Vec::new());
-                            self.current.push((0, 0));
-                            self.peak_live.push((0, 0));
-                            self.is_dirty.push(false);
-                        }
-                        Some(class)
-                    }
-                };
-                self.last_alloc.insert(timed.thread, address);
-                let bucket = self.bucket(timed.time);
-                if let Some(old) = self.live.remove(&address) {
-                    // A block allocated over a live one: the old one ends here, unseen.
-                    self.resolve(address, old, None, timed, bucket);
-                }
-                let Some(class) = class else { return };
-                if !self.selection.class(class)
-                    || !(self.selection.size.0..=self.selection.size.1).contains(&size)
-                {
-                    return;
-                }
-                self.live.insert(
-                    address,
-                    Pending {
-                        size,
-                        class,
-                        time: timed.time,
-                        events,
-                        bucket,
-                    },
-                );
-                if self.index {
-                    let cell = self.cell(class, bucket);
-                    cell.allocs += 1;
-                    cell.alloc_bytes += size;
-                    let c = &mut self.current[class as usize];
-                    c.0 += size;
-                    c.1 += 1;
-                    self.touch(class);
-                    self.now.0 += size;
-                    self.now.1 += 1;
-                    self.track_peak(timed.time, bucket as usize);
-                }
-            }
-            Event::Free { address, .. } => {
-                if self.index {
-                    totals.frees += 1;
-                }
-                let bucket = self.bucket(timed.time);
-                let temporary = self.last_alloc.get(&timed.thread) == Some(&address);
-                if temporary {
-                    self.last_alloc.remove(&timed.thread);
-                }
-                if let Some(block) = self.live.remove(&address) {
-                    self.resolve(address, block, Some(temporary), timed, bucket);
-                }
-            }
-            Event::Mark { label } => {
-                self.bucket(timed.time);
-                let totals = &mut self.agg.totals;
-                totals.markers.push((timed.time, events, label));
-                if self.index
-                    && !self.agg.marker_live.contains_key(&label)
-                    && self.labels_seen < 4096
-                {
-                    self.labels_seen += 1;
-                    self.agg.marker_live.insert(label, self.current.clone());
-                }
-            }
-        }
+        totals.events
     }
 
     fn track_peak(&mut self, time: u64, bucket: usize) {
@@ -720,5 +633,100 @@ impl<'a> Builder<'a> {
             None => self.classes,
         };
         (self.agg, classes)
+    }
+}
+
+/// The pass is one visitor of the trace's replay.
+impl Visitor for Builder<'_> {
+    fn before(&mut self, timed: &Timed, _: &Accumulated) -> ControlFlow<()> {
+        if self.past(timed) {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn alloc(&mut self, timed: &Timed, address: u64, block: &Block, _: Option<&Block>) {
+        let events = self.count(timed);
+        let (size, stack) = (block.size, block.stack);
+        let totals = &mut self.agg.totals;
+        if self.index {
+            totals.allocations += 1;
+            totals.allocated_bytes += size;
+            totals.reallocs += u64::from(matches!(
+                timed.event,
+                Event::Alloc {
+                    realloc_of: Some(_),
+                    ..
+                }
+            ));
+        }
+        let class = match self.fixed {
+            Some(classes) => classes.get(stack, timed.thread),
+            None => {
+                let class = self.classes.intern(stack, timed.thread);
+                if class as usize == self.agg.cells.len() {
+                    self.agg.cells.push(Vec::new());
+                    self.current.push((0, 0));
+                    self.peak_live.push((0, 0));
+                    self.is_dirty.push(false);
+                }
+                Some(class)
+            }
+        };
+        let bucket = self.bucket(timed.time);
+        if let Some(old) = self.live.remove(&address) {
+            // A block allocated over a live one: the old one ends here, unseen.
+            self.resolve(address, old, None, timed, bucket);
+        }
+        let Some(class) = class else { return };
+        if !self.selection.class(class)
+            || !(self.selection.size.0..=self.selection.size.1).contains(&size)
+        {
+            return;
+        }
+        self.live.insert(
+            address,
+            Pending {
+                size,
+                class,
+                time: timed.time,
+                events,
+                bucket,
+            },
+        );
+        if self.index {
+            let cell = self.cell(class, bucket);
+            cell.allocs += 1;
+            cell.alloc_bytes += size;
+            let c = &mut self.current[class as usize];
+            c.0 += size;
+            c.1 += 1;
+            self.touch(class);
+            self.now.0 += size;
+            self.now.1 += 1;
+            self.track_peak(timed.time, bucket as usize);
+        }
+    }
+
+    fn free(&mut self, timed: &Timed, address: u64, _: Option<&Block>, temporary: bool) {
+        self.count(timed);
+        if self.index {
+            self.agg.totals.frees += 1;
+        }
+        let bucket = self.bucket(timed.time);
+        if let Some(block) = self.live.remove(&address) {
+            self.resolve(address, block, Some(temporary), timed, bucket);
+        }
+    }
+
+    fn mark(&mut self, timed: &Timed, label: u32) {
+        let events = self.count(timed);
+        self.bucket(timed.time);
+        let totals = &mut self.agg.totals;
+        totals.markers.push((timed.time, events, label));
+        if self.index && !self.agg.marker_live.contains_key(&label) && self.labels_seen < 4096 {
+            self.labels_seen += 1;
+            self.agg.marker_live.insert(label, self.current.clone());
+        }
     }
 }

@@ -5,10 +5,9 @@
 use super::index::{Agg, Builder, Classes};
 use crate::Failure;
 use indicatif::ProgressBar;
-use memprof::trace::replay::Trace;
 use memprof::{Frame, ReportOptions, Resolve, ReturnAddress};
+use memprof_trace::Trace;
 use std::collections::HashMap;
-use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 
 /// A frame as the API writes it.
@@ -88,18 +87,7 @@ impl State {
             crate::bar(trace.events(), "indexing")
         };
         let mut builder = Builder::index();
-        let mut done = 0u64;
-        trace.for_each_event(
-            &mut |timed| {
-                builder.event(timed);
-                done += 1;
-                if done.is_multiple_of(1 << 16) {
-                    progress.set_position(done);
-                }
-                ControlFlow::Continue(())
-            },
-            &mut |_| {},
-        )?;
+        trace.visit(&mut builder, &mut |done| progress.set_position(done))?;
         progress.finish_and_clear();
         let (index, classes) = builder.finish();
 
@@ -111,7 +99,7 @@ impl State {
         options.skip = header.stack_skip as usize;
         let mut whole = options.clone().depth(usize::MAX);
         whole.skip = 0;
-        let mut resolver = trace.resolver();
+        let mut resolver = crate::moment::resolver(&trace);
         let mut site_ids: HashMap<Vec<u32>, u32> = HashMap::new();
         let mut sites: Vec<SiteInfo> = Vec::new();
         let mut stacks = Vec::with_capacity(trace.stacks().len());

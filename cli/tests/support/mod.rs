@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use memprof::trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
+use memprof_trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use std::process::{Command, Output};
 
 pub const LEAKY: u64 = 0x1000;

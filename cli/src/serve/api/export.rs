@@ -2,10 +2,11 @@
 
 use super::view::Query;
 use super::{CACHED_SCANS, Reply};
+use crate::serve::index::Selection;
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
 use memprof::export::Format;
-use memprof::trace::replay::{Block, Event, Heap, LiveBlocks};
+use memprof_trace::{Accumulated, Block, Heap, LiveBlocks, Timed, Visitor};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -108,115 +109,42 @@ fn live_heap(
     // replay, and the replay goes on past the moment until every block live there has ended (or
     // the trace has), without changing what is live at the moment.
     let lifetimes = q.filters.life.is_some() || q.filters.never || q.filters.temporary;
-    let selection = q.filters.selection(None);
-    let mut live: HashMap<u64, (Block, u32)> = HashMap::new();
-    let mut allocated = vec![(0u64, 0u64); trace.stacks().len()];
-    // Each thread's last allocation, for the temporary ones (as the index counts them).
-    let mut last_alloc: HashMap<u32, u64> = HashMap::new();
-    // After the moment: the blocks live there, and how each ended (`None` while it lives).
-    let mut at_moment: Option<HashMap<u64, LiveAt>> = None;
-    let mut open = 0usize;
-    let mut events = 0u64;
-    let mut time = 0u64;
-    let count = |allocated: &mut Vec<(u64, u64)>, block: &Block| {
-        if let Some(entry) = allocated.get_mut(block.stack as usize) {
-            entry.0 += 1;
-            entry.1 += block.size;
-        }
+    let mut export = Export {
+        state,
+        q,
+        selection: q.filters.selection(None),
+        lifetimes,
+        stop_events,
+        stop_time,
+        allocated: vec![(0u64, 0u64); trace.stacks().len()],
+        at_moment: None,
+        moment_time: None,
+        open: 0,
+        ended: false,
     };
-    trace
-        .for_each_event(
-            &mut |timed| {
-                if at_moment.is_none() && (events >= stop_events || timed.time > stop_time) {
-                    if !lifetimes {
-                        return ControlFlow::Break(());
-                    }
-                    open = live.len();
-                    let blocks = std::mem::take(&mut live).into_iter();
-                    at_moment = Some(blocks.map(|(a, (b, t))| (a, LiveAt::new(b, t))).collect());
-                }
-                let Some(ends) = at_moment.as_mut() else {
-                    events += 1;
-                    time = timed.time;
-                    match timed.event {
-                        Event::Alloc {
-                            address,
-                            size,
-                            stack,
-                            ..
-                        } => {
-                            let block = Block {
-                                size,
-                                stack,
-                                time: timed.time,
-                            };
-                            last_alloc.insert(timed.thread, address);
-                            live.insert(address, (block, timed.thread));
-                            if !lifetimes && pass(state, q, stack, timed.thread, size, timed.time) {
-                                count(&mut allocated, &block);
-                            }
-                        }
-                        Event::Free { address, .. } => {
-                            let temporary = last_alloc.get(&timed.thread) == Some(&address);
-                            if let Some((block, thread)) = live.remove(&address)
-                                && lifetimes
-                                && pass(state, q, block.stack, thread, block.size, block.time)
-                                && selection.outcome(Some(timed.time - block.time), temporary)
-                            {
-                                count(&mut allocated, &block);
-                            }
-                        }
-                        Event::Mark { .. } => {}
-                    }
-                    return ControlFlow::Continue(());
-                };
-                let (address, temporary) = match timed.event {
-                    Event::Alloc { address, .. } => {
-                        last_alloc.insert(timed.thread, address);
-                        // Only an address whose free went unseen comes back while live.
-                        (address, false)
-                    }
-                    Event::Free { address, .. } => {
-                        (address, last_alloc.get(&timed.thread) == Some(&address))
-                    }
-                    Event::Mark { .. } => return ControlFlow::Continue(()),
-                };
-                if let Some(LiveAt {
-                    block,
-                    end: end @ None,
-                    ..
-                }) = ends.get_mut(&address)
-                {
-                    *end = Some((timed.time - block.time, temporary));
-                    open -= 1;
-                    if open == 0 {
-                        return ControlFlow::Break(());
-                    }
-                }
-                ControlFlow::Continue(())
-            },
-            &mut |_| {},
-        )
+    let end = trace
+        .visit(&mut export, &mut |_| {})
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let live: Vec<(u64, LiveAt)> = match at_moment {
+    let time = export.moment_time.unwrap_or(end.time);
+    let live: Vec<(u64, LiveAt)> = match export.at_moment.take() {
         Some(ends) => ends.into_iter().collect(),
-        None => live
+        None => end
+            .heap
+            .live
             .into_iter()
-            .map(|(address, (block, thread))| (address, LiveAt::new(block, thread)))
+            .map(|(address, block)| (address, LiveAt::new(block)))
             .collect(),
     };
     let mut blocks = LiveBlocks::default();
     let mut bytes = 0;
-    for (address, LiveAt { block, thread, end }) in live {
+    for (address, LiveAt { block, end }) in live {
         let ended_well = || {
             let (life, temporary) = end.map_or((None, false), |(l, t)| (Some(l), t));
-            selection.outcome(life, temporary)
+            export.selection.outcome(life, temporary)
         };
-        if pass(state, q, block.stack, thread, block.size, block.time)
-            && (!lifetimes || ended_well())
-        {
+        if export.pass(&block) && (!lifetimes || ended_well()) {
             if lifetimes {
-                count(&mut allocated, &block);
+                export.count(&block);
             }
             bytes += block.size;
             blocks.insert(address, block);
@@ -224,12 +152,115 @@ fn live_heap(
     }
     let heap = Heap {
         live: blocks,
-        allocated,
+        allocated: export.allocated,
         live_bytes: bytes,
         sample_interval: 0,
         estimated: Vec::new(),
     };
     Ok((heap, time))
+}
+
+/// The export's visitor of the replay: the allocations that count up to the moment, then, for a
+/// lifetime filter, how each block live at the moment ends.
+struct Export<'a> {
+    state: &'a State,
+    q: &'a Query,
+    selection: Selection,
+    lifetimes: bool,
+    stop_events: u64,
+    stop_time: u64,
+    /// Blocks and bytes allocated per stack, of the blocks that pass the filters.
+    allocated: Vec<(u64, u64)>,
+    /// After the moment: the blocks live there, and how each ended (`None` while it lives).
+    at_moment: Option<HashMap<u64, LiveAt>>,
+    /// The time of the last event before the moment, once passed.
+    moment_time: Option<u64>,
+    /// Blocks live at the moment that have not ended yet.
+    open: usize,
+    /// Whether every block live at the moment has ended: the replay stops.
+    ended: bool,
+}
+
+impl Export<'_> {
+    /// Whether a block passes the export's filters.
+    fn pass(&self, block: &Block) -> bool {
+        let q = self.q;
+        let class_ok = match &q.classes {
+            None => true,
+            Some(mask) => self
+                .state
+                .classes
+                .get(block.stack, block.thread)
+                .is_some_and(|c| mask[c as usize]),
+        };
+        class_ok
+            && (q.filters.size.0..=q.filters.size.1).contains(&block.size)
+            && q.lo.is_none_or(|lo| block.time > lo)
+            && block.time <= q.hi
+    }
+
+    fn count(&mut self, block: &Block) {
+        if let Some(entry) = self.allocated.get_mut(block.stack as usize) {
+            entry.0 += 1;
+            entry.1 += block.size;
+        }
+    }
+}
+
+impl Visitor for Export<'_> {
+    fn before(&mut self, timed: &Timed, state: &Accumulated) -> ControlFlow<()> {
+        if self.at_moment.is_none()
+            && (state.events >= self.stop_events || timed.time > self.stop_time)
+        {
+            self.moment_time = Some(state.time);
+            if !self.lifetimes {
+                return ControlFlow::Break(());
+            }
+            self.open = state.heap.live.len();
+            let blocks = state.heap.live.iter();
+            self.at_moment = Some(blocks.map(|(&a, b)| (a, LiveAt::new(*b))).collect());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn alloc(&mut self, _: &Timed, _: u64, block: &Block, _: Option<&Block>) {
+        // After the moment, only an address whose free went unseen comes back while live: it
+        // does not end the block live there.
+        if self.at_moment.is_none() && !self.lifetimes && self.pass(block) {
+            self.count(block);
+        }
+    }
+
+    fn free(&mut self, timed: &Timed, address: u64, freed: Option<&Block>, temporary: bool) {
+        let Some(ends) = self.at_moment.as_mut() else {
+            if let Some(block) = freed
+                && self.lifetimes
+                && self.pass(block)
+                && self
+                    .selection
+                    .outcome(Some(timed.time - block.time), temporary)
+            {
+                self.count(block);
+            }
+            return;
+        };
+        if let Some(LiveAt {
+            block,
+            end: end @ None,
+        }) = ends.get_mut(&address)
+        {
+            *end = Some((timed.time - block.time, temporary));
+            self.open -= 1;
+            self.ended = self.open == 0;
+        }
+    }
+
+    fn after(&mut self, _: &Timed, _: &Accumulated) -> ControlFlow<()> {
+        if self.ended {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// The export of `heap` in `kind`, at `time` (nanoseconds since the trace started).
@@ -241,8 +272,8 @@ fn write_body(
     time: u64,
 ) -> Result<Vec<u8>, ApiError> {
     let trace = &state.trace;
-    let snapshot = trace.snapshot(heap, heap.live_bytes);
-    let mut resolver = trace.resolver();
+    let snapshot = crate::moment::snapshot(trace, heap, heap.live_bytes);
+    let mut resolver = crate::moment::resolver(trace);
     let header = trace.header();
     let mut options = memprof::ReportOptions::from_env();
     if header.stack_depth > 0 {
@@ -275,33 +306,13 @@ fn write_body(
 /// A block live at an export's moment, and how it ended after it.
 struct LiveAt {
     block: Block,
-    thread: u32,
     /// Once it ended: its lifetime and whether it was temporary; `None` while the trace shows no
     /// end (never freed).
     end: Option<(u64, bool)>,
 }
 
 impl LiveAt {
-    fn new(block: Block, thread: u32) -> LiveAt {
-        LiveAt {
-            block,
-            thread,
-            end: None,
-        }
+    fn new(block: Block) -> LiveAt {
+        LiveAt { block, end: None }
     }
-}
-
-/// Whether a block passes an export's filters.
-fn pass(state: &State, q: &Query, stack: u32, thread: u32, size: u64, time: u64) -> bool {
-    let class_ok = match &q.classes {
-        None => true,
-        Some(mask) => state
-            .classes
-            .get(stack, thread)
-            .is_some_and(|c| mask[c as usize]),
-    };
-    class_ok
-        && (q.filters.size.0..=q.filters.size.1).contains(&size)
-        && q.lo.is_none_or(|lo| time > lo)
-        && time <= q.hi
 }

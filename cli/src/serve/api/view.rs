@@ -5,7 +5,6 @@ use super::CACHED_SCANS;
 use crate::serve::index::{Agg, Builder, Cell, Live, Point, Selection};
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
 /// The moments and filters of a query.
@@ -306,16 +305,7 @@ fn scan(
     };
     state
         .trace
-        .for_each_event(
-            &mut |timed| {
-                if builder.past(timed) {
-                    return ControlFlow::Break(());
-                }
-                builder.event(timed);
-                ControlFlow::Continue(())
-            },
-            &mut |_| {},
-        )
+        .visit(&mut builder, &mut |_| {})
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let agg = Arc::new(builder.finish().0);
     if let Ok(mut scans) = state.scans.lock() {

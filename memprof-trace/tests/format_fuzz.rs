@@ -1,9 +1,7 @@
 //! The trace decoder on random and damaged input: it never panics, never allocates more than the
 //! format's limits allow, and always ends, whatever the bytes.
 
-#![cfg(feature = "trace")]
-
-use memprof::trace::{
+use memprof_trace::{
     ChunkEncoder, ChunkHeader, Codec, Compressor, Header, ModuleEntry, Reader, SymbolFrame,
 };
 use proptest::prelude::*;
@@ -106,7 +104,7 @@ fn decode(bytes: &[u8]) -> usize {
 
 /// Decodes `payload` as the records of a chunk, as if its checksum had held.
 fn decode_payload(payload: Vec<u8>) -> usize {
-    let chunk = memprof::trace::Chunk {
+    let chunk = memprof_trace::Chunk {
         offset: 0,
         header: ChunkHeader {
             codec: Codec::Stored,

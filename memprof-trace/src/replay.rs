@@ -1,67 +1,20 @@
-//! Replaying a trace: its events merged across threads in time order, up to a moment of the run
-//! (a time, the heap's peak, a marker, the end), into the crate's [`Snapshot`] with the trace's
-//! own symbols as resolver, so that every report and export works on it unchanged.
-//!
-//! [`Trace::open`] reads the file once, decoding only the chunks that define stacks, threads,
-//! labels and symbols and keeping an index of the event chunks (offset, thread, first and last
-//! time). A replay then decodes the event chunks in order of their first event, merging the
-//! chunks that overlap in time: memory is what is live at the moment replayed, the chunks that
-//! overlap it and the stack table, never the whole trace. A [`Trace`] is reusable: a server
-//! opens it once and replays it to as many moments as it is asked about.
+//! A trace opened for replay: [`Trace::open`] reads the file once, decoding only the chunks
+//! that define stacks, threads, labels and symbols and keeping an index of the event chunks
+//! (offset, thread, first and last time). `Trace::for_each_event` then decodes the event chunks
+//! in order of their first event, merging the chunks that overlap in time: memory is what the
+//! replay keeps, the chunks that overlap the event being read and the stack table, never the
+//! whole trace. A [`Trace`] is reusable: a server opens it once and replays it as often as it is
+//! asked. The merge feeds one loop, [`Trace::visit`], which applies each event to the live heap
+//! and tells a visitor what it means.
 
-#![forbid(unsafe_code)]
-
-use super::format::{Error, ErrorKind, Header, ModuleEntry, Reader, Record, flags};
-use crate::address::ReturnAddress;
-use crate::frames::Frame;
-use crate::snapshot::{LiveBlock, Snapshot, StackSummary};
-use crate::table::StackId;
+use crate::decode::Reader;
+use crate::records::{Error, ErrorKind, Header, ModuleEntry, Record, SymbolFrame, flags};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
 use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-
-/// A moment of the run to replay a trace to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Moment {
-    /// After every event at or before this many nanoseconds since the trace started.
-    Time(u64),
-    /// Just after the event that took the live bytes to their maximum (the first such event).
-    Peak,
-    /// After the last event.
-    End,
-    /// At the first marker with this label (`memprof::mark`).
-    Marker(String),
-    /// After this many events of the replay (a [`Position::events`]).
-    Events(u64),
-}
-
-impl std::str::FromStr for Moment {
-    type Err = String;
-
-    /// `peak`, `end`, `marker:LABEL`, or seconds since the trace started (`1.5`).
-    fn from_str(text: &str) -> Result<Moment, String> {
-        match text {
-            "peak" => Ok(Moment::Peak),
-            "end" => Ok(Moment::End),
-            _ => {
-                if let Some(label) = text.strip_prefix("marker:") {
-                    return Ok(Moment::Marker(label.to_owned()));
-                }
-                match text.parse::<f64>() {
-                    Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
-                        Ok(Moment::Time((seconds * 1e9).round() as u64))
-                    }
-                    _ => Err(format!(
-                        "{text:?} is not a moment: SECONDS, peak, end or marker:LABEL"
-                    )),
-                }
-            }
-        }
-    }
-}
 
 /// One event of the replay, in time order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +78,7 @@ pub struct Trace {
     stacks: Vec<Vec<u64>>,
     labels: HashMap<u32, String>,
     threads: HashMap<u32, (u64, String)>,
-    symbols: HashMap<u64, Vec<Frame>>,
+    symbols: HashMap<u64, Vec<SymbolFrame>>,
     modules: Vec<Vec<ModuleEntry>>,
     end: Option<(u64, u64)>,
     events: u64,
@@ -152,118 +105,6 @@ impl std::fmt::Display for TraceError {
 impl std::error::Error for TraceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
-    }
-}
-
-/// Where a replay stopped, and the heap there.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Position {
-    /// Nanoseconds since the trace started, of the last event replayed.
-    pub time: u64,
-    /// Events replayed (a reallocation counts as a free and an allocation).
-    pub events: u64,
-    /// Live bytes there (recorded bytes, not weighted by sampling).
-    pub live_bytes: u64,
-    /// Whether the moment asked for was found (a marker, or a time within the trace).
-    pub found: bool,
-}
-
-/// A live block during a replay.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    /// Its size.
-    pub size: u64,
-    /// Its stack (an index into [`Trace::stacks`]).
-    pub stack: u32,
-    /// When it was allocated.
-    pub time: u64,
-}
-
-/// Hashes block addresses: one multiplication (Fibonacci hashing), enough for addresses, which
-/// the table's own order makes neither adversarial nor clustered in the high bits once mixed.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0 ^ value)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(26);
-    }
-}
-
-/// Live blocks by address.
-pub type LiveBlocks = HashMap<u64, Block, std::hash::BuildHasherDefault<AddressHasher>>;
-
-/// The state of a replay: live blocks and per-stack totals allocated so far.
-#[derive(Clone, Debug, Default)]
-pub struct Heap {
-    /// Live blocks by address.
-    pub live: LiveBlocks,
-    /// Blocks and bytes allocated per stack so far.
-    pub allocated: Vec<(u64, u64)>,
-    /// Sum of the live blocks' sizes.
-    pub live_bytes: u64,
-    /// The trace's sampling interval (0: every allocation recorded); when not 0, `estimated`
-    /// is kept.
-    pub sample_interval: u64,
-    /// Under sampling, the blocks and bytes each stack stands for so far (the recorded ones
-    /// weighted as the live table weights them).
-    pub estimated: Vec<(f64, f64)>,
-}
-
-impl Heap {
-    /// Applies one event. Returns the freed block for a free of a live block.
-    pub fn apply(&mut self, timed: &Timed) -> Option<Block> {
-        match timed.event {
-            Event::Alloc {
-                address,
-                size,
-                stack,
-                ..
-            } => {
-                let block = Block {
-                    size,
-                    stack,
-                    time: timed.time,
-                };
-                if let Some(old) = self.live.insert(address, block) {
-                    self.live_bytes -= old.size;
-                }
-                self.live_bytes += size;
-                let index = stack as usize;
-                if self.allocated.len() <= index {
-                    self.allocated.resize(index + 1, (0, 0));
-                }
-                self.allocated[index].0 += 1;
-                self.allocated[index].1 += size;
-                if self.sample_interval != 0 {
-                    if self.estimated.len() <= index {
-                        self.estimated.resize(index + 1, (0.0, 0.0));
-                    }
-                    let (blocks, bytes) = crate::sampling::weight(size, self.sample_interval);
-                    self.estimated[index].0 += blocks;
-                    self.estimated[index].1 += bytes;
-                }
-                None
-            }
-            Event::Free { address, .. } => {
-                let block = self.live.remove(&address)?;
-                self.live_bytes -= block.size;
-                Some(block)
-            }
-            Event::Mark { .. } => None,
-        }
     }
 }
 
@@ -379,15 +220,6 @@ impl Trace {
                 self.threads.insert(thread, (tid, name));
             }
             Record::Symbol { address, frames } => {
-                let frames = frames
-                    .into_iter()
-                    .map(|f| Frame {
-                        function: f.function,
-                        file: f.file,
-                        line: f.line,
-                        column: f.column,
-                    })
-                    .collect();
                 self.symbols.insert(address, frames);
             }
             Record::Modules(modules) => self.modules.push(modules),
@@ -456,18 +288,15 @@ impl Trace {
         !self.symbols.is_empty()
     }
 
-    /// The trace's symbols as a resolver for reports and exports (addresses without a symbol
-    /// resolve to an unknown frame).
-    pub fn resolver(&self) -> HashMap<ReturnAddress, Vec<Frame>> {
-        self.symbols
-            .iter()
-            .map(|(&a, f)| (ReturnAddress(a as usize), f.clone()))
-            .collect()
+    /// The trace's symbols: the source frames of each return address its symbol section names,
+    /// innermost first.
+    pub fn symbols(&self) -> &HashMap<u64, Vec<SymbolFrame>> {
+        &self.symbols
     }
 
     /// Calls `visit` with every event in time order (merged across threads; at equal times in
     /// file order) until it breaks; `progress(events_done)` every few thousand events.
-    pub fn for_each_event(
+    pub(crate) fn for_each_event(
         &self,
         visit: &mut dyn FnMut(&Timed) -> ControlFlow<()>,
         progress: &mut dyn FnMut(u64),
@@ -609,166 +438,10 @@ impl Trace {
         }
         Ok(events)
     }
-
-    /// Finds the heap's peak: the position just after the event that first took the live bytes
-    /// to their maximum.
-    pub fn find_peak(&self, progress: &mut dyn FnMut(u64)) -> Result<Position, TraceError> {
-        self.find_peak_within(u64::MAX, progress)
-    }
-
-    /// [`Trace::find_peak`] among the first `events` events of the replay.
-    pub fn find_peak_within(
-        &self,
-        limit: u64,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<Position, TraceError> {
-        let mut heap = Heap::default();
-        let mut peak = Position {
-            found: true,
-            ..Position::default()
-        };
-        let mut events = 0;
-        self.for_each_event(
-            &mut |timed| {
-                if events == limit {
-                    return ControlFlow::Break(());
-                }
-                heap.apply(timed);
-                events += 1;
-                if heap.live_bytes > peak.live_bytes {
-                    peak.live_bytes = heap.live_bytes;
-                    peak.time = timed.time;
-                    peak.events = events;
-                }
-                ControlFlow::Continue(())
-            },
-            progress,
-        )?;
-        Ok(peak)
-    }
-
-    /// Replays the trace to `moment`: the live heap there, and where that is.
-    pub fn replay(
-        &self,
-        moment: &Moment,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(Heap, Position), TraceError> {
-        let stop_after = match moment {
-            Moment::Peak => {
-                let peak = self.find_peak(progress)?;
-                Some(peak.events)
-            }
-            Moment::Events(n) => Some(*n),
-            _ => None,
-        };
-        let label = match moment {
-            Moment::Marker(text) => {
-                let id = self
-                    .labels
-                    .iter()
-                    .find(|(_, t)| *t == text)
-                    .map(|(&id, _)| id);
-                if id.is_none() {
-                    return Ok((Heap::default(), Position::default()));
-                }
-                id
-            }
-            _ => None,
-        };
-        let mut heap = Heap {
-            sample_interval: self.header.sample_interval,
-            ..Heap::default()
-        };
-        let mut position = Position::default();
-        if matches!(moment, Moment::End | Moment::Peak | Moment::Events(_))
-            || matches!(moment, Moment::Time(t) if *t >= self.last_time)
-        {
-            position.found = true;
-        }
-        if stop_after == Some(0) {
-            return Ok((heap, position));
-        }
-        self.for_each_event(
-            &mut |timed| {
-                if let Moment::Time(limit) = moment
-                    && timed.time > *limit
-                {
-                    position.found = true;
-                    return ControlFlow::Break(());
-                }
-                heap.apply(timed);
-                position.time = timed.time;
-                position.events += 1;
-                if stop_after == Some(position.events) {
-                    return ControlFlow::Break(());
-                }
-                if let Event::Mark { label: l } = timed.event
-                    && Some(l) == label
-                {
-                    position.found = true;
-                    return ControlFlow::Break(());
-                }
-                ControlFlow::Continue(())
-            },
-            progress,
-        )?;
-        position.live_bytes = heap.live_bytes;
-        Ok((heap, position))
-    }
-
-    /// The crate's snapshot of `heap`: live blocks, and every stack of the trace with its
-    /// allocated totals (so snapshots of one trace at two moments diff stack by stack).
-    /// `peak_bytes` is the heap's peak to state, when known.
-    pub fn snapshot(&self, heap: &Heap, peak_bytes: u64) -> Snapshot {
-        let interval = self.header.sample_interval;
-        let mut stacks: Vec<StackSummary> = self
-            .stacks
-            .iter()
-            .map(|frames| StackSummary {
-                frames: frames.iter().map(|&a| ReturnAddress(a as usize)).collect(),
-                ..StackSummary::default()
-            })
-            .collect();
-        if interval == 0 {
-            for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.allocated) {
-                (stack.allocated_blocks, stack.allocated_bytes) = (blocks, bytes);
-            }
-        } else {
-            for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.estimated) {
-                stack.allocated_blocks = blocks.round() as u64;
-                stack.allocated_bytes = bytes.round() as u64;
-            }
-        }
-        let blocks: Vec<LiveBlock> = heap
-            .live
-            .iter()
-            .map(|(&address, block)| LiveBlock {
-                address: address as usize,
-                size: block.size,
-                stack: StackId(block.stack),
-                tag: 0,
-            })
-            .collect();
-        Snapshot::sampled(blocks, stacks, peak_bytes, interval)
-    }
-
-    /// [`Trace::snapshot`] of `heap` with each stack's blocks and bytes live at the heap's
-    /// peak, `peak` (a replay to [`Trace::find_peak_within`] the events of `heap`): the exports'
-    /// per-site peak figures, exact from a trace.
-    pub fn snapshot_with_peak(&self, heap: &Heap, peak: &Heap) -> Snapshot {
-        let at_peak = self.snapshot(peak, peak.live_bytes);
-        let mut snapshot = self.snapshot(heap, at_peak.stats.live_bytes);
-        for (stack, at_peak) in snapshot.stacks.iter_mut().zip(&at_peak.stacks) {
-            stack.peak_blocks = at_peak.live_blocks;
-            stack.peak_bytes = at_peak.live_bytes;
-        }
-        snapshot.peak_known = true;
-        snapshot
-    }
 }
 
 /// An error at byte `offset` of the file.
-fn error_at(offset: u64, kind: ErrorKind) -> Error {
+pub(crate) fn error_at(offset: u64, kind: ErrorKind) -> Error {
     Error {
         offset,
         record_offset: None,

@@ -1,0 +1,70 @@
+//! A trace's replay in the library's terms, for the reports and exports at a moment: the trace's
+//! symbols as a resolver, and the heap replayed to a moment as a [`Snapshot`] of the same shape
+//! as the live table's, so that every report and export works on it unchanged.
+
+use memprof::{Frame, LiveBlock, ReturnAddress, Snapshot, StackId, StackSummary};
+use memprof_trace::{Heap, Trace};
+use std::collections::HashMap;
+
+/// The trace's symbols as a resolver for reports and exports (addresses without a symbol
+/// resolve to an unknown frame).
+pub fn resolver(trace: &Trace) -> HashMap<ReturnAddress, Vec<Frame>> {
+    trace
+        .symbols()
+        .iter()
+        .map(|(&address, frames)| {
+            let frames = frames.iter().cloned().map(Frame::from).collect();
+            (ReturnAddress(address as usize), frames)
+        })
+        .collect()
+}
+
+/// The snapshot of `heap`: live blocks, and every stack of the trace with its allocated totals
+/// (so snapshots of one trace at two moments diff stack by stack). `peak_bytes` is the heap's
+/// peak to state, when known.
+pub fn snapshot(trace: &Trace, heap: &Heap, peak_bytes: u64) -> Snapshot {
+    let interval = trace.header().sample_interval;
+    let mut stacks: Vec<StackSummary> = trace
+        .stacks()
+        .iter()
+        .map(|frames| StackSummary {
+            frames: frames.iter().map(|&a| ReturnAddress(a as usize)).collect(),
+            ..StackSummary::default()
+        })
+        .collect();
+    if interval == 0 {
+        for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.allocated) {
+            (stack.allocated_blocks, stack.allocated_bytes) = (blocks, bytes);
+        }
+    } else {
+        for (stack, &(blocks, bytes)) in stacks.iter_mut().zip(&heap.estimated) {
+            stack.allocated_blocks = blocks.round() as u64;
+            stack.allocated_bytes = bytes.round() as u64;
+        }
+    }
+    let blocks: Vec<LiveBlock> = heap
+        .live
+        .iter()
+        .map(|(&address, block)| LiveBlock {
+            address: address as usize,
+            size: block.size,
+            stack: StackId(block.stack),
+            tag: 0,
+        })
+        .collect();
+    Snapshot::sampled(blocks, stacks, peak_bytes, interval)
+}
+
+/// [`snapshot`] of `heap` with each stack's blocks and bytes live at the heap's peak, `peak` (a
+/// replay to the peak within the events of `heap`): the exports' per-site peak figures, exact
+/// from a trace.
+pub fn snapshot_with_peak(trace: &Trace, heap: &Heap, peak: &Heap) -> Snapshot {
+    let at_peak = snapshot(trace, peak, peak.live_bytes);
+    let mut snapshot = snapshot(trace, heap, at_peak.stats.live_bytes);
+    for (stack, at_peak) in snapshot.stacks.iter_mut().zip(&at_peak.stacks) {
+        stack.peak_blocks = at_peak.live_blocks;
+        stack.peak_bytes = at_peak.live_bytes;
+    }
+    snapshot.peak_known = true;
+    snapshot
+}

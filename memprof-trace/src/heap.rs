@@ -1,0 +1,125 @@
+//! What a replay accumulates: the live blocks by address, the live bytes, and each stack's
+//! allocated totals (weighted under sampling as the live table weights them).
+
+use crate::replay::{Event, Timed};
+use std::collections::HashMap;
+
+/// A live block during a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Its size.
+    pub size: u64,
+    /// Its stack (an index into [`Trace::stacks`](crate::Trace::stacks)).
+    pub stack: u32,
+    /// The trace's number of the thread that allocated it.
+    pub thread: u32,
+    /// When it was allocated.
+    pub time: u64,
+}
+
+/// Hashes block addresses: one multiplication (Fibonacci hashing), enough for addresses, which
+/// the table's own order makes neither adversarial nor clustered in the high bits once mixed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0 ^ value)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+}
+
+/// Live blocks by address.
+pub type LiveBlocks = HashMap<u64, Block, std::hash::BuildHasherDefault<AddressHasher>>;
+
+/// The state of a replay: live blocks and per-stack totals allocated so far.
+#[derive(Clone, Debug, Default)]
+pub struct Heap {
+    /// Live blocks by address.
+    pub live: LiveBlocks,
+    /// Blocks and bytes allocated per stack so far.
+    pub allocated: Vec<(u64, u64)>,
+    /// Sum of the live blocks' sizes.
+    pub live_bytes: u64,
+    /// The trace's sampling interval (0: every allocation recorded); when not 0, `estimated`
+    /// is kept.
+    pub sample_interval: u64,
+    /// Under sampling, the blocks and bytes each stack stands for so far (the recorded ones
+    /// weighted as the live table weights them).
+    pub estimated: Vec<(f64, f64)>,
+}
+
+impl Heap {
+    /// Applies one event. Returns the block it ends: for a free, the freed block when it was
+    /// live; for an allocation, the live block at its address whose free went unseen.
+    pub(crate) fn apply(&mut self, timed: &Timed) -> Option<Block> {
+        match timed.event {
+            Event::Alloc {
+                address,
+                size,
+                stack,
+                ..
+            } => {
+                let block = Block {
+                    size,
+                    stack,
+                    thread: timed.thread,
+                    time: timed.time,
+                };
+                let replaced = self.live.insert(address, block);
+                if let Some(old) = replaced {
+                    self.live_bytes -= old.size;
+                }
+                self.live_bytes += size;
+                let index = stack as usize;
+                if self.allocated.len() <= index {
+                    self.allocated.resize(index + 1, (0, 0));
+                }
+                self.allocated[index].0 += 1;
+                self.allocated[index].1 += size;
+                if self.sample_interval != 0 {
+                    if self.estimated.len() <= index {
+                        self.estimated.resize(index + 1, (0.0, 0.0));
+                    }
+                    let (blocks, bytes) = weight(size, self.sample_interval);
+                    self.estimated[index].0 += blocks;
+                    self.estimated[index].1 += bytes;
+                }
+                replaced
+            }
+            Event::Free { address, .. } => {
+                let block = self.live.remove(&address)?;
+                self.live_bytes -= block.size;
+                Some(block)
+            }
+            Event::Mark { .. } => None,
+        }
+    }
+}
+
+/// The blocks and bytes that one recorded allocation of `size` bytes stands for under sampling
+/// every `interval` bytes on average (0: every allocation recorded): `1/p` blocks and `size/p`
+/// bytes, `p = 1 - exp(-size/interval)`, as the trace header's `sample_interval` specifies and as
+/// the live table weighs its own samples.
+pub(crate) fn weight(size: u64, interval: u64) -> (f64, f64) {
+    let p = if interval == 0 {
+        1.0
+    } else {
+        -(-(size as f64) / interval as f64).exp_m1()
+    };
+    if p <= 0.0 {
+        return (1.0, size as f64);
+    }
+    (1.0 / p, size as f64 / p)
+}

@@ -1,0 +1,65 @@
+//! memprof's trace format, and the replay of a trace.
+//!
+//! A trace is what memprof's trace mode writes (`MEMPROF_TRACE=path`): every allocation,
+//! reallocation and free of the traced program with its time, thread and stack, in compressed
+//! chunks, then the symbols of its stacks. `docs/trace-format.md` specifies the format; this
+//! crate is its one implementation, shared by the recorder (the `memprof` library, which
+//! encodes) and every reader (the `memprof` command and its viewer, which decode and replay).
+//!
+//! - The codec, by role: the format's records, headers and errors ([`Record`], [`Header`],
+//!   [`ChunkHeader`], [`Error`], the [`kind`], [`class`] and [`flags`] numbers); the encoder
+//!   ([`ChunkEncoder`], [`Compressor`], [`Header::write_to`]); the streaming decoder
+//!   ([`Reader`], [`Chunk`], [`Records`]).
+//! - The replay: a [`Trace`] opened once (its definitions read, its event chunks indexed), its
+//!   events merged across threads in time order and applied to one live heap ([`Heap`]) by one
+//!   loop that tells a [`Visitor`] what each event means ([`Trace::visit`]); replays to a
+//!   [`Moment`] ([`Trace::replay`]) and to the peak are visitors of that loop, as are the
+//!   command's summary, index, scans, exports and event streams.
+//! - [`write_symbolized`]: a trace written again with a new symbol section.
+//!
+//! ```
+//! use memprof_trace::{ChunkEncoder, Header, Reader, Record};
+//!
+//! let mut bytes = Vec::new();
+//! Header::new(42, 0, "/bin/app".into()).write_to(&mut bytes)?;
+//! let mut chunk = ChunkEncoder::new(1);
+//! chunk.alloc(100, 0x1000, 24, 0);
+//! chunk.free(150, 0x1000);
+//! chunk.finish(None, &mut bytes)?;
+//!
+//! let mut reader = Reader::new(&bytes[..])?;
+//! assert_eq!(reader.header().pid, 42);
+//! let chunk = reader.next_chunk()?.expect("one chunk");
+//! let records: Vec<Record> = chunk.records().collect::<Result<_, _>>()?;
+//! assert_eq!(records.len(), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod decode;
+mod encode;
+mod heap;
+mod model;
+mod moment;
+mod records;
+mod replay;
+mod rewrite;
+mod visit;
+
+#[cfg(test)]
+mod tests;
+
+pub use decode::{Chunk, Reader, Records};
+pub use encode::{ChunkEncoder, Compressor};
+pub use heap::{AddressHasher, Block, Heap, LiveBlocks};
+pub use moment::{Moment, Position};
+pub use records::{
+    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkHeader, Codec, Error, ErrorKind, FIRST_SIZED_KIND,
+    Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, MINOR, ModuleEntry, Record,
+    SymbolFrame, class, flags, kind,
+};
+pub use replay::{Event, Timed, Trace, TraceError};
+pub use rewrite::write_symbolized;
+pub use visit::{Accumulated, Visitor};

@@ -1,0 +1,213 @@
+//! The codec's round trips, refusals and error offsets.
+
+use super::*;
+
+fn trace(chunks: &[ChunkEncoder], level: Option<i32>) -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let mut compressor = level.map(|l| Compressor::new(l).unwrap());
+    for chunk in chunks {
+        chunk.clone().finish(compressor.as_mut(), &mut out).unwrap();
+    }
+    out
+}
+
+type Decoded = (Header, Vec<(ChunkHeader, Vec<Record>)>);
+
+fn decode(bytes: &[u8]) -> Result<Decoded, Error> {
+    let mut reader = Reader::new(bytes)?;
+    let mut chunks = Vec::new();
+    while let Some(chunk) = reader.next_chunk()? {
+        let records = chunk.records().collect::<Result<Vec<_>, _>>()?;
+        chunks.push((chunk.header, records));
+    }
+    Ok((reader.header().clone(), chunks))
+}
+
+#[test]
+fn records_round_trip_stored_and_compressed() {
+    let mut defs = ChunkEncoder::new(0);
+    defs.stack(3, [0x5555_0000_1234u64, 0x5555_0000_1000, 7].into_iter());
+    defs.modules(&[ModuleEntry {
+        path: "/bin/app".into(),
+        bias: 0x5555_0000_0000,
+        build_id: vec![1, 2, 3],
+        text: vec![(0x5555_0000_1000, 0x5555_0000_9000)],
+    }]);
+    defs.thread(1, 4242, "main");
+    defs.label(0, "request 42 done");
+    defs.symbol(
+        0x5555_0000_1234,
+        &[SymbolFrame {
+            function: Some("app::main".into()),
+            file: None,
+            line: 3,
+            column: 0,
+        }],
+    );
+    let mut events = ChunkEncoder::new(1);
+    events.alloc(100, 0x7f00_0000_0010, 24, 3);
+    events.free(150, 0x7f00_0000_0010);
+    events.realloc(200, 260, 0x7f00_0000_0ff1, 0x7f00_0000_0010, 48, 3);
+    events.mark(300, 0);
+    events.alloc(300, 0x10, u64::MAX, u32::MAX);
+    let mut end = ChunkEncoder::new(0);
+    end.end(5, 0);
+    for level in [None, Some(3)] {
+        let chunks = [defs_clone(&defs), events_clone(&events), end_clone(&end)];
+        let (header, decoded) = decode(&trace(&chunks, level)).unwrap();
+        assert_eq!(header.pid, 42);
+        assert_eq!(header.executable, "/bin/app");
+        assert_eq!(header.stack_depth, 5);
+        assert_eq!(decoded.len(), 3);
+        assert_eq!(decoded[0].0.flags, flags::DEFINITIONS | flags::SYMBOLS);
+        assert_eq!(
+            decoded[0].1[0],
+            Record::Stack {
+                id: 3,
+                frames: vec![0x5555_0000_1234, 0x5555_0000_1000, 7]
+            }
+        );
+        let (head, records) = &decoded[1];
+        assert_eq!((head.thread, head.events), (1, 5));
+        assert_eq!((head.first_time, head.last_time), (100, 300));
+        assert_eq!(
+            records,
+            &vec![
+                Record::Alloc {
+                    time: 100,
+                    address: 0x7f00_0000_0010,
+                    size: 24,
+                    stack: 3
+                },
+                Record::Free {
+                    time: 150,
+                    address: 0x7f00_0000_0010
+                },
+                Record::Realloc {
+                    time: 200,
+                    new_time: 260,
+                    old_address: 0x7f00_0000_0ff1,
+                    address: 0x7f00_0000_0010,
+                    size: 48,
+                    stack: 3
+                },
+                Record::Mark {
+                    time: 300,
+                    label: 0
+                },
+                Record::Alloc {
+                    time: 300,
+                    address: 0x10,
+                    size: u64::MAX,
+                    stack: u32::MAX
+                },
+            ]
+        );
+        assert_eq!(decoded[2].1, vec![Record::End { events: 5, lost: 0 }]);
+    }
+}
+
+// The encoders hold their payloads; tests reuse them by value.
+fn defs_clone(e: &ChunkEncoder) -> ChunkEncoder {
+    e.clone()
+}
+use defs_clone as events_clone;
+use defs_clone as end_clone;
+
+#[test]
+fn newer_major_versions_and_other_files_are_refused() {
+    let mut bytes = trace(&[], None);
+    bytes[8] = 2;
+    let error = Reader::new(&bytes[..]).unwrap_err();
+    assert!(matches!(
+        error.kind,
+        ErrorKind::UnsupportedVersion { major: 2, .. }
+    ));
+    assert!(error.to_string().contains("version 2.0"), "{error}");
+    let error = Reader::new(&b"PK\x03\x04 a zip"[..]).unwrap_err();
+    assert!(matches!(error.kind, ErrorKind::NotATrace));
+}
+
+#[test]
+fn unknown_sized_kinds_and_header_fields_are_skipped() {
+    let mut chunk = ChunkEncoder::new(0);
+    chunk.body.extend_from_slice(b"future");
+    chunk.sized(0x7e, 0);
+    chunk.label(1, "x");
+    let mut bytes = trace(&[chunk], None);
+    // A longer header body, as a later minor version may write.
+    let body_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+    let insert_at = 16 + body_len as usize;
+    bytes.splice(insert_at..insert_at, [9, 9, 9]);
+    bytes[12..16].copy_from_slice(&(body_len + 3).to_le_bytes());
+    bytes[10] = 7;
+    let (header, chunks) = decode(&bytes).unwrap();
+    assert_eq!(header.minor, 7);
+    assert_eq!(
+        chunks[0].1,
+        vec![
+            Record::Unknown { kind: 0x7e },
+            Record::Label {
+                id: 1,
+                text: "x".into()
+            }
+        ]
+    );
+}
+
+#[test]
+fn cut_and_damaged_traces_fail_with_offsets() {
+    let mut chunk = ChunkEncoder::new(1);
+    for i in 0..100 {
+        chunk.alloc(i * 10, 0x1000 + i * 16, 32, 0);
+    }
+    let bytes = trace(&[defs_clone(&chunk), defs_clone(&chunk)], Some(1));
+    let header_len = Reader::new(&bytes[..]).unwrap().offset() as usize;
+    let chunk_len = (bytes.len() - header_len) / 2;
+    // Cut inside the second chunk: the first still reads, then a truncation at its start.
+    let cut = &bytes[..bytes.len() - 5];
+    let mut reader = Reader::new(cut).unwrap();
+    assert_eq!(reader.next_chunk().unwrap().unwrap().records().count(), 100);
+    let error = reader.next_chunk().unwrap_err();
+    assert!(matches!(error.kind, ErrorKind::Truncated));
+    assert_eq!(error.offset, (header_len + chunk_len) as u64);
+    // A flipped byte in the payload fails the checksum.
+    let mut damaged = bytes.clone();
+    damaged[header_len + CHUNK_HEADER_BYTES + 3] ^= 0x40;
+    let error = decode(&damaged).unwrap_err();
+    assert_eq!(error.offset, header_len as u64);
+    assert!(error.to_string().contains("checksum"), "{error}");
+}
+
+#[test]
+fn address_deltas_round_trip() {
+    let addresses = [
+        0u64,
+        16,
+        0,
+        1,
+        u64::MAX,
+        17,
+        1 << 63,
+        0x7fff_0000_0010,
+        15,
+        0x1000,
+    ];
+    let mut chunk = ChunkEncoder::new(1);
+    for (i, &address) in addresses.iter().enumerate() {
+        chunk.free(i as u64, address);
+    }
+    let chunk = decode(&trace(&[chunk], None)).unwrap().1.remove(0).1;
+    let decoded: Vec<u64> = chunk
+        .iter()
+        .map(|r| match r {
+            Record::Free { address, .. } => *address,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(decoded, addresses);
+}
