@@ -3,7 +3,7 @@
 //! machine. The capture depth comes from `MEMPROF_STACK_DEPTH`; the walker from the build
 //! (`RUSTFLAGS="-C force-frame-pointers=yes"` for the frame-pointer walk).
 //!
-//! `cargo bench --bench overhead`
+//! `cargo bench -p memprof-bench --bench overhead`
 
 mod common;
 

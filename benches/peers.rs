@@ -12,7 +12,7 @@
 //! dhat-rs always walks the whole stack. `scripts/compare.py` runs it at depths 5, 16 and 32, in
 //! a default build (DWARF unwinder) and a frame-pointer build.
 //!
-//! `MEMPROF_STACK_DEPTH=16 cargo bench --bench peers`
+//! `MEMPROF_STACK_DEPTH=16 cargo bench -p memprof-bench --bench peers`
 
 mod common;
 

@@ -3,12 +3,12 @@
 //! `scripts/compare.py` runs them all, with heaptrack and Valgrind, and prints a table.
 //!
 //! ```text
-//! cargo run --release --example workload -- churn 200000
-//! cargo run --release --example workload -- markdown 20000
-//! cargo run --release --example workload -- json 100000
-//! cargo run --release --example workload -- threads 100000 2
-//! cargo run --release --example workload -- live 1000000
-//! cargo run --release --example workload -- report 1000000
+//! cargo run --release -p memprof-bench --example workload -- churn 200000
+//! cargo run --release -p memprof-bench --example workload -- markdown 20000
+//! cargo run --release -p memprof-bench --example workload -- json 100000
+//! cargo run --release -p memprof-bench --example workload -- threads 100000 2
+//! cargo run --release -p memprof-bench --example workload -- live 1000000
+//! cargo run --release -p memprof-bench --example workload -- report 1000000
 //! ```
 //!
 //! Besides the scenarios of `examples/workload/mod.rs`, this one has `report [blocks]`: `blocks`

@@ -1,7 +1,7 @@
 //! The comparison workload under dhat-rs (`dhat::Alloc` as the global allocator, a heap profiler
 //! running for the whole program). See `examples/workload/mod.rs` for the scenarios.
 //!
-//! `cargo run --release --example workload_dhat -- churn 200000`
+//! `cargo run --release -p memprof-bench --example workload_dhat -- churn 200000`
 
 #[path = "workload/mod.rs"]
 mod workload;

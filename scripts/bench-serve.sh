@@ -2,7 +2,7 @@
 # Benchmark of `memprof serve` on a trace: the time to index it, then each endpoint's answer time
 # (first request, then the same again), and the server's maximum resident memory.
 #
-#   RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release --features trace --example workload
+#   RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release -p memprof-bench --features trace --example workload
 #   cargo build --release -p memprof-cli
 #   MEMPROF_TRACE=/tmp/churn.mptrace target/release/examples/workload churn 2000000
 #   scripts/bench-serve.sh /tmp/churn.mptrace

@@ -102,11 +102,12 @@ def build(target_dir, frame_pointers, examples=EXAMPLES, bench=True):
     # The frame-pointer build can also trace (cargo feature `trace`), for the trace-mode rows.
     features = ["--features", "trace"] if frame_pointers else []
     commands = [
-        ["cargo", "build", "--release", "--features", "http", "--message-format=json"]
+        ["cargo", "build", "--release", "-p", "memprof-bench", "--features", "http",
+         "--message-format=json"]
         + features + [a for e in examples for a in ("--example", e)],
     ]
     if bench:
-        commands.append(["cargo", "bench", "--bench", "peers", "--no-run",
+        commands.append(["cargo", "bench", "-p", "memprof-bench", "--bench", "peers", "--no-run",
                          "--message-format=json"])
     for command in commands:
         log(("RUSTFLAGS='-C force-frame-pointers=yes' " if frame_pointers else "")

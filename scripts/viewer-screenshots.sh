@@ -20,7 +20,7 @@ done
 
 # Release builds carry line tables (`debug = "limited"` below), so the stacks have files and lines.
 export CARGO_PROFILE_RELEASE_DEBUG=limited
-cargo build --release --features trace --example workload
+cargo build --release -p memprof-bench --features trace --example workload
 cargo build --release -p memprof-cli
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 

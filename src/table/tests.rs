@@ -1,8 +1,10 @@
 //! The table against a naive model: random allocs, reallocs and frees, then every block, every
 //! stack's counters and the totals must agree with a `BTreeMap` of what should be live.
+//!
+//! The random operations come from a small seeded generator ([`Rng`]): the same cases on every
+//! run, and on a failure the case's seed and operations are printed to run it again alone.
 
 use super::*;
-use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug)]
@@ -13,21 +15,69 @@ enum Op {
     FreeUnknown { slot: u8 },
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        (0u8..32, 0u16..5000, 0u8..6).prop_map(|(slot, size, stack)| Op::Alloc {
-            slot,
-            size,
-            stack
-        }),
-        (0u8..32, 0u16..5000, 0u8..6).prop_map(|(slot, size, stack)| Op::Realloc {
-            slot,
-            size,
-            stack
-        }),
-        (0u8..32).prop_map(|slot| Op::Free { slot }),
-        (0u8..32).prop_map(|slot| Op::FreeUnknown { slot }),
-    ]
+/// SplitMix64: a seeded stream of well-mixed 64-bit values, enough to draw test cases from.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One operation: each kind equally likely, slots in `0..32`, sizes in `0..5000`, stacks in
+/// `0..6`.
+fn op(rng: &mut Rng) -> Op {
+    let slot = rng.below(32) as u8;
+    let (size, stack) = (rng.below(5000) as u16, rng.below(6) as u8);
+    match rng.below(4) {
+        0 => Op::Alloc { slot, size, stack },
+        1 => Op::Realloc { slot, size, stack },
+        2 => Op::Free { slot },
+        _ => Op::FreeUnknown { slot },
+    }
+}
+
+/// How many random cases each model test runs (`MEMPROF_TABLE_CASES` for more).
+const CASES: u64 = 256;
+
+/// Runs `check` on a case that failed before (one allocation of 0 bytes), then on [`CASES`]
+/// random cases of 1 to 299 operations each. The seeds are fixed; `MEMPROF_TABLE_SEED` picks
+/// another first seed to explore other cases.
+fn for_each_case(check: impl Fn(Vec<Op>)) {
+    check(vec![Op::Alloc {
+        slot: 0,
+        size: 0,
+        stack: 0,
+    }]);
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let first = var("MEMPROF_TABLE_SEED").unwrap_or(1);
+    for seed in first..first + var("MEMPROF_TABLE_CASES").unwrap_or(CASES) {
+        let mut rng = Rng(seed);
+        let ops: Vec<Op> = (0..1 + rng.below(299)).map(|_| op(&mut rng)).collect();
+        // Names the failing case when `check` panics.
+        struct Case<'a>(u64, &'a [Op]);
+        impl Drop for Case<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    eprintln!(
+                        "failing case: MEMPROF_TABLE_SEED={} ops = {:?}",
+                        self.0, self.1
+                    );
+                }
+            }
+        }
+        let case = Case(seed, &ops);
+        check(case.1.to_vec());
+    }
 }
 
 fn frames(stack: u8) -> Vec<ReturnAddress> {
@@ -59,9 +109,9 @@ fn model_blocks(model: &BTreeMap<usize, (u64, u8)>) -> BTreeMap<usize, (u64, Vec
         .collect()
 }
 
-proptest! {
-    #[test]
-    fn table_matches_model(ops in proptest::collection::vec(op(), 1..300)) {
+#[test]
+fn table_matches_model() {
+    for_each_case(|ops| {
         let table = Table::new();
         // address -> (size, stack number)
         let mut model: BTreeMap<usize, (u64, u8)> = BTreeMap::new();
@@ -71,11 +121,14 @@ proptest! {
             match op {
                 Op::Alloc { slot, size, stack } => {
                     let at = address(slot, generation[slot as usize]);
-                    if model.contains_key(&at) { continue; }
+                    if model.contains_key(&at) {
+                        continue;
+                    }
                     table.insert(at, size as usize, &frames(stack));
                     model.insert(at, (size as u64, stack));
                     let a = allocated.entry(stack).or_default();
-                    a.0 += 1; a.1 += size as u64;
+                    a.0 += 1;
+                    a.1 += size as u64;
                 }
                 Op::Realloc { slot, size, stack } => {
                     let old = address(slot, generation[slot as usize]);
@@ -86,41 +139,47 @@ proptest! {
                     table.insert(new, size as usize, &frames(stack));
                     model.insert(new, (size as u64, stack));
                     let a = allocated.entry(stack).or_default();
-                    a.0 += 1; a.1 += size as u64;
+                    a.0 += 1;
+                    a.1 += size as u64;
                 }
                 Op::Free { slot } => {
                     let at = address(slot, generation[slot as usize]);
                     let removed = table.take(at);
-                    prop_assert_eq!(removed.map(|b| b.size), model.remove(&at).map(|m| m.0));
+                    assert_eq!(removed.map(|b| b.size), model.remove(&at).map(|m| m.0));
                 }
                 Op::FreeUnknown { slot } => {
-                    prop_assert!(table.take(0x9000_0000 + usize::from(slot) * 16).is_none());
+                    assert!(table.take(0x9000_0000 + usize::from(slot) * 16).is_none());
                 }
             }
         }
         let snapshot = crate::Snapshot::of(&table);
-        prop_assert_eq!(blocks_of(&snapshot), model_blocks(&model));
+        assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         // Per-stack counters: live ones from the snapshot, allocated ones from the threads' counters.
         let allocated_per_stack = table.allocated();
         for (id, record) in table.stacks.iter() {
             let stack = (record.frames.len() - 1) as u8;
             let live: Vec<_> = model.values().filter(|m| m.1 == stack).collect();
             let summary = snapshot.stack(id);
-            prop_assert_eq!(summary.live_blocks, live.len() as u64);
-            prop_assert_eq!(summary.live_bytes, live.iter().map(|m| m.0).sum::<u64>());
-            prop_assert_eq!(allocated_per_stack[id.0 as usize], allocated[&stack]);
+            assert_eq!(summary.live_blocks, live.len() as u64);
+            assert_eq!(summary.live_bytes, live.iter().map(|m| m.0).sum::<u64>());
+            assert_eq!(allocated_per_stack[id.0 as usize], allocated[&stack]);
         }
-        prop_assert_eq!(table.stacks.len(), allocated.len());
+        assert_eq!(table.stacks.len(), allocated.len());
         let stats = table.stats();
-        prop_assert_eq!(stats.live_blocks, model.len() as u64);
-        prop_assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
-        prop_assert_eq!(stats.total_blocks, allocated.values().map(|a| a.0).sum::<u64>());
-        prop_assert!(stats.peak_bytes >= stats.live_bytes);
-    }
+        assert_eq!(stats.live_blocks, model.len() as u64);
+        assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
+        assert_eq!(
+            stats.total_blocks,
+            allocated.values().map(|a| a.0).sum::<u64>()
+        );
+        assert!(stats.peak_bytes >= stats.live_bytes);
+    });
+}
 
-    /// The same for blocks in slots: a program's headers beside the table.
-    #[test]
-    fn slots_match_model(ops in proptest::collection::vec(op(), 1..300)) {
+/// The same for blocks in slots: a program's headers beside the table.
+#[test]
+fn slots_match_model() {
+    for_each_case(|ops| {
         let table = Table::new();
         let mut model: BTreeMap<usize, (u64, u8)> = BTreeMap::new();
         // What each live block's header holds.
@@ -133,16 +192,18 @@ proptest! {
             match op {
                 Op::Alloc { slot, size, stack } => {
                     let at = address(slot, generation[slot as usize]);
-                    if model.contains_key(&at) { continue; }
+                    if model.contains_key(&at) {
+                        continue;
+                    }
                     let headed = insert(at, size, stack);
-                    prop_assert!(headed.is_recorded());
+                    assert!(headed.is_recorded());
                     headers.insert(at, headed);
                     model.insert(at, (u64::from(size), stack));
                 }
                 Op::Realloc { slot, size, stack } => {
                     let old = address(slot, generation[slot as usize]);
                     if let Some(headed) = headers.remove(&old) {
-                        prop_assert!(table.remove_headed(old, headed).is_some());
+                        assert!(table.remove_headed(old, headed).is_some());
                         model.remove(&old);
                     }
                     generation[slot as usize] ^= true;
@@ -153,23 +214,23 @@ proptest! {
                 Op::Free { slot } | Op::FreeUnknown { slot } => {
                     let at = address(slot, generation[slot as usize]);
                     if let Some(headed) = headers.remove(&at) {
-                        prop_assert_eq!(headed.size, model.remove(&at).unwrap().0);
-                        prop_assert!(table.remove_headed(at, headed).is_some());
+                        assert_eq!(headed.size, model.remove(&at).unwrap().0);
+                        assert!(table.remove_headed(at, headed).is_some());
                     }
                 }
             }
         }
         let snapshot = crate::Snapshot::of(&table);
-        prop_assert_eq!(blocks_of(&snapshot), model_blocks(&model));
+        assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         let stats = table.stats();
-        prop_assert_eq!(stats.live_blocks, model.len() as u64);
-        prop_assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
+        assert_eq!(stats.live_blocks, model.len() as u64);
+        assert_eq!(stats.live_bytes, model.values().map(|m| m.0).sum::<u64>());
         // No two live blocks share a slot.
         let mut slots: Vec<u32> = headers.values().map(|h| h.slot).collect();
         slots.sort_unstable();
         slots.dedup();
-        prop_assert_eq!(slots.len(), headers.len());
-    }
+        assert_eq!(slots.len(), headers.len());
+    });
 }
 
 #[test]

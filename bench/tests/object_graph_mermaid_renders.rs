@@ -6,6 +6,7 @@
 //! mermaid comes from the npm registry (`npm pack`, one version, cached under `target/`). Both
 //! tools are required under `scripts/test.sh`; run on its own, the test skips without them.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeSet;
@@ -47,7 +48,7 @@ fn mermaid_script(dir: &Path) -> Option<PathBuf> {
 
 /// Each graph of the golden files: a file may hold several, each starting at `graph`.
 fn golden_graphs() -> Vec<(String, String)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/golden");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -111,7 +112,7 @@ fn mermaid_draws_every_node_and_edge_written() {
     std::fs::create_dir_all(&page_dir).unwrap();
     std::fs::copy(&script, page_dir.join("mermaid.min.js")).unwrap();
     let texts: Vec<&str> = graphs.iter().map(|(_, text)| text.as_str()).collect();
-    let page = include_str!("tools/mermaid_render.html").replace(
+    let page = include_str!("../../tests/tools/mermaid_render.html").replace(
         "@GRAPHS@",
         &serde_json::to_string(&texts).unwrap().replace("</", "<\\/"),
     );
