@@ -130,6 +130,7 @@ mod address;
 pub mod config;
 mod fence;
 mod frames;
+mod files;
 mod guard;
 mod modules;
 mod native;

@@ -5,12 +5,12 @@
 #![forbid(unsafe_code)]
 
 use super::{ExportOptions, Format, write};
+use crate::files::Replacement;
 use crate::guard::untracked;
 use crate::snapshot::Snapshot;
 use crate::symbolize::{self, Resolve};
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Expands a file-name pattern: `%p` the process id, `%t` seconds since the Unix epoch, `%e` the
@@ -50,11 +50,13 @@ fn executable_name() -> String {
 /// ([`expand_path`]); the format comes from the file's ending ([`Format::EXTENSIONS`]). Returns
 /// the path written.
 ///
-/// The file is written under a temporary name in the same directory (`.NAME.PID-N.tmp`), then
-/// renamed over `path`: a reader sees the old file or the whole new one, never a part, and a
-/// failed write leaves the old file as it was (a symbolic link at `path` is replaced, not
-/// followed). A format this build cannot write (`.svg` without the `flamegraph` feature) creates
-/// no file.
+/// The file is written under a new temporary name in the same directory
+/// (`.NAME.PID-RANDOM.tmp`, created with `O_EXCL | O_NOFOLLOW`, so a link planted there is never
+/// followed), then renamed over `path`: a reader sees the old file or the whole new one, never a
+/// part, and a failed write leaves the old file as it was. A regular file or a symbolic link at
+/// `path` is replaced (the link itself, not what it points to); anything else there (a FIFO, a
+/// device, a directory) is an error and stays as it was. A format this build cannot write (`.svg`
+/// without the `flamegraph` feature) creates no file.
 pub fn write_path(
     path: &str,
     snapshot: &Snapshot,
@@ -82,30 +84,13 @@ pub fn write_path(
             options.time,
             &executable_name(),
         ));
-        let temporary = temporary_path(&expanded);
-        let written = (|| {
-            let mut file = BufWriter::new(std::fs::File::create(&temporary)?);
-            write(format, snapshot, resolver, options, &mut file)?;
-            file.into_inner().map_err(io::IntoInnerError::into_error)?;
-            std::fs::rename(&temporary, &expanded)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temporary);
-        }
-        written.map(|()| expanded)
+        let mut temporary = Replacement::create(&expanded)?;
+        let mut file = BufWriter::new(temporary.file());
+        write(format, snapshot, resolver, options, &mut file)?;
+        file.into_inner().map_err(io::IntoInnerError::into_error)?;
+        temporary.commit()?;
+        Ok(expanded)
     })
-}
-
-/// A name beside `path` to write it under before renaming: hidden, and unique to this process and
-/// this call, so that concurrent writers of one path never share it.
-fn temporary_path(path: &Path) -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}-{n}.tmp", std::process::id()))
 }
 
 /// Writes the process's heap now to every file of a comma-separated list (the value of

@@ -208,12 +208,15 @@ pub fn forget_in_child() {
 
 extern "C" fn close_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        crate::guard::untracked(|| {
-            if let Err(error) = close() {
-                warn(format_args!(
-                    "MEMPROF_TRACE: closing the trace failed: {error}"
-                ));
+        crate::guard::untracked(|| match close() {
+            Ok(Some(path)) if path.to_string_lossy().starts_with("tcp://") => {
+                warn(format_args!("trace sent to {}", path.display()))
             }
+            Ok(Some(path)) => warn(format_args!("trace written to {}", path.display())),
+            Ok(None) => {}
+            Err(error) => warn(format_args!(
+                "MEMPROF_TRACE: closing the trace failed: {error}"
+            )),
         })
     });
 }
@@ -229,9 +232,15 @@ fn writer_thread() {
         let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
         let result = match &mut *state {
             State::Idle | State::Closed => return,
+            State::Pending(sink) if !opens_existing(&sink.target) => {
+                // A new file, made under the state's lock: the close, which would make its own
+                // if this one were not there yet, cannot rename a second one over it.
+                let target = sink.target.clone();
+                connect(&target, true).and_then(|d| install(&mut state, d))
+            }
             State::Pending(sink) => {
-                // Opened without holding the state: a FIFO's `open` waits for a reader, and the
-                // close must not wait for it too.
+                // Opened without holding the state: a FIFO's `open` waits for a reader, a TCP
+                // peer may be slow to answer, and the close must not wait for them too.
                 let target = sink.target.clone();
                 drop(state);
                 let destination = connect(&target, true);
@@ -263,29 +272,56 @@ fn fail(state: &mut State, error: &io::Error) {
     *state = State::Closed;
 }
 
-/// Opens `target`: `tcp://HOST:PORT`, a FIFO, or a file (created, or emptied). A FIFO's `open`
-/// waits for a reader; without `wait_for_reader`, a FIFO nobody reads is an error at once.
+/// Opens `target`: `tcp://HOST:PORT`; a FIFO or a character device there, written into; else a
+/// new file, created under a temporary name beside `target` without following any link and
+/// renamed over what was there (a regular file or a symbolic link, which is replaced, not
+/// followed; anything else is an error). A FIFO's `open` waits for a reader; without
+/// `wait_for_reader`, a FIFO nobody reads is an error at once.
 fn connect(target: &str, wait_for_reader: bool) -> io::Result<Destination> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     if let Some(address) = target.strip_prefix("tcp://") {
         return Ok(Destination::Tcp(TcpStream::connect(address)?));
     }
-    let fifo = std::fs::metadata(target).is_ok_and(|m| m.file_type().is_fifo());
-    if !fifo {
-        return Ok(Destination::File(std::fs::File::create(target)?));
+    if !opens_existing(target) {
+        let file = crate::files::Replacement::create(std::path::Path::new(target))?.commit()?;
+        return Ok(Destination::File(file));
     }
-    if !wait_for_reader {
+    let open = |flags: i32| {
         std::fs::OpenOptions::new()
             .write(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | flags)
             .open(target)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENXIO) => io::Error::other("a FIFO that nobody reads"),
-                _ => e,
-            })?;
+    };
+    if !wait_for_reader {
+        open(libc::O_NONBLOCK).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => io::Error::other("a FIFO that nobody reads"),
+            _ => e,
+        })?;
     }
-    let file = std::fs::OpenOptions::new().write(true).open(target)?;
+    let file = open(0)?;
+    // What was checked may have been swapped since for something else: written into only if it
+    // is still a FIFO or a device.
+    let meta = file.metadata()?;
+    if !written_into(&meta) {
+        return Err(io::Error::other(format!(
+            "{} replaced the FIFO or device while it was opened; not written",
+            crate::files::kind(&meta)
+        )));
+    }
     Ok(Destination::File(file))
+}
+
+/// Whether `target` is a destination that exists already and is written into (`tcp://`, a FIFO,
+/// a character device) rather than a file made anew.
+fn opens_existing(target: &str) -> bool {
+    target.starts_with("tcp://")
+        || std::fs::symlink_metadata(target).is_ok_and(|m| written_into(&m))
+}
+
+/// A FIFO or a character device: written into, never replaced.
+fn written_into(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    meta.file_type().is_fifo() || meta.file_type().is_char_device()
 }
 
 /// Makes a pending trace open on `destination`, its header written.
