@@ -4,7 +4,7 @@
 use crate::{Failure, ReportArgs};
 use indicatif::{ProgressBar, ProgressStyle};
 use memprof::{ReportOptions, Snapshot};
-use memprof_trace::{Heap, Moment, Position, Trace};
+use memprof_trace::{ErrorKind, Heap, Moment, Position, Trace};
 use std::io;
 use std::path::Path;
 
@@ -49,6 +49,15 @@ pub fn open(path: &Path) -> Result<Trace, Failure> {
     let trace = Trace::open_with_progress(path, &mut |done, total| {
         progress.set_length(total);
         progress.set_position(done);
+    })
+    .map_err(|error| match &error.error.kind {
+        ErrorKind::Io(e) if e.kind() == io::ErrorKind::NotFound => {
+            Failure(format!("{}: no such file", path.display()), 1)
+        }
+        ErrorKind::Io(e) if error.error.offset == 0 && !path.is_file() => {
+            Failure(format!("{}: cannot open: {e}", path.display()), 1)
+        }
+        _ => Failure::from(error),
     })?;
     progress.finish_and_clear();
     if let Some(cut) = trace.cut() {

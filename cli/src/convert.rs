@@ -2,7 +2,7 @@
 
 use crate::{Failure, alys, bar, replay, timeline};
 use memprof::{Report, ReportOptions};
-use memprof_trace::{Moment, Trace};
+use memprof_trace::{Moment, Replacement, Trace};
 use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -20,14 +20,10 @@ pub fn convert(
             Moment::End => None,
             _ => Some(replay(trace, moment)?.1.events),
         };
-        let file = std::fs::File::create(output)
-            .map_err(|e| Failure(format!("{}: cannot create: {e}", output.display()), 1))?;
-        let mut out = io::BufWriter::new(file);
-        alys::write(trace, until, &mut out)
-            .map_err(|Failure(m, s)| Failure(format!("{}: {m}", output.display()), s))?;
-        return out
-            .flush()
-            .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1));
+        return replace(output, |out| {
+            alys::write(trace, until, out)
+                .map_err(|Failure(m, s)| Failure(format!("{}: {m}", output.display()), s))
+        });
     }
     let format = memprof::export::Format::from_path(&name).ok_or_else(|| {
         let endings: Vec<&str> = memprof::export::Format::EXTENSIONS
@@ -43,6 +39,17 @@ pub fn convert(
             2,
         )
     })?;
+    #[cfg(not(feature = "flamegraph"))]
+    if format == memprof::export::Format::Flamegraph {
+        return Err(Failure(
+            format!(
+                "{}: flamegraph SVG needs memprof built with the `flamegraph` feature; no file \
+                 written",
+                output.display()
+            ),
+            2,
+        ));
+    }
     let (heap, position) = replay(trace, moment)?;
     let snapshot = match format {
         memprof::export::Format::Markdown | memprof::export::Format::Tsv => {
@@ -60,17 +67,45 @@ pub fn convert(
             crate::moment::snapshot_with_peak(trace, &heap, &at_peak)
         }
     };
+    replace(output, |out| {
+        write(trace, format, &snapshot, &position, options, out)
+            .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1))
+    })
+}
+
+/// Writes `output` under a new temporary name beside it, renamed over it once `write` succeeded:
+/// what was at `output` stays as it was when the trace turns out damaged, or the write fails.
+/// Only a regular file or a symbolic link (replaced, not followed) is written over.
+fn replace(
+    output: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let fail = |e: io::Error| Failure(format!("{}: cannot write: {e}", output.display()), 1);
+    let mut replacement = Replacement::create(output).map_err(fail)?;
+    let mut out = io::BufWriter::new(replacement.file());
+    write(&mut out)?;
+    out.flush().map_err(fail)?;
+    drop(out);
+    replacement.commit().map(drop).map_err(fail)
+}
+
+/// The export or report in `format` of `snapshot`, the heap at `position`.
+fn write(
+    trace: &Trace,
+    format: memprof::export::Format,
+    snapshot: &memprof::Snapshot,
+    position: &memprof_trace::Position,
+    options: &ReportOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let mut resolver = crate::moment::resolver(trace);
     let header = trace.header();
-    let file = std::fs::File::create(output)
-        .map_err(|e| Failure(format!("{}: cannot create: {e}", output.display()), 1))?;
-    let mut out = io::BufWriter::new(file);
-    let result = match format {
+    match format {
         memprof::export::Format::Markdown => {
-            Report::live(&snapshot, &mut resolver, options).write_markdown(&mut out)
+            Report::live(snapshot, &mut resolver, options).write_markdown(out)
         }
         memprof::export::Format::Tsv => {
-            Report::live(&snapshot, &mut resolver, options).write_tsv(&mut out)
+            Report::live(snapshot, &mut resolver, options).write_tsv(out)
         }
         _ => {
             let export = memprof::ExportOptions::default()
@@ -90,15 +125,12 @@ pub fn convert(
                 .then_some(&mut events as &mut dyn memprof::export::Events);
             memprof::export::write_with_events(
                 format,
-                &snapshot,
+                snapshot,
                 &mut resolver,
                 &export,
                 events,
-                &mut out,
+                out,
             )
         }
-    };
-    result
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1))
+    }
 }

@@ -101,7 +101,7 @@ enum Command {
     },
     /// Runs a program that uses memprof with a trace, then prints the trace's summary.
     Run {
-        /// The trace to write (`%p`: the program's pid; `%e`: its name).
+        /// The trace to write (`%p`: the program's pid; `%e`: its name as given, a link's own).
         #[arg(long, default_value = "memprof-%e-%p.mptrace")]
         trace: String,
         /// `MEMPROF_OUTPUT` for the program: exports written at its exit.

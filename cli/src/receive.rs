@@ -1,13 +1,18 @@
 //! `memprof receive`: one trace sent to `MEMPROF_TRACE=tcp://HOST:PORT`, saved.
 
 use crate::{Failure, bar, open};
+use memprof_trace::Replacement;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// `memprof receive`: accepts one connection and writes what it sends to `output` (under a
-/// temporary name, renamed when the sender closes, so a reader never sees part of a trace);
-/// then says how much arrived and whether it is a whole trace.
+/// `memprof receive`: accepts one connection and writes what it sends to `output` (under a new
+/// temporary name, renamed when the sender closes, so a reader never sees part of a trace; what
+/// is at `output` must be a regular file or a symbolic link, replaced, not followed); then says
+/// how much arrived and whether it is a whole trace.
 pub fn receive(listen: &str, output: &Path) -> Result<(), Failure> {
+    let fail = |e: io::Error| Failure(format!("{}: {e}", output.display()), 1);
+    // Made before listening: a destination that cannot be written is said at once.
+    let mut replacement = Replacement::create(output).map_err(fail)?;
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
     if let Ok(address) = listener.local_addr() {
@@ -16,18 +21,13 @@ pub fn receive(listen: &str, output: &Path) -> Result<(), Failure> {
     let (mut stream, peer) = listener
         .accept()
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
-    let mut partial = output.as_os_str().to_owned();
-    partial.push(".part");
-    let partial = PathBuf::from(partial);
-    let fail = |e: io::Error| Failure(format!("{}: {e}", output.display()), 1);
-    let file = std::fs::File::create(&partial).map_err(fail)?;
-    let mut file = io::BufWriter::new(file);
+    let mut file = io::BufWriter::new(replacement.file());
     let progress = bar(0, "receiving");
     let bytes = io::copy(&mut progress.wrap_read(&mut stream), &mut file).map_err(fail)?;
     progress.finish_and_clear();
     file.flush().map_err(fail)?;
     drop(file);
-    std::fs::rename(&partial, output).map_err(fail)?;
+    replacement.commit().map_err(fail)?;
     let trace = open(output)?;
     eprintln!(
         "memprof: {}: {bytes} bytes from {peer}, {} events, {}",

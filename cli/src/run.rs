@@ -19,8 +19,16 @@ pub fn run_program(
         ));
     }
     let program = Path::new(&command[0]);
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // `%e` is the program's name as given here, expanded before the run: the program's own `%e`
+    // would be the name of the file its executable is (`./link` names its target's), which this
+    // command could not know.
+    let trace = expand_name(trace, &name);
     let mut child = std::process::Command::new(program);
-    child.args(&command[1..]).env("MEMPROF_TRACE", trace);
+    child.args(&command[1..]).env("MEMPROF_TRACE", &trace);
     if let Some(output) = output {
         child.env("MEMPROF_OUTPUT", output);
     }
@@ -31,12 +39,8 @@ pub fn run_program(
     let status = child
         .wait()
         .map_err(|e| Failure(format!("{}: {e}", program.display()), 1))?;
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let path = PathBuf::from(memprof::export::expand_path(
-        trace,
+        &trace,
         pid,
         Duration::ZERO,
         &name,
@@ -66,5 +70,41 @@ pub fn run_program(
             format!("{} failed: {status}", program.display()),
             1,
         ))
+    }
+}
+
+/// `pattern` with `%e` replaced by `name` (its own `%` doubled), every other placeholder kept.
+fn expand_name(pattern: &str, name: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + name.len());
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '%' {
+            continue;
+        }
+        match chars.peek() {
+            Some('e') => {
+                out.pop();
+                out.push_str(&name.replace('%', "%%"));
+                chars.next();
+            }
+            Some(&next) => {
+                out.push(next);
+                chars.next();
+            }
+            None => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_the_name_is_expanded() {
+        assert_eq!(
+            super::expand_name("m-%e-%p-%%e-%x.%", "a%pp"),
+            "m-a%%pp-%p-%%e-%x.%"
+        );
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::Failure;
 use memprof::trace::OfflineSymbolizer;
-use memprof_trace::{SymbolFrame, Trace, write_symbolized};
+use memprof_trace::{SymbolFrame, Trace, check_replaceable, write_symbolized};
 use std::path::{Path, PathBuf};
 
 /// Resolves every return address of `trace`'s stacks and writes the trace with those symbols to
@@ -13,6 +13,11 @@ use std::path::{Path, PathBuf};
 /// unknown with a warning naming it; the executable's is an error when the trace has no symbols
 /// of its own, since nearly every frame a report shows is its code.
 pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Result<(), Failure> {
+    // What is at the output is checked before the work: only a regular file or a symbolic link
+    // (replaced, not followed) is written over.
+    if let Some(output) = output {
+        check_replaceable(output).map_err(|e| Failure(format!("{}: {e}", output.display()), 1))?;
+    }
     let mut addresses: Vec<u64> = trace.stacks().iter().flatten().copied().collect();
     addresses.sort_unstable();
     addresses.dedup();

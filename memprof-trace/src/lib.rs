@@ -16,6 +16,8 @@
 //!   [`Moment`] ([`Trace::replay`]) and to the peak are visitors of that loop, as are the
 //!   command's summary, index, scans, exports and event streams.
 //! - [`write_symbolized`]: a trace written again with a new symbol section.
+//! - [`Replacement`]: a file written under a new temporary name and renamed over its destination,
+//!   never through a link, never over what is not a regular file (what the command writes).
 //!
 //! ```
 //! use memprof_trace::{ChunkEncoder, Header, Reader, Record};
@@ -40,6 +42,7 @@
 
 mod decode;
 mod encode;
+mod files;
 mod heap;
 mod model;
 mod moment;
@@ -53,6 +56,7 @@ mod tests;
 
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
+pub use files::{Replacement, check_replaceable};
 pub use heap::{AddressHasher, Block, Heap, LiveBlocks};
 pub use moment::{Moment, Position};
 pub use records::{

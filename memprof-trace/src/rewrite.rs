@@ -3,17 +3,19 @@
 
 use crate::decode::Reader;
 use crate::encode::{ChunkEncoder, Compressor};
+use crate::files::Replacement;
 use crate::records::{Error, ErrorKind, SymbolFrame, flags};
 use crate::replay::{Trace, TraceError};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Writes `trace` to `out` with `symbols` as its symbol section: every complete chunk of the
 /// file as it is, but the chunks that hold only symbols, then the new symbol chunks, then the
 /// `END` chunk if the trace has one. A trace cut short stays without `END`, and loses the
 /// incomplete chunk at its end. `out` may be the trace's own path: the file is written under a
-/// temporary name beside it and renamed over it.
+/// new temporary name beside it and renamed over it ([`Replacement`]); what is at `out` must be
+/// a regular file or a symbolic link (replaced, not followed), else nothing is written.
 pub fn write_symbolized(
     trace: &Trace,
     symbols: &[(u64, Vec<SymbolFrame>)],
@@ -28,9 +30,14 @@ pub fn write_symbolized(
             kind: ErrorKind::Io(e),
         },
     };
-    let mut partial = out.as_os_str().to_owned();
-    partial.push(".symbolizing");
-    let partial = PathBuf::from(partial);
+    let mut replacement = Replacement::create(out).map_err(|e| TraceError {
+        path: out.to_path_buf(),
+        error: Error {
+            offset: 0,
+            record_offset: None,
+            kind: ErrorKind::Io(e),
+        },
+    })?;
     let written = (|| -> Result<(), TraceError> {
         let mut reader = Reader::new(BufReader::new(File::open(path).map_err(|e| fail(0, e))?))
             .map_err(|error| TraceError {
@@ -38,10 +45,10 @@ pub fn write_symbolized(
                 error,
             })?;
         let mut copy = File::open(path).map_err(|e| fail(0, e))?;
-        let mut sink = BufWriter::new(File::create(&partial).map_err(|e| fail(0, e))?);
+        let mut sink = BufWriter::new(replacement.file().try_clone().map_err(|e| fail(0, e))?);
         let put = |sink: &mut BufWriter<File>, e: io::Result<()>| {
             e.map_err(|e| TraceError {
-                path: partial.clone(),
+                path: out.to_path_buf(),
                 error: Error {
                     offset: sink.get_ref().stream_position().unwrap_or(0),
                     record_offset: None,
@@ -122,18 +129,13 @@ pub fn write_symbolized(
         let result = sink.get_ref().sync_all();
         put(&mut sink, result)
     })();
-    match written {
-        Ok(()) => std::fs::rename(&partial, out).map_err(|e| TraceError {
-            path: out.to_path_buf(),
-            error: Error {
-                offset: 0,
-                record_offset: None,
-                kind: ErrorKind::Io(e),
-            },
-        }),
-        Err(error) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(error)
-        }
-    }
+    written?;
+    replacement.commit().map(drop).map_err(|e| TraceError {
+        path: out.to_path_buf(),
+        error: Error {
+            offset: 0,
+            record_offset: None,
+            kind: ErrorKind::Io(e),
+        },
+    })
 }

@@ -1,0 +1,119 @@
+//! Files the `memprof` command writes (`symbolize`, `receive`, `convert`): created afresh under a
+//! temporary name beside their destination with `O_CREAT | O_EXCL` (which follows no link), so
+//! that no link planted at a predictable name is followed, then renamed over the destination, and
+//! only over a regular file or a symbolic link (the link is replaced, never followed). The
+//! `memprof` library keeps its own copy for `MEMPROF_OUTPUT` and the trace, so that builds
+//! without its `trace` feature need not this crate.
+
+#![forbid(unsafe_code)]
+
+use std::collections::hash_map::RandomState;
+use std::fs::{File, OpenOptions};
+use std::hash::BuildHasher;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Temporary names tried before giving up (each one taken already by someone else).
+const ATTEMPTS: u32 = 16;
+
+/// A file being written under a temporary name beside its destination, then renamed over it
+/// ([`Replacement::commit`]); the temporary file is removed when dropped before.
+pub struct Replacement {
+    file: Option<File>,
+    temporary: PathBuf,
+    destination: PathBuf,
+}
+
+/// Fails when `destination` exists and is neither a regular file nor a symbolic link: a FIFO, a
+/// device, a socket or a directory is not replaced by a file.
+pub fn check_replaceable(destination: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(destination) {
+        Ok(meta) if !meta.is_file() && !meta.file_type().is_symlink() => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is there, not a regular file; left as it was",
+                kind(&meta)
+            ),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a file that is not a regular file is, for messages.
+fn kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a regular file"
+    }
+}
+
+impl Replacement {
+    /// Creates a new, empty temporary file beside `destination`, after checking that
+    /// `destination` may be replaced ([`check_replaceable`]).
+    pub fn create(destination: &Path) -> io::Result<Replacement> {
+        check_replaceable(destination)?;
+        let name = destination
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+        let random = RandomState::new();
+        let mut attempt = 0;
+        loop {
+            let unique = random.hash_one((std::process::id(), attempt));
+            let temporary = destination
+                .with_file_name(format!(".{name}.{}-{unique:016x}.tmp", std::process::id()));
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temporary)
+            {
+                Ok(file) => {
+                    return Ok(Replacement {
+                        file: Some(file),
+                        temporary,
+                        destination: destination.to_path_buf(),
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt + 1 < ATTEMPTS => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The file, to write to.
+    pub fn file(&mut self) -> &mut File {
+        self.file.as_mut().expect("present until committed")
+    }
+
+    /// Renames the file over the destination (checked again first), and returns it, still open.
+    pub fn commit(mut self) -> io::Result<File> {
+        check_replaceable(&self.destination)?;
+        std::fs::rename(&self.temporary, &self.destination)?;
+        Ok(self.file.take().expect("present until committed"))
+    }
+}
+
+impl Drop for Replacement {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
+}
