@@ -34,6 +34,13 @@
 //! Heaptrack's count of calls has one call more than the program made when step 2 writes its
 //! block.
 //!
+//! A sampled snapshot's counts are estimates ([`Snapshot::sample_interval`] not 0): one recorded
+//! byte at an interval of 2^30 bytes stands for about 2^30 blocks. Each of the four groups of a
+//! site is then one allocation holding the group's estimated bytes, not one per estimated block,
+//! so heaptrack's bytes (allocated, at the peak, leaked) are the estimates and its counts of calls
+//! are the entries written. Sums saturate at `u64::MAX`: no size or interval makes the writer
+//! panic or allocate beyond the file it writes.
+//!
 //! # With events
 //!
 //! Given the run's events ([`write_with_events`], from a trace), the file is heaptrack's own
