@@ -53,11 +53,14 @@ impl Flame<'_> {
     }
 }
 
+/// A stack's path (frame names, outermost first) and its value.
+type Path<'a> = (&'a [u32], u64);
+
 /// The flame graph of per-class values: each stack's path (outermost first), merged by common
 /// prefix. Frames below 1/10,000 of the whole are left out (their bytes stay in their parent's
 /// value), so the tree stays small whatever the number of stacks.
 pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) -> Flame<'a> {
-    let mut paths: Vec<(&[u32], u64)> = Vec::new();
+    let mut paths: Vec<Path> = Vec::new();
     for (class, value) in values {
         if value > 0 {
             let (stack, _) = state.classes.list[class];
@@ -74,7 +77,7 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
     }];
     // Nodes whose children are still to find: (node, its paths, its depth). A node's paths are
     // sorted and all share their first `depth` frames.
-    let mut pending: Vec<(usize, &[(&[u32], u64)], usize)> = vec![(0, &paths, 0)];
+    let mut pending: Vec<(usize, &[Path], usize)> = vec![(0, &paths, 0)];
     while let Some((parent, group, depth)) = pending.pop() {
         let mut start = group.partition_point(|p| p.0.len() <= depth);
         while start < group.len() {
