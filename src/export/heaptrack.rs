@@ -36,7 +36,7 @@
 //!
 //! A sampled snapshot's counts are estimates ([`Snapshot::sample_interval`] not 0): one recorded
 //! byte at an interval of 2^30 bytes stands for about 2^30 blocks. Each of the four groups of a
-//! site is then one allocation holding the group's estimated bytes, not one per estimated block,
+//! site (also of a site whose live counts are not those of its listed blocks) is then one allocation holding the group's estimated bytes, not one per estimated block,
 //! so heaptrack's bytes (allocated, at the peak, leaked) are the estimates and its counts of calls
 //! are the entries written. Sums saturate at `u64::MAX`: no size or interval makes the writer
 //! panic or allocate beyond the file it writes.
