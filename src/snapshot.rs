@@ -163,14 +163,18 @@ impl Snapshot {
             stack.live_blocks = blocks.round() as u64;
             stack.live_bytes = bytes.round() as u64;
         }
-        let live_blocks = stacks.iter().map(|s| s.live_blocks).sum();
-        let live_bytes = stacks.iter().map(|s| s.live_bytes).sum();
+        // Estimates may be near `u64::MAX`: the sums saturate.
+        let sum = |f: fn(&StackSummary) -> u64| {
+            stacks.iter().fold(0u64, |sum, s| sum.saturating_add(f(s)))
+        };
+        let live_blocks = sum(|s| s.live_blocks);
+        let live_bytes = sum(|s| s.live_bytes);
         let stats = HeapStats {
             live_blocks,
             live_bytes,
             peak_bytes: peak_bytes.max(live_bytes),
-            total_blocks: stacks.iter().map(|s| s.allocated_blocks).sum(),
-            total_bytes: stacks.iter().map(|s| s.allocated_bytes).sum(),
+            total_blocks: sum(|s| s.allocated_blocks),
+            total_bytes: sum(|s| s.allocated_bytes),
         };
         Snapshot {
             blocks,

@@ -591,3 +591,88 @@ fn the_viewer_page_in_chromium() {
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A trace of one block and `count` markers (`m0`, `m1`, ...), one every microsecond.
+fn marked_trace(count: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
+        encoder
+            .finish(Some(&mut Compressor::new(3).unwrap()), out)
+            .unwrap();
+    };
+    let mut definitions = ChunkEncoder::new(0);
+    definitions.stack(0, [LEAKY + 1, MAIN_LEAKY + 1].into_iter());
+    definitions.thread(1, 100, "main");
+    for label in 0..count {
+        definitions.label(label, &format!("m{label}"));
+    }
+    chunk(&mut definitions, &mut out);
+    let mut main = ChunkEncoder::new(1);
+    main.alloc(500, 0xa100, 1000, 0);
+    for label in 0..count {
+        main.mark(1_000 * u64::from(label + 1), label);
+    }
+    chunk(&mut main, &mut out);
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function, line) in [
+        (LEAKY + 1, "app::leaky", 10),
+        (MAIN_LEAKY + 1, "app::main", 5),
+    ] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                file: Some("src/app.rs".into()),
+                line,
+                column: 5,
+            }],
+        );
+    }
+    symbols.end(1_000 * u64::from(count + 1), 0);
+    chunk(&mut symbols, &mut out);
+    out
+}
+
+/// More markers than the summary lists: the page asks for them all once, and offers each of
+/// them in its marker pickers.
+#[test]
+fn the_viewer_offers_every_marker() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-markers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("marked.mptrace");
+    const COUNT: usize = 1_500;
+    std::fs::write(&trace, marked_trace(COUNT as u32)).unwrap();
+    let server = Server::start(&trace);
+    let dom = dump_dom(
+        chromium,
+        &dir.join("profile"),
+        &server.url("/?view=timeline"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    // Both pickers, `marker_from` and `marker_to`, offer every marker.
+    assert_eq!(
+        dom.html.matches("<option value=\"m").count(),
+        2 * COUNT,
+        "{file}"
+    );
+    assert_eq!(
+        dom.html
+            .matches(&format!("<option value=\"m{}\"", COUNT - 1))
+            .count(),
+        2,
+        "{file}"
+    );
+}

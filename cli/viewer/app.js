@@ -19,6 +19,8 @@ const LIVE_POLL_MS = 2000;
 const SVG = "http://www.w3.org/2000/svg";
 
 let summary = null;
+// Every marker of the trace: the summary lists the first ones, `api/markers` all of them.
+let markers = [];
 const latest = {}; // the newest request of each view: older answers are dropped
 
 // ---------------------------------------------------------------------------------------------
@@ -154,7 +156,7 @@ function resolveMoment(text) {
 }
 
 function markerTime(label) {
-  const m = summary && summary.markers.find((x) => x.label === label);
+  const m = markers.find((x) => x.label === label);
   return m ? m.time_ns : null;
 }
 
@@ -267,7 +269,7 @@ function drawSummary() {
   const form = document.getElementById("filters");
   for (const name of ["marker_from", "marker_to"]) {
     const select = form.elements[name];
-    for (const m of s.markers) {
+    for (const m of markers) {
       select.append(el("option", { value: m.label, text: `${m.label} (${fmtSeconds(m.time_ns)})` }));
     }
   }
@@ -893,6 +895,7 @@ async function start() {
   for (;;) {
     try {
       summary = await api("summary", "summary", null);
+      markers = await allMarkers(summary);
       break;
     } catch (e) {
       if (e instanceof ApiError && e.status === 503) {
@@ -912,6 +915,12 @@ async function start() {
   if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
 }
 
+// The trace's markers: those of the summary when it lists them all, else asked once.
+async function allMarkers(s) {
+  if (!(s.markers_total > s.markers.length)) return s.markers;
+  return (await fetchJson("api/markers")).markers;
+}
+
 // A trace still arriving (or cut short): its summary is asked again, and while it changes the
 // views are drawn again from fresh answers, so the timeline grows as the program runs.
 async function followLive() {
@@ -924,6 +933,12 @@ async function followLive() {
   }
   if (fresh.events !== summary.events || fresh.complete !== summary.complete) {
     summary = fresh;
+    try {
+      markers = await allMarkers(summary);
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
     answers.clear();
     for (const name of ["marker_from", "marker_to"]) {
       const select = document.getElementById("filters").elements[name];

@@ -144,17 +144,19 @@ impl CallSites {
             });
             let entry = &mut sites[site].0;
             entry.stacks.push(StackId(stack_index as u32));
-            entry.allocated_blocks += stack.allocated_blocks;
-            entry.allocated_bytes += stack.allocated_bytes;
-            entry.live_blocks += stack.live_blocks;
-            entry.live_bytes += stack.live_bytes;
+            entry.allocated_blocks = entry
+                .allocated_blocks
+                .saturating_add(stack.allocated_blocks);
+            entry.allocated_bytes = entry.allocated_bytes.saturating_add(stack.allocated_bytes);
+            entry.live_blocks = entry.live_blocks.saturating_add(stack.live_blocks);
+            entry.live_bytes = entry.live_bytes.saturating_add(stack.live_bytes);
             let (peak_blocks, peak_bytes) = if snapshot.peak_known {
                 (stack.peak_blocks, stack.peak_bytes)
             } else {
                 (stack.live_blocks, stack.live_bytes)
             };
-            entry.peak_blocks += peak_blocks;
-            entry.peak_bytes += peak_bytes;
+            entry.peak_blocks = entry.peak_blocks.saturating_add(peak_blocks);
+            entry.peak_bytes = entry.peak_bytes.saturating_add(peak_bytes);
             site_of_stack[stack_index] = Some(site);
         }
         for block in &snapshot.blocks {

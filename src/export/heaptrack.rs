@@ -34,6 +34,13 @@
 //! Heaptrack's count of calls has one call more than the program made when step 2 writes its
 //! block.
 //!
+//! A sampled snapshot's counts are estimates ([`Snapshot::sample_interval`] not 0): one recorded
+//! byte at an interval of 2^30 bytes stands for about 2^30 blocks. Each of the four groups of a
+//! site (also of a site whose live counts are not those of its listed blocks) is then one allocation holding the group's estimated bytes, not one per estimated block,
+//! so heaptrack's bytes (allocated, at the peak, leaked) are the estimates and its counts of calls
+//! are the entries written. Sums saturate at `u64::MAX`: no size or interval makes the writer
+//! panic or allocate beyond the file it writes.
+//!
 //! # With events
 //!
 //! Given the run's events ([`write_with_events`], from a trace), the file is heaptrack's own
@@ -169,41 +176,90 @@ struct Plan {
 impl Plan {
     /// Splits a site's blocks into the four groups, with the fewest blocks live both at the peak
     /// and now that its counts allow; those are its smallest live blocks.
-    fn of(site: &CallSite, peak_known: bool) -> Plan {
-        let mut live: Vec<u64> = if site.live_sizes.len() as u64 == site.live_blocks
-            && site.live_sizes.iter().sum::<u64>() == site.live_bytes
-        {
-            site.live_sizes.clone()
-        } else {
-            // Sampled snapshots: the live counts are estimates, not the recorded blocks.
-            spread(site.live_bytes, site.live_blocks)
-                .into_iter()
-                .flat_map(|(size, count)| std::iter::repeat_n(size, count as usize))
-                .collect()
-        };
+    ///
+    /// When `estimated` (a sampled snapshot), the counts are estimates that may stand for far
+    /// more blocks than were recorded: each group is then one entry holding the group's bytes,
+    /// never one per estimated block.
+    fn of(site: &CallSite, peak_known: bool, estimated: bool) -> Plan {
+        let recorded = site.live_sizes.len() as u64 == site.live_blocks
+            && site
+                .live_sizes
+                .iter()
+                .try_fold(0u64, |sum, &size| sum.checked_add(size))
+                == Some(site.live_bytes);
+        if estimated || !recorded {
+            return Plan::aggregated(site, peak_known);
+        }
+        let mut live = site.live_sizes.clone();
         live.sort_unstable();
         let (peak_blocks, peak_bytes) = match peak_known {
             true => (site.peak_blocks, site.peak_bytes),
             false => (0, 0),
         };
         let live_blocks = live.len() as u64;
-        let both = (peak_blocks + live_blocks)
+        let both = peak_blocks
+            .saturating_add(live_blocks)
             .saturating_sub(site.allocated_blocks)
             .min(peak_blocks)
             .min(live_blocks) as usize;
         let (kept, new) = live.split_at(both);
-        let kept_bytes: u64 = kept.iter().sum();
+        let kept_bytes = kept
+            .iter()
+            .fold(0u64, |sum, &size| sum.saturating_add(size));
+        let new_bytes = new.iter().fold(0u64, |sum, &size| sum.saturating_add(size));
         let peak_only_bytes = peak_bytes.saturating_sub(kept_bytes);
         let peak_only_blocks = peak_blocks - both as u64;
-        let shown = kept_bytes + peak_only_bytes + new.iter().sum::<u64>();
-        let freed_blocks = site
-            .allocated_blocks
-            .saturating_sub(peak_blocks + live_blocks - both as u64);
+        let shown = kept_bytes
+            .saturating_add(peak_only_bytes)
+            .saturating_add(new_bytes);
+        let freed_blocks = site.allocated_blocks.saturating_sub(
+            peak_blocks
+                .saturating_add(live_blocks)
+                .saturating_sub(both as u64),
+        );
         Plan {
             freed: spread(site.allocated_bytes.saturating_sub(shown), freed_blocks),
             kept: runs(kept),
             peak_only: spread(peak_only_bytes, peak_only_blocks),
             new: runs(new),
+        }
+    }
+
+    /// The four groups of a site whose counts are estimates, each at most one entry of the
+    /// group's bytes.
+    fn aggregated(site: &CallSite, peak_known: bool) -> Plan {
+        let (peak_blocks, peak_bytes) = match peak_known {
+            true => (site.peak_blocks, site.peak_bytes),
+            false => (0, 0),
+        };
+        let live_blocks = site.live_blocks;
+        let both = peak_blocks
+            .saturating_add(live_blocks)
+            .saturating_sub(site.allocated_blocks)
+            .min(peak_blocks)
+            .min(live_blocks);
+        // The live bytes shared in proportion to the blocks.
+        let kept_bytes = match live_blocks {
+            0 => 0,
+            _ => (u128::from(site.live_bytes) * u128::from(both) / u128::from(live_blocks)) as u64,
+        };
+        let new_bytes = site.live_bytes - kept_bytes;
+        let peak_only_bytes = peak_bytes.saturating_sub(kept_bytes);
+        let shown = kept_bytes
+            .saturating_add(peak_only_bytes)
+            .saturating_add(new_bytes);
+        let freed_blocks = site
+            .allocated_blocks
+            .saturating_sub(peak_blocks.saturating_add(live_blocks).saturating_sub(both));
+        let one = |bytes: u64, blocks: u64| match blocks {
+            0 => Vec::new(),
+            _ => vec![(bytes, 1)],
+        };
+        Plan {
+            freed: one(site.allocated_bytes.saturating_sub(shown), freed_blocks),
+            kept: one(kept_bytes, both),
+            peak_only: one(peak_only_bytes, peak_blocks - both),
+            new: one(new_bytes, live_blocks - both),
         }
     }
 }
@@ -299,19 +355,19 @@ pub fn write_text_with_events<W: Write + ?Sized>(
             if events.is_some() {
                 continue;
             }
-            let plan = Plan::of(site, snapshot.peak_known);
+            let plan = Plan::of(site, snapshot.peak_known, snapshot.sample_interval != 0);
             for &(size, count) in &plan.freed {
                 let allocation = kinds.allocation(size, leaf);
                 freed.push(Event::Pair(allocation, kinds.free(size, leaf), count));
             }
             for &(size, count) in &plan.kept {
                 rise.push(Event::Allocate(kinds.allocation(size, leaf), count));
-                at_peak += size * count;
+                at_peak = at_peak.saturating_add(size.saturating_mul(count));
             }
             for &(size, count) in &plan.peak_only {
                 rise.push(Event::Allocate(kinds.allocation(size, leaf), count));
                 fall.push(Event::Free(kinds.free(size, leaf), count));
-                at_peak += size * count;
+                at_peak = at_peak.saturating_add(size.saturating_mul(count));
             }
             for &(size, count) in &plan.new {
                 end.push(Event::Allocate(kinds.allocation(size, leaf), count));
@@ -488,7 +544,7 @@ mod tests {
     fn plans_keep_every_count_of_the_site() {
         // 10 blocks allocated, 3 live now (30, 10, 20 bytes), 5 live at the peak (100 bytes).
         let s = site((10, 1_000), &[30, 10, 20], (5, 100));
-        let plan = Plan::of(&s, true);
+        let plan = Plan::of(&s, true, false);
         let (kept, peak_only, new, freed) = (
             total(&plan.kept),
             total(&plan.peak_only),
@@ -505,12 +561,12 @@ mod tests {
 
         // Every block allocated is live now and was at the peak: they are the same blocks.
         let s = site((3, 60), &[30, 10, 20], (3, 60));
-        let plan = Plan::of(&s, true);
+        let plan = Plan::of(&s, true, false);
         assert_eq!(plan.kept, [(10, 1), (20, 1), (30, 1)]);
         assert!(plan.peak_only.is_empty() && plan.new.is_empty() && plan.freed.is_empty());
 
         // Without the peak table nothing is live at the peak.
-        let plan = Plan::of(&s, false);
+        let plan = Plan::of(&s, false, false);
         assert!(plan.kept.is_empty() && plan.peak_only.is_empty());
         assert_eq!(total(&plan.new), (3, 60));
     }

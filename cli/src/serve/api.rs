@@ -41,6 +41,16 @@ impl Reply {
         }
     }
 
+    /// A JSON reply already written.
+    pub fn json_text(body: Vec<u8>) -> Reply {
+        Reply {
+            status: 200,
+            content_type: "application/json",
+            body,
+            file_name: None,
+        }
+    }
+
     /// An error as JSON.
     pub fn error(error: &ApiError) -> Reply {
         Reply {
@@ -51,6 +61,8 @@ impl Reply {
 }
 
 const MAX_POINTS: u64 = 10_000;
+/// Markers listed in a summary or a timeline; `/api/markers` lists them all.
+const MARKERS_LISTED: usize = 1_000;
 const MAX_LIMIT: u64 = 100_000;
 /// Index buckets a timeline needs in its range before the index draws it.
 const MIN_INDEX_POINTS: usize = 100;
@@ -63,13 +75,14 @@ pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError>
     let endpoint = path.trim_end_matches('/');
     match endpoint {
         "/api/summary" => Ok(Reply::json(&summary::summary(state))),
+        "/api/markers" => Ok(Reply::json(&summary::all_markers(state))),
         "/api/timeline" => {
             let q = view::Query::parse(state, &params)?;
             Ok(Reply::json(&timeline::timeline(state, &q, &params, None)?))
         }
         "/api/sites" => sites::sites(state, &params).map(|v| Reply::json(&v)),
-        "/api/flame" => flame::flame(state, &params).map(|v| Reply::json(&v)),
-        "/api/diff" => diff::diff(state, &params).map(|v| Reply::json(&v)),
+        "/api/flame" => flame::flame(state, &params).map(|body| Reply::json_text(body.into())),
+        "/api/diff" => diff::diff(state, &params).map(Reply::json_text),
         _ => {
             if let Some(id) = endpoint.strip_prefix("/api/site/") {
                 return sites::site(state, id, &params).map(|v| Reply::json(&v));
@@ -82,6 +95,23 @@ pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError>
     }
 }
 
+/// `object` (a JSON object) written with one more member, `key`, whose value is the JSON text
+/// `raw` (a flame graph, written without recursion).
+fn with_raw(object: &Value, key: &str, raw: &str) -> Vec<u8> {
+    let mut out = serde_json::to_vec(object).unwrap_or_default();
+    if out.pop() != Some(b'}') {
+        out = b"{".to_vec();
+    }
+    if out.len() > 1 {
+        out.push(b',');
+    }
+    out.extend_from_slice(&serde_json::to_vec(key).unwrap_or_default());
+    out.push(b':');
+    out.extend_from_slice(raw.as_bytes());
+    out.push(b'}');
+    out
+}
+
 fn width(agg: &Agg) -> u64 {
     match agg.edges {
         super::index::Edges::Uniform(w) => w,
@@ -89,16 +119,20 @@ fn width(agg: &Agg) -> u64 {
     }
 }
 
-/// The markers with a time in `(lo, hi]` (all when unbounded).
-fn markers(state: &State, lo: Option<u64>, hi: Option<u64>) -> Vec<Value> {
-    state
-        .index
-        .totals
-        .markers
+/// The markers with a time in `(lo, hi]` (all when unbounded), at most `limit` of them (the
+/// first), and how many there are in all.
+fn markers(state: &State, lo: Option<u64>, hi: Option<u64>, limit: usize) -> (Vec<Value>, usize) {
+    let within =
+        |m: &&(u64, u64, u32)| lo.is_none_or(|lo| m.0 > lo) && hi.is_none_or(|hi| m.0 <= hi);
+    let all = &state.index.totals.markers;
+    let listed = all
         .iter()
-        .filter(|(t, _, _)| lo.is_none_or(|lo| *t > lo) && hi.is_none_or(|hi| *t <= hi))
+        .filter(within)
+        .take(limit)
         .map(|&(time, _, label)| {
-            json!({"time_ns": time, "label": state.labels.get(&label).cloned().unwrap_or_default()})
+            let label = state.labels.get(&label).map_or("", String::as_str);
+            json!({"time_ns": time, "label": label})
         })
-        .collect()
+        .collect();
+    (listed, all.iter().filter(within).count())
 }

@@ -1,16 +1,17 @@
 //! `/api/diff`: what grew and shrank per site between two moments, and the growth's flame
 //! graph.
 
-use super::MAX_LIMIT;
 use super::flame::tree;
 use super::view::{Query, marker, moment, view};
+use super::{MAX_LIMIT, with_raw};
 use crate::serve::index::Live;
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-pub fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
+/// `/api/diff`: the answer's JSON.
+pub fn diff(state: &State, params: &Params) -> Result<Vec<u8>, ApiError> {
     // `from` and `to` are the two moments (either may come first), not a range.
     let moments = ["from", "to", "marker_from", "marker_to"];
     let rest = Params(
@@ -77,11 +78,12 @@ pub fn diff(state: &State, params: &Params) -> Result<Value, ApiError> {
         .collect();
     let growth = (0..classes).map(|c| (c, b[c].0.saturating_sub(a[c].0)));
     let totals = &state.index.totals;
-    Ok(json!({
+    let flame = tree(state, growth).to_json();
+    let answer = json!({
         "from_ns": from.time(totals),
         "to_ns": to.time(totals),
         "total_sites": total_sites,
         "sites": sites,
-        "flame": tree(state, growth),
-    }))
+    });
+    Ok(with_raw(&answer, "flame", &flame))
 }

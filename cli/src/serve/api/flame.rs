@@ -3,13 +3,64 @@
 use super::view::{Query, view};
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
-use serde_json::{Value, json};
+
+/// A flame graph: its nodes in one vector, each naming its children by index, so that neither
+/// building it, nor writing it, nor dropping it recurses, however deep the stacks (a recursion of
+/// 10,000 frames is one path of 10,000 nodes).
+pub struct Flame<'a> {
+    /// The root first.
+    nodes: Vec<Node<'a>>,
+}
+
+struct Node<'a> {
+    name: &'a str,
+    value: u64,
+    /// Sorted by value, largest first, then by name.
+    children: Vec<usize>,
+}
+
+impl Flame<'_> {
+    /// The tree as JSON: `{"name","value","children":[...]}` from the root down, written with a
+    /// stack of its own rather than the thread's.
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(64 * self.nodes.len());
+        // (node, children written so far)
+        let mut open: Vec<(usize, usize)> = Vec::new();
+        let start = |node: &Node, out: &mut String| {
+            out.push_str("{\"name\":");
+            out.push_str(&serde_json::to_string(node.name).unwrap_or_default());
+            out.push_str(",\"value\":");
+            out.push_str(&node.value.to_string());
+            out.push_str(",\"children\":[");
+        };
+        start(&self.nodes[0], &mut out);
+        open.push((0, 0));
+        while let Some((node, written)) = open.last_mut() {
+            let children = &self.nodes[*node].children;
+            if let Some(&child) = children.get(*written) {
+                if *written > 0 {
+                    out.push(',');
+                }
+                *written += 1;
+                start(&self.nodes[child], &mut out);
+                open.push((child, 0));
+            } else {
+                out.push_str("]}");
+                open.pop();
+            }
+        }
+        out
+    }
+}
+
+/// A stack's path (frame names, outermost first) and its value.
+type Path<'a> = (&'a [u32], u64);
 
 /// The flame graph of per-class values: each stack's path (outermost first), merged by common
 /// prefix. Frames below 1/10,000 of the whole are left out (their bytes stay in their parent's
 /// value), so the tree stays small whatever the number of stacks.
-pub fn tree(state: &State, values: impl Iterator<Item = (usize, u64)>) -> Value {
-    let mut paths: Vec<(&[u32], u64)> = Vec::new();
+pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) -> Flame<'a> {
+    let mut paths: Vec<Path> = Vec::new();
     for (class, value) in values {
         if value > 0 {
             let (stack, _) = state.classes.list[class];
@@ -19,41 +70,47 @@ pub fn tree(state: &State, values: impl Iterator<Item = (usize, u64)>) -> Value 
     paths.sort_unstable();
     let total: u64 = paths.iter().map(|p| p.1).sum();
     let threshold = (total / 10_000).max(1);
-    json!({
-        "name": "all",
-        "value": total,
-        "children": children(state, &paths, 0, threshold),
-    })
-}
-
-/// The nodes at `depth` of `paths` (sorted, all sharing their first `depth` frames).
-fn children(state: &State, paths: &[(&[u32], u64)], depth: usize, threshold: u64) -> Vec<Value> {
-    let mut nodes: Vec<(u64, &str, Value)> = Vec::new();
-    let mut start = paths.partition_point(|p| p.0.len() <= depth);
-    while start < paths.len() {
-        let name = paths[start].0[depth];
-        let end = start + paths[start..].partition_point(|p| p.0[depth] == name);
-        let group = &paths[start..end];
-        let value: u64 = group.iter().map(|p| p.1).sum();
-        if value >= threshold {
-            let label = state.names[name as usize].as_str();
-            nodes.push((
-                value,
-                label,
-                json!({
-                    "name": label,
-                    "value": value,
-                    "children": children(state, group, depth + 1, threshold),
-                }),
-            ));
+    let mut nodes = vec![Node {
+        name: "all",
+        value: total,
+        children: Vec::new(),
+    }];
+    // Nodes whose children are still to find: (node, its paths, its depth). A node's paths are
+    // sorted and all share their first `depth` frames.
+    let mut pending: Vec<(usize, &[Path], usize)> = vec![(0, &paths, 0)];
+    while let Some((parent, group, depth)) = pending.pop() {
+        let mut start = group.partition_point(|p| p.0.len() <= depth);
+        while start < group.len() {
+            let name = group[start].0[depth];
+            let end = start + group[start..].partition_point(|p| p.0[depth] == name);
+            let below = &group[start..end];
+            let value: u64 = below.iter().map(|p| p.1).sum();
+            if value >= threshold {
+                nodes.push(Node {
+                    name: state.names[name as usize].as_str(),
+                    value,
+                    children: Vec::new(),
+                });
+                let node = nodes.len() - 1;
+                nodes[parent].children.push(node);
+                pending.push((node, below, depth + 1));
+            }
+            start = end;
         }
-        start = end;
     }
-    nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-    nodes.into_iter().map(|(_, _, node)| node).collect()
+    for parent in 0..nodes.len() {
+        let mut children = std::mem::take(&mut nodes[parent].children);
+        children.sort_by(|&a, &b| {
+            let (a, b) = (&nodes[a], &nodes[b]);
+            b.value.cmp(&a.value).then(a.name.cmp(b.name))
+        });
+        nodes[parent].children = children;
+    }
+    Flame { nodes }
 }
 
-pub fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
+/// `/api/flame`: the tree's JSON.
+pub fn flame(state: &State, params: &Params) -> Result<String, ApiError> {
     let q = Query::parse(state, params)?;
     let what = params.get("what").unwrap_or("live");
     let classes = state.classes.list.len();
@@ -85,5 +142,5 @@ pub fn flame(state: &State, params: &Params) -> Result<Value, ApiError> {
             )));
         }
     };
-    Ok(tree(state, values.into_iter().enumerate()))
+    Ok(tree(state, values.into_iter().enumerate()).to_json())
 }

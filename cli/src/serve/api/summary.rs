@@ -1,6 +1,6 @@
 //! `/api/summary`: the trace as a whole.
 
-use super::{markers, width};
+use super::{MARKERS_LISTED, markers, width};
 use crate::serve::state::State;
 use serde_json::{Value, json};
 
@@ -13,13 +13,15 @@ pub fn summary(state: &State) -> Value {
         .map(|(&id, (_, name))| (id, name.as_str()))
         .collect();
     threads.sort_unstable();
+    let (listed, total) = markers(state, None, None, MARKERS_LISTED);
     json!({
         "path": trace.path().display().to_string(),
         "events": trace.events(),
         "duration_ns": totals.last_time,
         "sample_interval": trace.header().sample_interval,
         "threads": threads.iter().map(|(id, name)| json!({"id": id, "name": name})).collect::<Vec<_>>(),
-        "markers": markers(state, None, None),
+        "markers": listed,
+        "markers_total": total,
         "peak": {"time_ns": totals.peak_time, "bytes": totals.peak.0, "blocks": totals.peak.1},
         "end": {"bytes": totals.end.0, "blocks": totals.end.1},
         "totals": {
@@ -32,4 +34,10 @@ pub fn summary(state: &State) -> Value {
         "bucket_ns": width(&state.index),
         "complete": trace.end_record().is_some(),
     })
+}
+
+/// `/api/markers`: every marker, the one answer that lists them all.
+pub fn all_markers(state: &State) -> Value {
+    let (listed, total) = markers(state, None, None, usize::MAX);
+    json!({"markers": listed, "markers_total": total})
 }

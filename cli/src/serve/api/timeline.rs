@@ -1,7 +1,7 @@
 //! `/api/timeline`, and a site's timeline.
 
 use super::view::{Query, View, ViewAgg, view};
-use super::{MAX_POINTS, MIN_INDEX_POINTS, markers, width};
+use super::{MARKERS_LISTED, MAX_POINTS, MIN_INDEX_POINTS, markers, width};
 use crate::serve::index::Cell;
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
@@ -71,12 +71,14 @@ pub fn timeline(
         exact = true;
     }
     let (pt, pb, pk) = highest.unwrap_or((0, 0, 0));
+    let (listed, total) = markers(state, q.lo, Some(to_ns), MARKERS_LISTED);
     Ok(json!({
         "from_ns": from_ns,
         "to_ns": to_ns,
         "bucket_ns": if agg_view.is_index() { width(index) } else { 0 },
         "points": out,
-        "markers": markers(state, q.lo, Some(to_ns)),
+        "markers": listed,
+        "markers_total": total,
         "peak": {"time_ns": pt, "bytes": pb, "blocks": pk, "exact": exact},
     }))
 }
