@@ -46,10 +46,11 @@ use std::sync::{Mutex, OnceLock};
 use word::Word;
 use writers::{Entered, Writer, bump};
 
+use crate::address::StackId;
+use crate::header::BlockRef;
 pub use door::{Locked, holding_table};
 pub use fork::ForkHold;
-pub use slots::Headed;
-pub use stacks::{StackId, Stacks};
+pub use stacks::Stacks;
 pub use stats::{HeapStats, Peak, PeakTable};
 
 /// Stacks whose allocations a thread counts in its own writer, without a locked instruction: the
@@ -377,6 +378,99 @@ impl Table {
         };
         self.add(&inside.entered, address, Block { tag, ..block });
         Some((block.stack, block.tag))
+    }
+}
+
+/// A header that named a slot which does not hold its block: the header was not this
+/// allocator's, but data that only looked like one in front of another allocator's block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stranger;
+
+/// The allocation path's entries: one per event, over a [`BlockRef`] matched on once, here, where
+/// the two kinds of block are stored differently (slots for blocks with a header, side tables for
+/// the others).
+impl Table {
+    /// Records a new block of the kind `block` says, whose stack is already interned; returns the
+    /// block as recorded (for a block with a header, what the header must hold).
+    #[inline]
+    pub fn insert_any(
+        &self,
+        address: usize,
+        size: u64,
+        stack: StackId,
+        block: BlockRef,
+    ) -> BlockRef {
+        match block {
+            BlockRef::Headless => {
+                self.insert_block(address, size, stack);
+                BlockRef::Headless
+            }
+            BlockRef::Headed(_) => BlockRef::Headed(self.insert_headed(address, size, stack)),
+        }
+    }
+
+    /// Removes a block about to be freed (the free path, which does not need the block); returns
+    /// whether the table held it.
+    #[inline]
+    pub fn remove_any(&self, address: usize, block: BlockRef) -> Result<bool, Stranger> {
+        match block {
+            BlockRef::Headless => Ok(self.remove(address)),
+            BlockRef::Headed(headed) => match self.remove_headed(address, headed) {
+                Some(_) => Ok(true),
+                None => Err(Stranger),
+            },
+        }
+    }
+
+    /// Takes out a block that may be freed (the realloc path), with its tag, for
+    /// [`Table::restore_any`] in case the free does not happen; `None` when the table does not
+    /// hold it (see [`Table::take`]).
+    #[inline]
+    pub fn take_any(&self, address: usize, block: BlockRef) -> Result<Option<Block>, Stranger> {
+        match block {
+            BlockRef::Headless => Ok(self.take(address)),
+            BlockRef::Headed(headed) => match self.remove_headed(address, headed) {
+                Some(tag) => Ok(Some(Block {
+                    size: headed.size,
+                    stack: headed.stack,
+                    tag,
+                })),
+                None => Err(Stranger),
+            },
+        }
+    }
+
+    /// Puts back, with its tag, a block [`Table::take_any`] took out, when the free did not happen
+    /// after all (a failed `realloc`); returns the block as recorded again.
+    pub fn restore_any(&self, address: usize, old: Block, block: BlockRef) -> BlockRef {
+        match block {
+            BlockRef::Headless => {
+                self.restore(address, old);
+                BlockRef::Headless
+            }
+            BlockRef::Headed(_) => {
+                let headed = self.restore_headed(address, old.size, old.stack);
+                if old.tag != 0 && headed.is_recorded() {
+                    self.set_slot_tag(headed.slot, address, old.tag);
+                }
+                BlockRef::Headed(headed)
+            }
+        }
+    }
+
+    /// Gives `tag` to the block just recorded at `address` as `block`. Inside the reentrancy
+    /// guard: the tag map may grow.
+    pub fn retag_any(&self, address: usize, block: BlockRef, tag: u32) {
+        match block {
+            BlockRef::Headless => {
+                self.set_tag(address, tag);
+            }
+            BlockRef::Headed(headed) => {
+                if headed.is_recorded() {
+                    self.set_slot_tag(headed.slot, address, tag);
+                }
+            }
+        }
     }
 }
 

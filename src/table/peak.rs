@@ -8,7 +8,8 @@
 //! keeps its locked instruction off most changes.
 
 use super::writers::Writer;
-use super::{Mode, PeakTable, StackId, Table};
+use super::{Mode, PeakTable, Table};
+use crate::address::StackId;
 use crate::sampling;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering::Relaxed;

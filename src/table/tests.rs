@@ -2,6 +2,7 @@
 //! stack's counters and the totals must agree with a `BTreeMap` of what should be live.
 
 use super::*;
+use crate::header::Headed;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

@@ -13,9 +13,9 @@
 
 use super::format::{Error, ErrorKind, Header, ModuleEntry, Reader, Record, flags};
 use crate::address::ReturnAddress;
+use crate::address::StackId;
 use crate::frames::Frame;
 use crate::snapshot::{LiveBlock, Snapshot, StackSummary};
-use crate::table::StackId;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;

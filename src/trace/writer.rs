@@ -14,14 +14,15 @@
 
 #![forbid(unsafe_code)]
 
-use super::buffer::{self, Buffer};
 use super::format::{ChunkEncoder, Compressor, Header, ModuleEntry, SymbolFrame};
 use crate::address::ReturnAddress;
+use crate::address::StackId;
 use crate::config::warn;
 use crate::guard::Guard;
 use crate::modules::{self, Generation};
 use crate::native::{self, clock, clock::Calibration};
-use crate::table::{StackId, TABLE};
+use crate::record::buffer::{self, Buffer};
+use crate::table::TABLE;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::TcpStream;
