@@ -203,7 +203,7 @@ const SIZE_BITS: u32 = 48;
 /// before a block of another allocator hold that allocator's own data or the program's, which
 /// match both the size and the hash by chance once in 2^16 times at worst, and the size alone
 /// seldom. The slot number is checked next: a recorded block's slot holds its address
-/// ([`Table::remove_headed`](crate::table::Table::remove_headed)).
+/// (the table checks it before it takes a block out).
 #[inline(always)]
 fn check(ptr: *mut u8, size: usize) -> u64 {
     let hash = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SIZE_BITS;

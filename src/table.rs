@@ -24,6 +24,7 @@
 
 mod door;
 mod fork;
+mod hold;
 mod nested;
 mod peak;
 mod sampled;
@@ -48,8 +49,9 @@ use writers::{Entered, Writer, bump};
 
 use crate::address::StackId;
 use crate::header::BlockRef;
-pub use door::{Locked, holding_table};
+pub use door::Locked;
 pub use fork::ForkHold;
+pub use hold::holding_table;
 pub use stacks::Stacks;
 pub use stats::{HeapStats, Peak, PeakTable};
 

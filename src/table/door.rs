@@ -13,6 +13,7 @@
 //! part of the interrupted change (see `nested`). A thread that holds the table still has its
 //! signals blocked meanwhile, so what it frees is always the table's own memory.
 
+use super::hold::{Hold, holding_table};
 use super::side::{SIDES, Side};
 use super::writers::{self, CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer};
 use super::{Block, HeapStats, TABLE, Table};
@@ -24,57 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{MutexGuard, PoisonError};
 
 thread_local! {
-    /// What this thread holds: [`WHOLE`] for each table it holds still, 1 for each side table it
-    /// holds (or is about to take, or has just let go). While it holds any, it must not enter the
-    /// table, which would wait for itself.
-    static HELD: Cell<u32> = const { Cell::new(0) };
     /// Whether this thread holds the orphans' writer (or is about to take it, or has just let go).
     static ORPHAN_HELD: Cell<bool> = const { Cell::new(false) };
-}
-
-/// What a hold of a whole table adds to [`HELD`]; side tables add 1.
-const WHOLE: u32 = 1 << 16;
-
-/// Whether the current thread holds a table still, or one of its side tables.
-#[inline]
-pub fn holding_table() -> bool {
-    HELD.try_with(Cell::get).unwrap_or(0) != 0
-}
-
-/// Whether the current thread holds a whole table still.
-pub(super) fn holding_whole() -> bool {
-    HELD.try_with(Cell::get).unwrap_or(0) >= WHOLE
-}
-
-/// Whether the current thread may hold a side table.
-pub(super) fn holding_side() -> bool {
-    !HELD.try_with(Cell::get).unwrap_or(0).is_multiple_of(WHOLE)
-}
-
-/// Counts a hold for [`holding_table`] while it lives.
-pub(super) struct Hold(u32);
-
-impl Hold {
-    /// A hold of one side table.
-    pub(super) fn side() -> Hold {
-        Hold::add(1)
-    }
-
-    /// A hold of a whole table.
-    pub(super) fn whole() -> Hold {
-        Hold::add(WHOLE)
-    }
-
-    fn add(amount: u32) -> Hold {
-        let _ = HELD.try_with(|held| held.set(held.get() + amount));
-        Hold(amount)
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        let _ = HELD.try_with(|held| held.set(held.get() - self.0));
-    }
 }
 
 /// The orphans' writer, held by this thread; see [`ORPHAN_HELD`].

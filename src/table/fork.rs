@@ -12,7 +12,8 @@
 //! their counters stay, since the blocks they counted are in the child's heap too, and the next
 //! threads the child starts claim them.
 
-use super::door::{Locked, OrphanGuard, holding_table};
+use super::door::{Locked, OrphanGuard};
+use super::hold::holding_table;
 use super::side::Extras;
 use super::stacks::{HeldShard, INDEX_SHARDS};
 use super::{PeakTable, Table};

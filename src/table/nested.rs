@@ -112,7 +112,7 @@ impl Table {
     #[cold]
     #[inline(never)]
     pub(super) fn remove_nested(&self, address: usize) -> bool {
-        if super::door::holding_whole() || self.inside_writer().is_none() {
+        if super::hold::holding_whole() || self.inside_writer().is_none() {
             return false;
         }
         let _nested = writers::nested(&self.frozen, &self.nested_waiting);
