@@ -39,10 +39,11 @@ pub mod writers;
 use crate::address::ReturnAddress;
 use door::Inside;
 use nested::Deferred;
-use sampled::FILTER;
+use peak::PeakAccount;
+use sampled::Sampled;
 use side::{SIDES, Side};
 use slots::Slots;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use word::Word;
 use writers::{Entered, Writer, bump};
@@ -118,19 +119,11 @@ pub struct Table {
     id: AtomicU64,
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
-    /// Live bytes over all threads (in batches), and their peak.
-    peak: Peak,
-    /// Mean bytes between sampled allocations; 0 records every allocation.
-    sample_interval: AtomicU64,
-    /// Under sampling: how many live blocks fall in each slot (saturating, then sticky), so a slot
-    /// at 0 proves an address was never recorded; see [`sampled`].
-    filter: [AtomicU8; FILTER],
-    /// Whether stacks count their live blocks and the peak table is kept.
-    track_peak: AtomicBool,
-    /// A new peak was reached since the last capture of the peak table.
-    peak_due: AtomicBool,
-    /// The live heap per stack at the peak, when tracked.
-    peak_table: Mutex<PeakTable>,
+    /// The heap's peak, and when tracked what was live per stack at the peak; see [`peak`].
+    peak: PeakAccount,
+    /// The sampling interval, and under sampling the filter of the addresses that may be
+    /// recorded; see [`sampled`].
+    sampled: Sampled,
 }
 
 impl Default for Table {
@@ -156,15 +149,8 @@ impl Table {
             freezer: Mutex::new(()),
             id: AtomicU64::new(0),
             stacks: Stacks::new(),
-            peak: Peak::new(),
-            sample_interval: AtomicU64::new(0),
-            filter: [const { AtomicU8::new(0) }; FILTER],
-            track_peak: AtomicBool::new(false),
-            peak_due: AtomicBool::new(false),
-            peak_table: Mutex::new(PeakTable {
-                live_bytes: 0,
-                stacks: Vec::new(),
-            }),
+            peak: PeakAccount::new(),
+            sampled: Sampled::new(),
         }
     }
 
@@ -229,7 +215,7 @@ impl Table {
             return self.lock_all().stats();
         }
         let mut stats = self.counts();
-        stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
+        stats.peak_bytes = self.peak.counter.peak_bytes().max(stats.live_bytes);
         stats
     }
 
@@ -278,7 +264,7 @@ impl Table {
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
         let mode = self.mode();
         if mode.interval != 0 {
-            self.filter_add(address);
+            self.sampled.add(address);
         }
         let Some(inside) = self.enter() else {
             return;
@@ -339,7 +325,7 @@ impl Table {
     fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block, mode: Mode) {
         self.shrink(entered.writer, block.stack, block.size, mode);
         if mode.interval != 0 {
-            self.filter_remove(address);
+            self.sampled.remove(address);
         }
     }
 
@@ -348,7 +334,7 @@ impl Table {
     pub fn restore(&self, address: usize, block: Block) {
         let mode = self.mode();
         if mode.interval != 0 {
-            self.filter_add(address);
+            self.sampled.add(address);
         }
         let Some(inside) = self.enter() else {
             return;

@@ -115,7 +115,7 @@ impl Locked<'_> {
             stats.live_blocks = blocks.round() as u64;
             stats.live_bytes = bytes.round() as u64;
         }
-        stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
+        stats.peak_bytes = self.table.peak.counter.peak_bytes().max(stats.live_bytes);
         stats
     }
 }

@@ -54,7 +54,8 @@ impl Table {
         let locked = self.lock_all();
         let extras = self.slots.extras();
         let peak = self
-            .peak_table
+            .peak
+            .table
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         Some(ForkHold {

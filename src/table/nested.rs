@@ -156,12 +156,12 @@ impl Table {
         self.nested_blocks.fetch_sub(1, Ordering::Relaxed);
         self.nested_bytes.fetch_sub(block.size, Ordering::Relaxed);
         let bytes = self.peak_bytes_of(block.size, mode.interval);
-        self.peak.change(-(bytes as i64));
+        self.peak.counter.change(-(bytes as i64));
         if mode.track_peak {
             self.stacks.record(block.stack).on_live(false, bytes);
         }
         if filtered && mode.interval != 0 {
-            self.filter_remove(address);
+            self.sampled.remove(address);
         }
     }
 }
