@@ -37,16 +37,16 @@ pub mod writers;
 
 #[cfg(test)]
 use crate::address::ReturnAddress;
-use door::Inside;
-use nested::Deferred;
+use door::{Door, Inside};
+use nested::Nested;
 use peak::PeakAccount;
 use sampled::Sampled;
 use side::{SIDES, Side};
 use slots::Slots;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, OnceLock};
 use word::Word;
-use writers::{Entered, Writer, bump};
+use writers::{Entered, Writers, bump};
 
 use crate::address::StackId;
 use crate::header::BlockRef;
@@ -96,27 +96,12 @@ pub struct Table {
     sides: [Mutex<Side>; SIDES],
     /// Live blocks of the global allocator, which carry a header.
     slots: Slots,
-    /// One per thread that recorded; see [`writers`].
-    writers: boxcar::Vec<Writer>,
-    /// The writer of threads that are ending (their own was given back), behind `orphan_lock`.
-    orphan: Writer,
-    /// Serializes the users of `orphan`.
-    orphan_lock: Mutex<()>,
-    /// Set while a reader holds the table still.
-    frozen: AtomicBool,
-    /// Nested changes (see [`nested`]) waiting for a reader to let the table go.
-    nested_waiting: AtomicU32,
-    /// Live blocks taken out by nested changes, as a wrapping count down (their writers' own
-    /// counters may be in the middle of a change).
-    nested_blocks: AtomicU64,
-    /// Live bytes likewise.
-    nested_bytes: AtomicU64,
-    /// Frees deferred to each side table; see [`nested`].
-    deferred: [Deferred; SIDES],
-    /// One reader at a time holds the table still.
-    freezer: Mutex<()>,
-    /// This table's id for [`writers::CLAIMED`]; 0 until a thread first claims a writer.
-    id: AtomicU64,
+    /// One per thread that recorded, and the orphans'; see [`writers`].
+    writers: Writers,
+    /// What lets a reader hold the table still; see [`door`].
+    door: Door,
+    /// What nested changes took out, and the frees they deferred; see [`nested`].
+    nested: Nested,
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
     /// The heap's peak, and when tracked what was live per stack at the peak; see [`peak`].
@@ -138,16 +123,9 @@ impl Table {
         Table {
             sides: [const { Mutex::new(Side::new()) }; SIDES],
             slots: Slots::new(),
-            writers: boxcar::Vec::new(),
-            orphan: Writer::new(),
-            orphan_lock: Mutex::new(()),
-            frozen: AtomicBool::new(false),
-            nested_waiting: AtomicU32::new(0),
-            nested_blocks: AtomicU64::new(0),
-            nested_bytes: AtomicU64::new(0),
-            deferred: [const { Deferred::new() }; SIDES],
-            freezer: Mutex::new(()),
-            id: AtomicU64::new(0),
+            writers: Writers::new(),
+            door: Door::new(),
+            nested: Nested::new(),
             stacks: Stacks::new(),
             peak: PeakAccount::new(),
             sampled: Sampled::new(),
@@ -157,8 +135,8 @@ impl Table {
     /// The writers' counters added up (not under sampling's weights), without a peak.
     fn counts(&self) -> HeapStats {
         let mut stats = HeapStats {
-            live_blocks: self.nested_blocks.load(Relaxed),
-            live_bytes: self.nested_bytes.load(Relaxed),
+            live_blocks: self.nested.blocks.load(Relaxed),
+            live_bytes: self.nested.bytes.load(Relaxed),
             ..HeapStats::default()
         };
         for w in self.all_writers() {

@@ -78,14 +78,14 @@ impl ForkHold<'_> {
     pub fn release_in_child(self) {
         let table = self.locked.table;
         let mine = table.claimed_writer().map(std::ptr::from_ref);
-        for (_, writer) in table.writers.iter() {
+        for (_, writer) in table.writers.claimed.iter() {
             if Some(std::ptr::from_ref(writer)) != mine {
                 writer.reset_after_fork();
             }
         }
-        table.orphan.reset_after_fork();
-        table.nested_waiting.store(0, Relaxed);
-        for deferred in &table.deferred {
+        table.writers.orphan.reset_after_fork();
+        table.door.nested_waiting.store(0, Relaxed);
+        for deferred in &table.nested.deferred {
             deferred.reset_after_fork();
         }
         table.slots.reset_after_fork();

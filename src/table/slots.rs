@@ -264,7 +264,7 @@ impl Table {
     fn remove_headed_nested(&self, address: usize, s: &Slot, block: &Block) -> u32 {
         // A thread that holds the table still is the only one changing it.
         let _nested = (!super::hold::holding_whole())
-            .then(|| super::writers::nested(&self.frozen, &self.nested_waiting));
+            .then(|| super::writers::nested(&self.door.frozen, &self.door.nested_waiting));
         s[0].store(0, Relaxed);
         self.count_gone(address, block, self.mode(), false);
         if !self.has_extras(block.size) {
