@@ -35,3 +35,14 @@ pub fn capture(
         Unwinder::Dwarf => dwarf::walk(out, budget),
     }
 }
+
+/// Keeps the call just before it from becoming a tail call: a jump that would leave the current
+/// function before the call runs, taking its frame (and so the function that allocated) off the
+/// stack that the call walks. An empty instruction the optimizer must keep, after the call: it
+/// costs nothing but the return into this function.
+#[inline(always)]
+pub fn stay_in_frame() {
+    // SAFETY: an empty instruction sequence: it reads and writes no register, memory or flag and
+    // leaves the stack as it was. Without `pure`, the compiler keeps it, after the call before it.
+    unsafe { std::arch::asm!("", options(nomem, nostack, preserves_flags)) }
+}

@@ -17,10 +17,14 @@
 //! while paused, new blocks are not recorded, and frees are still applied, so a block allocated
 //! while paused and freed later, or recorded before and freed while paused, causes no error.
 //!
-//! Nothing here allocates outside the reentrancy guard, takes a lock that allocates, panics,
-//! prints or reads the environment. In unoptimized builds every real frame between the program's
-//! allocating function and the stack walk costs the walk's margin: the functions the walk passes
-//! are inlined even there (`#[inline(always)]`), and none takes a closure.
+//! The path allocates nothing outside the reentrancy guard, takes no lock that allocates, and
+//! never panics, prints or reads the environment. In unoptimized builds every real frame between
+//! the program's allocating function and the stack walk costs the walk's margin
+//! (`tests/stack_trim.rs`), so the functions on the way are inlined even there
+//! (`#[inline(always)]`), and the realloc path records its new block through [`alloc`] itself, not
+//! through a closure or another layer.
+
+#![forbid(unsafe_code)]
 
 #[cfg(feature = "trace")]
 pub(crate) mod buffer;
@@ -127,7 +131,7 @@ fn start<S: Start>(settings: Settings) -> Option<&'static Config> {
 ///
 /// Inlined, with the allocator's entry, into the program's function that allocated, so the call
 /// into the recording path is that function's last call whenever the allocation is the last thing
-/// it does: [`stay_in_frame`] keeps it a call, so that the function's frame is still on the stack
+/// it does: [`capture::stay_in_frame`] keeps it a call, so that the function's frame is still on the stack
 /// when the walk starts.
 #[inline(always)]
 pub(crate) fn alloc<S: Start>(
@@ -140,7 +144,7 @@ pub(crate) fn alloc<S: Start>(
         return block.unrecorded();
     }
     let headed = alloc_checked::<S>(address, size, block, settings);
-    stay_in_frame();
+    capture::stay_in_frame();
     match block {
         BlockRef::Headless => BlockRef::Headless,
         BlockRef::Headed(_) => BlockRef::Headed(headed),
@@ -153,17 +157,6 @@ pub(crate) fn alloc<S: Start>(
 #[inline(always)]
 fn skip_alloc(size: usize) -> bool {
     !guard::inside() && sampling::count_down_unsampled(size) && !scope_tap::any_open()
-}
-
-/// Keeps the call just before it from becoming a tail call: a jump that would leave the current
-/// function before the call runs, taking its frame (and so the function that allocated) off the
-/// stack that the call walks. An empty instruction the optimizer must keep, after the call: it
-/// costs nothing but the return into this function.
-#[inline(always)]
-fn stay_in_frame() {
-    // SAFETY: an empty instruction sequence: it reads and writes no register, memory or flag and
-    // leaves the stack as it was. Without `pure`, the compiler keeps it, after the call before it.
-    unsafe { std::arch::asm!("", options(nomem, nostack, preserves_flags)) }
 }
 
 /// [`alloc`] past the fast check: the allocation may be recorded. Returns what the header of a
