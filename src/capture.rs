@@ -21,7 +21,7 @@ use crate::config::Unwinder;
 
 /// Captures up to `out.len()` return addresses of the current thread, innermost first, ending
 /// early once it holds the frames `budget` wants. `entry` is the frame pointer of one of the
-/// callers (`record_alloc_checked`'s own, read with [`fp::frame_pointer`]), where a frame-pointer
+/// callers (`record::alloc_checked`'s own, read with [`fp::frame_pointer`]), where a frame-pointer
 /// walk starts instead of at its own frame, leaving out the frames in between; 0 for none.
 #[inline]
 pub fn capture(

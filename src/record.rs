@@ -258,7 +258,7 @@ fn may_hold(frees: u8, address: usize, block: BlockRef) -> bool {
 #[must_use]
 pub(crate) fn free(address: usize, block: BlockRef) -> bool {
     let frees = FREES.load(Ordering::Acquire);
-    if frees == FREES_IGNORED && block == BlockRef::Headless {
+    if frees == FREES_IGNORED && matches!(block, BlockRef::Headless) {
         return true;
     }
     // Under sampling most frees leave at the filter.
