@@ -165,4 +165,12 @@ mod tests {
         assert_eq!(Format::from_path("a.json"), None);
         assert_eq!(Format::from_path("a.gz"), None);
     }
+
+    #[test]
+    fn outputs_that_show_the_peak_ask_for_it() {
+        assert!(outputs_need_peak("a.pb.gz, b.dhat.json"));
+        assert!(outputs_need_peak("run-%p.heaptrack.gz"));
+        assert!(!outputs_need_peak("a.pb.gz,a.md,a.folded"));
+        assert!(!outputs_need_peak(""));
+    }
 }
