@@ -36,7 +36,7 @@ type Slot = [AtomicU64; 2];
 /// Slots in the first bucket; bucket `b` holds `FIRST << b`.
 const FIRST: usize = 1 << 12;
 
-/// Buckets: as many as slot numbers below [`UNRECORDED`] fill.
+/// Buckets: as many as slot numbers below [`UNRECORDED`](crate::header::UNRECORDED) fill.
 const BUCKETS: usize = 20;
 
 /// Slots in all the buckets.
