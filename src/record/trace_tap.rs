@@ -1,5 +1,5 @@
 //! The allocation path's tap into trace mode: the events of the blocks the table records, appended
-//! to the thread's trace buffer ([`buffer`](super::buffer)) beside the table's own calls, so that
+//! to the thread's trace buffer (`record::buffer`) beside the table's own calls, so that
 //! pausing and sampling apply to the trace as to the table.
 //!
 //! The path calls [`alloc`], [`free`] and the two halves of a reallocation ([`realloc_start`],

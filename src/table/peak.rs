@@ -2,7 +2,7 @@
 //! and, when the peak is tracked, what was live per stack at the peak.
 //!
 //! Each thread gathers its changes in a batch of at most [`PEAK_BATCH`] bytes before adding them
-//! to the one shared counter ([`Peak`](super::Peak)), so without [`Table::set_track_peak`] the peak
+//! to the one shared counter ([`Peak`]), so without [`Table::set_track_peak`] the peak
 //! may miss the true one by a batch per thread; with it, every change reaches the peak counter at
 //! once and the peak is exact. The shared counter is the only way to know the peak, and batching
 //! keeps its locked instruction off most changes.
