@@ -92,16 +92,6 @@ impl BlockRef {
             BlockRef::Headed(headed) => headed,
         }
     }
-
-    /// Whether the table may hold the block: a header says whether it does; for a block without
-    /// one, only the side tables can tell.
-    #[inline(always)]
-    pub fn may_be_recorded(self) -> bool {
-        match self {
-            BlockRef::Headless => true,
-            BlockRef::Headed(headed) => headed.is_recorded(),
-        }
-    }
 }
 
 /// Blocks of this size or more have no header: a few of them cost the side tables little time,

@@ -143,11 +143,19 @@ pub(crate) fn alloc<S: Start>(
     if skip_alloc(size) {
         return block.unrecorded();
     }
-    let headed = alloc_checked::<S>(address, size, block, settings);
-    capture::stay_in_frame();
+    // One instance of the checked path per kind of block, so that the table's match on the kind
+    // is decided when it is compiled.
     match block {
-        BlockRef::Headless => BlockRef::Headless,
-        BlockRef::Headed(_) => BlockRef::Headed(headed),
+        BlockRef::Headless => {
+            alloc_checked::<S, false>(address, size, settings);
+            capture::stay_in_frame();
+            BlockRef::Headless
+        }
+        BlockRef::Headed(_) => {
+            let headed = alloc_checked::<S, true>(address, size, settings);
+            capture::stay_in_frame();
+            BlockRef::Headed(headed)
+        }
     }
 }
 
@@ -160,12 +168,11 @@ fn skip_alloc(size: usize) -> bool {
 }
 
 /// [`alloc`] past the fast check: the allocation may be recorded. Returns what the header of a
-/// block with one must hold ([`Headed::UNRECORDED`] for a block without one).
+/// block with one (`HEADED`) must hold ([`Headed::UNRECORDED`] for a block without one).
 #[inline(never)]
-fn alloc_checked<S: Start>(
+fn alloc_checked<S: Start, const HEADED: bool>(
     address: usize,
     size: usize,
-    block: BlockRef,
     settings: Settings,
 ) -> Headed {
     // This function's own frame, never inlined away: a frame-pointer walk starts from it, with
@@ -180,13 +187,14 @@ fn alloc_checked<S: Start>(
         let stack = if !PAUSED.load(Ordering::Relaxed)
             && (interval == 0 || sampling::sample(size, interval))
         {
-            new_block(&guard, config, address, size, block, entry)
+            new_block::<HEADED>(&guard, config, address, size, entry)
         } else {
             None
         };
         if let Some((stack, recorded)) = stack {
-            headed = recorded.header();
-            if recorded.may_be_recorded() {
+            headed = recorded;
+            // A block without a header is always in the side tables once recorded.
+            if !HEADED || recorded.is_recorded() {
                 trace_tap::alloc(address, size, stack);
             }
         }
@@ -204,22 +212,33 @@ thread_local! {
         const { RefCell::new([ReturnAddress(0); MAX_FRAMES]) };
 }
 
-/// Records a new block of the kind `block` says in the table, capturing the current stack;
-/// returns its stack and the block as recorded. `entry` is the frame pointer of one of the
+/// Records a new block in the table (`HEADED`: one with a header), capturing the current stack;
+/// returns its stack and what its header must hold ([`Headed::UNRECORDED`] for a block without
+/// one). `entry` is the frame pointer of one of the
 /// callers, where a frame-pointer walk starts (see [`capture::capture`]).
 #[inline]
-fn new_block(
+fn new_block<const HEADED: bool>(
     _guard: &Guard,
     config: &Config,
     address: usize,
     size: usize,
-    block: BlockRef,
     entry: usize,
-) -> Option<(StackId, BlockRef)> {
+) -> Option<(StackId, Headed)> {
     let depth = config.capture_depth();
     let store = |frames: &[ReturnAddress]| {
         let stack = TABLE.stacks.intern(frames);
-        (stack, TABLE.insert_any(address, size as u64, stack, block))
+        // The kind, a constant here, so the table's match on it is decided before anything is
+        // inlined into this closure.
+        let block = match HEADED {
+            true => BlockRef::NEW_HEADED,
+            false => BlockRef::Headless,
+        };
+        (
+            stack,
+            TABLE
+                .insert_any(address, size as u64, stack, block)
+                .header(),
+        )
     };
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;

@@ -354,11 +354,12 @@ pub struct Stranger;
 
 /// The allocation path's entries: one per event, over a [`BlockRef`] matched on once, here, where
 /// the two kinds of block are stored differently (slots for blocks with a header, side tables for
-/// the others).
+/// the others). Inlined always: where the path knows the kind, the match costs nothing, and in
+/// unoptimized builds it adds no frame.
 impl Table {
     /// Records a new block of the kind `block` says, whose stack is already interned; returns the
     /// block as recorded (for a block with a header, what the header must hold).
-    #[inline]
+    #[inline(always)]
     pub fn insert_any(
         &self,
         address: usize,
@@ -377,7 +378,7 @@ impl Table {
 
     /// Removes a block about to be freed (the free path, which does not need the block); returns
     /// whether the table held it.
-    #[inline]
+    #[inline(always)]
     pub fn remove_any(&self, address: usize, block: BlockRef) -> Result<bool, Stranger> {
         match block {
             BlockRef::Headless => Ok(self.remove(address)),
@@ -391,7 +392,7 @@ impl Table {
     /// Takes out a block that may be freed (the realloc path), with its tag, for
     /// [`Table::restore_any`] in case the free does not happen; `None` when the table does not
     /// hold it (see [`Table::take`]).
-    #[inline]
+    #[inline(always)]
     pub fn take_any(&self, address: usize, block: BlockRef) -> Result<Option<Block>, Stranger> {
         match block {
             BlockRef::Headless => Ok(self.take(address)),
@@ -408,6 +409,7 @@ impl Table {
 
     /// Puts back, with its tag, a block [`Table::take_any`] took out, when the free did not happen
     /// after all (a failed `realloc`); returns the block as recorded again.
+    #[inline(always)]
     pub fn restore_any(&self, address: usize, old: Block, block: BlockRef) -> BlockRef {
         match block {
             BlockRef::Headless => {
@@ -426,6 +428,7 @@ impl Table {
 
     /// Gives `tag` to the block just recorded at `address` as `block`. Inside the reentrancy
     /// guard: the tag map may grow.
+    #[inline(always)]
     pub fn retag_any(&self, address: usize, block: BlockRef, tag: u32) {
         match block {
             BlockRef::Headless => {
