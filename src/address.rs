@@ -13,6 +13,11 @@
 #[repr(transparent)]
 pub struct ReturnAddress(pub usize);
 
+/// A stack's index in the table's stack table: what the allocation path, the trace and every
+/// reader pass around to name a stack, so it lives here, below all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StackId(pub u32);
+
 impl ReturnAddress {
     /// An address inside the call instruction itself, the one to give to a symbolizer.
     #[inline]

@@ -21,7 +21,7 @@ use crate::config::Unwinder;
 
 /// Captures up to `out.len()` return addresses of the current thread, innermost first, ending
 /// early once it holds the frames `budget` wants. `entry` is the frame pointer of one of the
-/// callers (`record_alloc_checked`'s own, read with [`fp::frame_pointer`]), where a frame-pointer
+/// callers (`record::alloc_checked`'s own, read with [`fp::frame_pointer`]), where a frame-pointer
 /// walk starts instead of at its own frame, leaving out the frames in between; 0 for none.
 #[inline]
 pub fn capture(
@@ -34,4 +34,15 @@ pub fn capture(
         Unwinder::FramePointer => fp::walk_from(entry, out, budget),
         Unwinder::Dwarf => dwarf::walk(out, budget),
     }
+}
+
+/// Keeps the call just before it from becoming a tail call: a jump that would leave the current
+/// function before the call runs, taking its frame (and so the function that allocated) off the
+/// stack that the call walks. An empty instruction the optimizer must keep, after the call: it
+/// costs nothing but the return into this function.
+#[inline(always)]
+pub fn stay_in_frame() {
+    // SAFETY: an empty instruction sequence: it reads and writes no register, memory or flag and
+    // leaves the stack as it was. Without `pure`, the compiler keeps it, after the call before it.
+    unsafe { std::arch::asm!("", options(nomem, nostack, preserves_flags)) }
 }

@@ -85,6 +85,12 @@ impl Format {
         (".tsv", Format::Tsv),
     ];
 
+    /// Whether the format shows the heap at its peak, which the table keeps only when told so
+    /// before the first block is recorded (see [`MemProf::track_peak`](crate::MemProf::track_peak)).
+    pub fn needs_peak(self) -> bool {
+        matches!(self, Format::Dhat | Format::Heaptrack)
+    }
+
     /// The format a file name asks for by its ending, if any.
     pub fn from_path(path: &str) -> Option<Format> {
         Format::EXTENSIONS
@@ -92,6 +98,14 @@ impl Format {
             .find(|(ending, _)| path.ends_with(ending))
             .map(|&(_, format)| format)
     }
+}
+
+/// Whether a file of `spec`, a comma-separated list of outputs (the value of `MEMPROF_OUTPUT`),
+/// is in a format that needs the heap's peak ([`Format::needs_peak`]).
+pub(crate) fn outputs_need_peak(spec: &str) -> bool {
+    spec.split(',')
+        .filter_map(|path| Format::from_path(path.trim()))
+        .any(Format::needs_peak)
 }
 
 /// Writes `snapshot` in `format`. Markdown and TSV are the live-allocation reports with the
@@ -150,5 +164,13 @@ mod tests {
         assert_eq!(Format::from_path("a.dhat.json"), Some(Format::Dhat));
         assert_eq!(Format::from_path("a.json"), None);
         assert_eq!(Format::from_path("a.gz"), None);
+    }
+
+    #[test]
+    fn outputs_that_show_the_peak_ask_for_it() {
+        assert!(outputs_need_peak("a.pb.gz, b.dhat.json"));
+        assert!(outputs_need_peak("run-%p.heaptrack.gz"));
+        assert!(!outputs_need_peak("a.pb.gz,a.md,a.folded"));
+        assert!(!outputs_need_peak(""));
     }
 }

@@ -132,13 +132,15 @@ mod fence;
 mod frames;
 mod files;
 mod guard;
+mod header;
 mod modules;
 mod native;
 mod sampling;
 
-// The pipeline, in the order data flows: the front doors, the allocation path's stack capture,
-// the live table, its snapshots, then what is made of them.
+// The pipeline, in the order data flows: the front doors, the allocation path and its stack
+// capture, the live table, its snapshots, then what is made of them.
 mod hooks;
+mod record;
 mod capture;
 mod table;
 mod scope;
@@ -152,15 +154,16 @@ pub mod export;
 mod http;
 pub mod trace;
 
-pub use address::ReturnAddress;
+pub use address::{ReturnAddress, StackId};
 pub use config::Config;
 pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;
-pub use hooks::{MemProf, is_paused, pause, resume};
+pub use hooks::MemProf;
 #[cfg(feature = "http")]
 pub use http::serve_http;
 pub use object_graph::object_size;
+pub use record::{is_paused, pause, resume};
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
     log_object_counts, log_object_sizes, log_object_tallies, log_trace_target, log_type_contexts,
@@ -169,6 +172,6 @@ pub use report::{
 pub use scope::{Scope, ScopeStats};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Resolve, Symbolizer, with_symbolizer};
-pub use table::{HeapStats, StackId};
+pub use table::HeapStats;
 pub use trace::{close_trace, is_tracing, mark};
 pub use types::{tag, tagged};

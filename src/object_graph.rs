@@ -25,9 +25,10 @@
 
 pub mod scan;
 
+use crate::address::StackId;
 use crate::guard::untracked;
 use crate::snapshot::Snapshot;
-use crate::table::{StackId, TABLE};
+use crate::table::TABLE;
 use crate::types::TypeRow;
 use crate::types::{self, Typing, names};
 pub use scan::BlockKind;

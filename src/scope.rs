@@ -1,119 +1,24 @@
 //! Heap assertions for tests: what the code a thread runs allocates, frees and keeps.
 //!
-//! The user's side is [`Scope`]; the allocation path calls [`on_alloc`] and [`on_free`].
+//! The user's side is [`Scope`]; the counting itself is a tap on the allocation path
+//! (`record::scope_tap`), which this module reads.
 
 #![forbid(unsafe_code)]
 
-use crate::guard::{Guard, untracked};
+use crate::address::StackId;
+use crate::guard::untracked;
+use crate::record::scope_tap::{self, SEEN, State};
 use crate::report::{self, Group, Report, ReportOptions};
-use crate::table::{StackId, TABLE};
-use std::cell::{Cell, RefCell};
+use crate::table::TABLE;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// What a scope has seen so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ScopeStats {
-    /// Blocks allocated (a `realloc` counts as a free and an allocation).
-    pub allocated_blocks: u64,
-    /// Bytes allocated.
-    pub allocated_bytes: u64,
-    /// Blocks freed.
-    pub freed_blocks: u64,
-    /// Bytes freed.
-    pub freed_bytes: u64,
-    /// Blocks allocated and not freed yet.
-    pub live_blocks: u64,
-    /// Bytes allocated and not freed yet.
-    pub live_bytes: u64,
-    /// The most `live_bytes` reached.
-    pub peak_bytes: u64,
-}
-
-/// One open scope of a thread.
-struct State {
-    /// The scope's number, to find it when it closes.
-    id: u64,
-    /// Its counts.
-    stats: ScopeStats,
-    /// Blocks allocated per stack (when the stack was recorded).
-    sites: HashMap<StackId, (u64, u64)>,
-    /// Blocks allocated in the scope and not freed yet: address → size and stack (when recorded).
-    live: HashMap<usize, (u64, Option<StackId>)>,
-}
-
-thread_local! {
-    /// This thread's open scopes, innermost last.
-    static SCOPES: RefCell<Vec<State>> = const { RefCell::new(Vec::new()) };
-    /// Whether this thread has an open scope: the allocation path's only cost when it has none.
-    static OPEN: Cell<bool> = const { Cell::new(false) };
-    /// Whether this thread is allocating a probe (see [`Scope::recording_reaches_scopes`]),
-    /// which is seen and not counted.
-    static PROBING: Cell<bool> = const { Cell::new(false) };
-}
+pub use crate::record::scope_tap::ScopeStats;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Whether any scope of the process was ever told of an allocation: then memprof is the global
-/// allocator and records.
-static SEEN: AtomicBool = AtomicBool::new(false);
-
 /// The context of the row that stands for a scope's blocks recorded without a stack.
 const NO_STACK: &str = "(no stack: allocated while recording was paused, or not sampled)";
-
-/// Whether the current thread has an open scope.
-#[inline]
-pub fn any_open() -> bool {
-    OPEN.try_with(Cell::get).unwrap_or(false)
-}
-
-/// Counts an allocation of this thread in its open scopes. Runs inside the guard.
-pub fn on_alloc(_guard: &Guard, address: usize, size: usize, stack: Option<StackId>) {
-    if !SEEN.load(Ordering::Relaxed) {
-        SEEN.store(true, Ordering::Relaxed);
-    }
-    if PROBING.try_with(Cell::get).unwrap_or(false) {
-        return;
-    }
-    let _ = SCOPES.try_with(|scopes| {
-        let Ok(mut scopes) = scopes.try_borrow_mut() else {
-            return;
-        };
-        for scope in scopes.iter_mut() {
-            let stats = &mut scope.stats;
-            stats.allocated_blocks += 1;
-            stats.allocated_bytes += size as u64;
-            stats.live_blocks += 1;
-            stats.live_bytes += size as u64;
-            stats.peak_bytes = stats.peak_bytes.max(stats.live_bytes);
-            if let Some(stack) = stack {
-                let site = scope.sites.entry(stack).or_default();
-                site.0 += 1;
-                site.1 += size as u64;
-            }
-            scope.live.insert(address, (size as u64, stack));
-        }
-    });
-}
-
-/// Counts the free of a block of this thread's open scopes. Never allocates.
-pub fn on_free(address: usize) {
-    let _ = SCOPES.try_with(|scopes| {
-        let Ok(mut scopes) = scopes.try_borrow_mut() else {
-            return;
-        };
-        for scope in scopes.iter_mut() {
-            if let Some((size, _)) = scope.live.remove(&address) {
-                let stats = &mut scope.stats;
-                stats.freed_blocks += 1;
-                stats.freed_bytes += size;
-                stats.live_blocks -= 1;
-                stats.live_bytes -= size;
-            }
-        }
-    });
-}
 
 /// Which of a scope's blocks a failing assertion lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,17 +71,7 @@ impl Scope {
     /// Opens a scope on the current thread.
     pub fn start() -> Scope {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        untracked(|| {
-            SCOPES.with_borrow_mut(|scopes| {
-                scopes.push(State {
-                    id,
-                    stats: ScopeStats::default(),
-                    sites: HashMap::new(),
-                    live: HashMap::new(),
-                })
-            });
-            OPEN.set(true);
-        });
+        untracked(|| scope_tap::open(id));
         Scope {
             id,
             _not_send: std::marker::PhantomData,
@@ -184,15 +79,7 @@ impl Scope {
     }
 
     fn with<R>(&self, f: impl FnOnce(&State) -> R) -> R {
-        untracked(|| {
-            SCOPES.with_borrow(|scopes| {
-                let state = scopes
-                    .iter()
-                    .find(|s| s.id == self.id)
-                    .expect("a scope's state lives as long as the scope");
-                f(state)
-            })
-        })
+        untracked(|| scope_tap::with_state(self.id, f))
     }
 
     /// The counts so far.
@@ -270,9 +157,9 @@ impl Scope {
         if SEEN.load(Ordering::Relaxed) || TABLE.has_recorded() {
             return true;
         }
-        let _ = PROBING.try_with(|probing| probing.set(true));
+        scope_tap::set_probing(true);
         drop(std::hint::black_box(Box::new(0u8)));
-        let _ = PROBING.try_with(|probing| probing.set(false));
+        scope_tap::set_probing(false);
         SEEN.load(Ordering::Relaxed)
     }
 
@@ -386,12 +273,6 @@ impl Scope {
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        untracked(|| {
-            let _ = SCOPES.try_with(|scopes| {
-                let mut scopes = scopes.borrow_mut();
-                scopes.retain(|s| s.id != self.id);
-                let _ = OPEN.try_with(|open| open.set(!scopes.is_empty()));
-            });
-        });
+        untracked(|| scope_tap::close(self.id));
     }
 }

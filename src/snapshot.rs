@@ -7,8 +7,9 @@
 #![forbid(unsafe_code)]
 
 use crate::address::ReturnAddress;
+use crate::address::StackId;
 use crate::guard::untracked;
-use crate::table::{HeapStats, Locked, StackId, TABLE, Table};
+use crate::table::{HeapStats, Locked, TABLE, Table};
 
 /// One live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@
 
 mod door;
 mod fork;
+mod hold;
 mod nested;
 mod peak;
 mod sampled;
@@ -36,20 +37,23 @@ pub mod writers;
 
 #[cfg(test)]
 use crate::address::ReturnAddress;
-use door::Inside;
-use nested::Deferred;
-use sampled::FILTER;
+use door::{Door, Inside};
+use nested::Nested;
+use peak::PeakAccount;
+use sampled::Sampled;
 use side::{SIDES, Side};
 use slots::Slots;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, OnceLock};
 use word::Word;
-use writers::{Entered, Writer, bump};
+use writers::{Entered, Writers, bump};
 
-pub use door::{Locked, holding_table};
+use crate::address::StackId;
+use crate::header::BlockRef;
+pub use door::Locked;
 pub use fork::ForkHold;
-pub use slots::Headed;
-pub use stacks::{StackId, Stacks};
+pub use hold::holding_table;
+pub use stacks::Stacks;
 pub use stats::{HeapStats, Peak, PeakTable};
 
 /// Stacks whose allocations a thread counts in its own writer, without a locked instruction: the
@@ -92,42 +96,19 @@ pub struct Table {
     sides: [Mutex<Side>; SIDES],
     /// Live blocks of the global allocator, which carry a header.
     slots: Slots,
-    /// One per thread that recorded; see [`writers`].
-    writers: boxcar::Vec<Writer>,
-    /// The writer of threads that are ending (their own was given back), behind `orphan_lock`.
-    orphan: Writer,
-    /// Serializes the users of `orphan`.
-    orphan_lock: Mutex<()>,
-    /// Set while a reader holds the table still.
-    frozen: AtomicBool,
-    /// Nested changes (see [`nested`]) waiting for a reader to let the table go.
-    nested_waiting: AtomicU32,
-    /// Live blocks taken out by nested changes, as a wrapping count down (their writers' own
-    /// counters may be in the middle of a change).
-    nested_blocks: AtomicU64,
-    /// Live bytes likewise.
-    nested_bytes: AtomicU64,
-    /// Frees deferred to each side table; see [`nested`].
-    deferred: [Deferred; SIDES],
-    /// One reader at a time holds the table still.
-    freezer: Mutex<()>,
-    /// This table's id for [`writers::CLAIMED`]; 0 until a thread first claims a writer.
-    id: AtomicU64,
+    /// One per thread that recorded, and the orphans'; see [`writers`].
+    writers: Writers,
+    /// What lets a reader hold the table still; see [`door`].
+    door: Door,
+    /// What nested changes took out, and the frees they deferred; see [`nested`].
+    nested: Nested,
     /// The stacks blocks were allocated from.
     pub stacks: Stacks,
-    /// Live bytes over all threads (in batches), and their peak.
-    peak: Peak,
-    /// Mean bytes between sampled allocations; 0 records every allocation.
-    sample_interval: AtomicU64,
-    /// Under sampling: how many live blocks fall in each slot (saturating, then sticky), so a slot
-    /// at 0 proves an address was never recorded; see [`sampled`].
-    filter: [AtomicU8; FILTER],
-    /// Whether stacks count their live blocks and the peak table is kept.
-    track_peak: AtomicBool,
-    /// A new peak was reached since the last capture of the peak table.
-    peak_due: AtomicBool,
-    /// The live heap per stack at the peak, when tracked.
-    peak_table: Mutex<PeakTable>,
+    /// The heap's peak, and when tracked what was live per stack at the peak; see [`peak`].
+    peak: PeakAccount,
+    /// The sampling interval, and under sampling the filter of the addresses that may be
+    /// recorded; see [`sampled`].
+    sampled: Sampled,
 }
 
 impl Default for Table {
@@ -142,34 +123,20 @@ impl Table {
         Table {
             sides: [const { Mutex::new(Side::new()) }; SIDES],
             slots: Slots::new(),
-            writers: boxcar::Vec::new(),
-            orphan: Writer::new(),
-            orphan_lock: Mutex::new(()),
-            frozen: AtomicBool::new(false),
-            nested_waiting: AtomicU32::new(0),
-            nested_blocks: AtomicU64::new(0),
-            nested_bytes: AtomicU64::new(0),
-            deferred: [const { Deferred::new() }; SIDES],
-            freezer: Mutex::new(()),
-            id: AtomicU64::new(0),
+            writers: Writers::new(),
+            door: Door::new(),
+            nested: Nested::new(),
             stacks: Stacks::new(),
-            peak: Peak::new(),
-            sample_interval: AtomicU64::new(0),
-            filter: [const { AtomicU8::new(0) }; FILTER],
-            track_peak: AtomicBool::new(false),
-            peak_due: AtomicBool::new(false),
-            peak_table: Mutex::new(PeakTable {
-                live_bytes: 0,
-                stacks: Vec::new(),
-            }),
+            peak: PeakAccount::new(),
+            sampled: Sampled::new(),
         }
     }
 
     /// The writers' counters added up (not under sampling's weights), without a peak.
     fn counts(&self) -> HeapStats {
         let mut stats = HeapStats {
-            live_blocks: self.nested_blocks.load(Relaxed),
-            live_bytes: self.nested_bytes.load(Relaxed),
+            live_blocks: self.nested.blocks.load(Relaxed),
+            live_bytes: self.nested.bytes.load(Relaxed),
             ..HeapStats::default()
         };
         for w in self.all_writers() {
@@ -226,7 +193,7 @@ impl Table {
             return self.lock_all().stats();
         }
         let mut stats = self.counts();
-        stats.peak_bytes = self.peak.peak_bytes().max(stats.live_bytes);
+        stats.peak_bytes = self.peak.counter.peak_bytes().max(stats.live_bytes);
         stats
     }
 
@@ -275,7 +242,7 @@ impl Table {
     pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
         let mode = self.mode();
         if mode.interval != 0 {
-            self.filter_add(address);
+            self.sampled.add(address);
         }
         let Some(inside) = self.enter() else {
             return;
@@ -336,7 +303,7 @@ impl Table {
     fn retire(&self, entered: &Entered<'_>, address: usize, block: &Block, mode: Mode) {
         self.shrink(entered.writer, block.stack, block.size, mode);
         if mode.interval != 0 {
-            self.filter_remove(address);
+            self.sampled.remove(address);
         }
     }
 
@@ -345,7 +312,7 @@ impl Table {
     pub fn restore(&self, address: usize, block: Block) {
         let mode = self.mode();
         if mode.interval != 0 {
-            self.filter_add(address);
+            self.sampled.add(address);
         }
         let Some(inside) = self.enter() else {
             return;
@@ -377,6 +344,102 @@ impl Table {
         };
         self.add(&inside.entered, address, Block { tag, ..block });
         Some((block.stack, block.tag))
+    }
+}
+
+/// A header that named a slot which does not hold its block: the header was not this
+/// allocator's, but data that only looked like one in front of another allocator's block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stranger;
+
+/// The allocation path's entries: one per event, over a [`BlockRef`] matched on once, here, where
+/// the two kinds of block are stored differently (slots for blocks with a header, side tables for
+/// the others). Inlined always: where the path knows the kind, the match costs nothing, and in
+/// unoptimized builds it adds no frame.
+impl Table {
+    /// Records a new block of the kind `block` says, whose stack is already interned; returns the
+    /// block as recorded (for a block with a header, what the header must hold).
+    #[inline(always)]
+    pub fn insert_any(
+        &self,
+        address: usize,
+        size: u64,
+        stack: StackId,
+        block: BlockRef,
+    ) -> BlockRef {
+        match block {
+            BlockRef::Headless => {
+                self.insert_block(address, size, stack);
+                BlockRef::Headless
+            }
+            BlockRef::Headed(_) => BlockRef::Headed(self.insert_headed(address, size, stack)),
+        }
+    }
+
+    /// Removes a block about to be freed (the free path, which does not need the block); returns
+    /// whether the table held it.
+    #[inline(always)]
+    pub fn remove_any(&self, address: usize, block: BlockRef) -> Result<bool, Stranger> {
+        match block {
+            BlockRef::Headless => Ok(self.remove(address)),
+            BlockRef::Headed(headed) => match self.remove_headed(address, headed) {
+                Some(_) => Ok(true),
+                None => Err(Stranger),
+            },
+        }
+    }
+
+    /// Takes out a block that may be freed (the realloc path), with its tag, for
+    /// [`Table::restore_any`] in case the free does not happen; `None` when the table does not
+    /// hold it (see [`Table::take`]).
+    #[inline(always)]
+    pub fn take_any(&self, address: usize, block: BlockRef) -> Result<Option<Block>, Stranger> {
+        match block {
+            BlockRef::Headless => Ok(self.take(address)),
+            BlockRef::Headed(headed) => match self.remove_headed(address, headed) {
+                Some(tag) => Ok(Some(Block {
+                    size: headed.size,
+                    stack: headed.stack,
+                    tag,
+                })),
+                None => Err(Stranger),
+            },
+        }
+    }
+
+    /// Puts back, with its tag, a block [`Table::take_any`] took out, when the free did not happen
+    /// after all (a failed `realloc`); returns the block as recorded again.
+    #[inline(always)]
+    pub fn restore_any(&self, address: usize, old: Block, block: BlockRef) -> BlockRef {
+        match block {
+            BlockRef::Headless => {
+                self.restore(address, old);
+                BlockRef::Headless
+            }
+            BlockRef::Headed(_) => {
+                let headed = self.restore_headed(address, old.size, old.stack);
+                if old.tag != 0 && headed.is_recorded() {
+                    self.set_slot_tag(headed.slot, address, old.tag);
+                }
+                BlockRef::Headed(headed)
+            }
+        }
+    }
+
+    /// Gives `tag` to the block just recorded at `address` as `block`. Inside the reentrancy
+    /// guard: the tag map may grow.
+    #[inline(always)]
+    pub fn retag_any(&self, address: usize, block: BlockRef, tag: u32) {
+        match block {
+            BlockRef::Headless => {
+                self.set_tag(address, tag);
+            }
+            BlockRef::Headed(headed) => {
+                if headed.is_recorded() {
+                    self.set_slot_tag(headed.slot, address, tag);
+                }
+            }
+        }
     }
 }
 

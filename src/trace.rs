@@ -6,20 +6,18 @@
 //! its encoder, decoder and replay are the `memprof-trace` crate's, shared with the `memprof`
 //! command; here are the recorder's pieces:
 //!
-//! - `buffer`: the allocation path's half, per-thread buffers of raw events;
 //! - `writer`: the background thread that turns full buffers into compressed chunks, defines
 //!   stacks, modules, threads and labels before their first use, and at close adds the symbols;
 //! - `symbols`: offline symbolization (`OfflineSymbolizer`), from the binaries a trace's module
 //!   records name, with the rules the live symbolizer follows (what `memprof symbolize` uses).
 //!
-//! The allocation path calls `alloc`, `free` and the two halves of a reallocation
-//! (`realloc_start`, `realloc_end`) beside the live table's own calls, for the blocks the table
-//! records: so pausing and sampling apply to the trace as to the table. A forked child stops
+//! The allocation path's half, the per-thread buffers of raw events and the taps that fill them
+//! beside the live table's own calls, is part of the allocation path (`record::buffer`,
+//! `record::trace_tap`): so pausing and sampling apply to the trace as to the table; this module
+//! opens and closes the trace for it. A forked child stops
 //! tracing (its parent's trace is not its own to write); a program the child `exec`s traces on its
 //! own if its environment says so (name its file with `%p`).
 
-#[cfg(feature = "trace")]
-mod buffer;
 #[cfg(feature = "trace")]
 mod symbols;
 #[cfg(feature = "trace")]
@@ -31,11 +29,11 @@ pub use symbols::{OfflineSymbolizer, Unresolved};
 #[cfg(feature = "trace")]
 use crate::native::clock;
 #[cfg(feature = "trace")]
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Whether events are recorded into the trace.
+use crate::record::buffer;
 #[cfg(feature = "trace")]
-static ON: AtomicBool = AtomicBool::new(false);
+use crate::record::trace_tap::ON;
+#[cfg(feature = "trace")]
+use std::sync::atomic::Ordering;
 
 /// Starts tracing into `spec` (a path with `%p`, `%t`, `%e`, or `tcp://HOST:PORT`). Runs once,
 /// when the profiler starts, inside the reentrancy guard.
@@ -55,74 +53,6 @@ pub(crate) fn start(spec: &str, sample_interval: u64) {
              `trace`; no trace is written"
         ));
     }
-}
-
-/// Records a new block (the table recorded it from `stack`).
-#[inline(always)]
-pub(crate) fn alloc(address: usize, size: usize, stack: crate::table::StackId) {
-    #[cfg(feature = "trace")]
-    if ON.load(Ordering::Relaxed) {
-        let ticks = clock::ticks();
-        match buffer::take_pending() {
-            None => buffer::append(&[
-                ticks << 3 | buffer::ALLOC,
-                address as u64,
-                size as u64,
-                u64::from(stack.0),
-            ]),
-            Some((old, freed)) => buffer::append(&[
-                freed << 3 | buffer::REALLOC,
-                address as u64,
-                size as u64,
-                u64::from(stack.0),
-                old,
-                ticks,
-            ]),
-        }
-    }
-    #[cfg(not(feature = "trace"))]
-    let _ = (address, size, stack);
-}
-
-/// Records the free of a block the table held.
-#[inline(always)]
-pub(crate) fn free(address: usize) {
-    #[cfg(feature = "trace")]
-    if ON.load(Ordering::Relaxed) {
-        buffer::append(&[clock::ticks() << 3 | buffer::FREE, address as u64]);
-    }
-    #[cfg(not(feature = "trace"))]
-    let _ = address;
-}
-
-/// The first half of a reallocation, before the wrapped allocator runs: `recorded` says whether
-/// the table held the old block. Its free is joined to the new block's allocation when that is
-/// recorded, or written alone by [`realloc_end`].
-#[inline(always)]
-pub(crate) fn realloc_start(old_address: usize, recorded: bool) {
-    #[cfg(feature = "trace")]
-    if recorded && ON.load(Ordering::Relaxed) {
-        buffer::set_pending(old_address as u64, clock::ticks());
-    }
-    #[cfg(not(feature = "trace"))]
-    let _ = (old_address, recorded);
-}
-
-/// The end of a reallocation: when it `failed`, the old block stays and nothing is written;
-/// otherwise a free not joined to a recorded allocation is written alone. Tracing off, nothing
-/// was made pending ([`realloc_start`]) and the thread-local is not touched; tracing stopped in
-/// between, what is pending is never written.
-#[inline(always)]
-pub(crate) fn realloc_end(failed: bool) {
-    #[cfg(feature = "trace")]
-    if ON.load(Ordering::Relaxed)
-        && let Some((old, freed)) = buffer::take_pending()
-        && !failed
-    {
-        buffer::append(&[freed << 3 | buffer::FREE, old]);
-    }
-    #[cfg(not(feature = "trace"))]
-    let _ = failed;
 }
 
 /// In a forked child: stop tracing, and never touch the parent's trace.

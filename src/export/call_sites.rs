@@ -6,10 +6,10 @@
 
 use super::ExportOptions;
 use crate::address::ReturnAddress;
+use crate::address::StackId;
 use crate::frames::{self, Frame};
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
-use crate::table::StackId;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use super::CallSites;
-use crate::table::StackId;
+use crate::address::StackId;
 use std::collections::HashMap;
 use std::io;
 

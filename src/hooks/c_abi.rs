@@ -10,6 +10,9 @@
 //! of the table, these included, looking for pointers, and a made-up or already unmapped address
 //! crashes them.
 
+use super::Doors;
+use crate::header::{BlockRef, Settings};
+use crate::record;
 use std::ffi::{c_int, c_void};
 use std::fs::File;
 use std::io::{self, Write};
@@ -21,7 +24,7 @@ use std::os::fd::FromRawFd;
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
     if !ptr.is_null() {
-        super::record_alloc(ptr as usize, size, super::Settings::default());
+        let _ = record::alloc::<Doors>(ptr as usize, size, BlockRef::Headless, Settings::default());
     }
 }
 
@@ -29,7 +32,7 @@ pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
 #[unsafe(no_mangle)]
 pub extern "C" fn memprof_record_free(ptr: *mut c_void) {
     if !ptr.is_null() {
-        super::record_free(ptr as usize);
+        let _ = record::free(ptr as usize, BlockRef::Headless);
     }
 }
 
@@ -45,9 +48,13 @@ pub extern "C" fn memprof_record_realloc(
     if new_ptr.is_null() {
         return;
     }
-    super::record_realloc(old_address, new_size, super::Settings::default(), || {
-        new_ptr.cast()
-    });
+    let _ = record::realloc::<Doors>(
+        old_address,
+        BlockRef::Headless,
+        new_size,
+        Settings::default(),
+        || new_ptr.cast(),
+    );
 }
 
 /// Writes to the open file descriptor `fd`, without closing it.

@@ -1,8 +1,9 @@
 //! [`MemProf`]: a `GlobalAlloc` that forwards to another allocator and records what passes.
 
-use crate::table::{Headed, StackId};
+use super::Doors;
+use crate::header::{BlockRef, HEADER, Settings, is_headed, outer, read_header, write_header};
+use crate::record;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// The profiling allocator. Install it once, as the global allocator:
 ///
@@ -26,17 +27,6 @@ pub struct MemProf<A = System> {
     inner: A,
     /// What the program chose; the environment may override it when the profiler starts.
     settings: Settings,
-}
-
-/// The settings a program gives its [`MemProf`] in code.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Settings {
-    /// Mean bytes between recorded allocations; 0 records every one (`MEMPROF_SAMPLE_INTERVAL`).
-    pub sample_interval: u64,
-    /// Whether the live heap per stack at the peak is kept (`MEMPROF_PEAK`).
-    pub track_peak: bool,
-    /// Where the trace of every event goes (`MEMPROF_TRACE`); `None` for no trace.
-    pub trace: Option<&'static str>,
 }
 
 impl MemProf<System> {
@@ -113,7 +103,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if !is_headed(layout, &self.settings) {
-            super::record_free(ptr as usize);
+            let _ = record::free(ptr as usize, BlockRef::Headless);
             // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
             unsafe { release_table_memory(ptr, layout.size()) };
             // SAFETY: `ptr` was allocated by `inner` with `layout`, as `alloc` forwarded it.
@@ -121,7 +111,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         }
         // SAFETY: `ptr` is a live headed block of `layout` the caller gives up (or a stranger).
         let headed = unsafe { read_header(ptr, layout) };
-        if !headed.is_some_and(|headed| super::record_free_headed(ptr as usize, headed)) {
+        if !headed.is_some_and(|headed| record::free(ptr as usize, BlockRef::Headed(headed))) {
             // SAFETY: as for `dealloc`: not this allocator's block, but the wrapped one's.
             return unsafe { self.free_stranger(ptr, layout) };
         }
@@ -142,11 +132,24 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             is_headed(layout, &self.settings),
             is_headed(new_layout, &self.settings),
         ) {
-            (false, false) => super::record_realloc(ptr as usize, new_size, self.settings, || {
-                // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr` came
-                // from `inner` through this allocator.
-                unsafe { self.inner.realloc(ptr, layout, new_size) }
-            }),
+            (false, false) => {
+                let reallocated = record::realloc::<Doors>(
+                    ptr as usize,
+                    BlockRef::Headless,
+                    new_size,
+                    self.settings,
+                    || {
+                        // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr`
+                        // came from `inner` through this allocator.
+                        unsafe { self.inner.realloc(ptr, layout, new_size) }
+                    },
+                );
+                // A block without a header is never taken for a stranger's.
+                match reallocated {
+                    Some((new_ptr, _)) => new_ptr,
+                    None => std::ptr::null_mut(),
+                }
+            }
             // SAFETY: a live headed block of `layout`, and the new layout.
             (true, true) => unsafe { self.realloc_headed(ptr, layout, new_size) },
             // SAFETY: a live block of `layout`, this allocator's, and the new layout: one kind
@@ -169,7 +172,12 @@ impl<A: GlobalAlloc> MemProf<A> {
         if !is_headed(layout, &self.settings) {
             let ptr = get(layout);
             if !ptr.is_null() {
-                super::record_alloc(ptr as usize, layout.size(), self.settings);
+                let _ = record::alloc::<Doors>(
+                    ptr as usize,
+                    layout.size(),
+                    BlockRef::Headless,
+                    self.settings,
+                );
             }
             return ptr;
         }
@@ -192,7 +200,8 @@ impl<A: GlobalAlloc> MemProf<A> {
         let reallocated = match old {
             None => None,
             Some(old) => {
-                super::record_realloc_headed(ptr as usize, old, new_size, self.settings, || {
+                let block = BlockRef::Headed(old);
+                record::realloc::<Doors>(ptr as usize, block, new_size, self.settings, || {
                     // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for the outer
                     // layout of `layout`; the new outer size is valid (see `outer`). The header moves
                     // with the block's contents.
@@ -210,7 +219,7 @@ impl<A: GlobalAlloc> MemProf<A> {
                 })
             }
         };
-        let Some((new_ptr, headed)) = reallocated else {
+        let Some((new_ptr, kept)) = reallocated else {
             // SAFETY: not this allocator's block but the wrapped one's, moved into a headed one.
             return unsafe {
                 let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
@@ -221,10 +230,10 @@ impl<A: GlobalAlloc> MemProf<A> {
         };
         if new_ptr.is_null() {
             // SAFETY: the old block is still the caller's, its header in front of it.
-            unsafe { write_header(ptr, headed, layout.size()) };
+            unsafe { write_header(ptr, kept.header(), layout.size()) };
         } else {
             // SAFETY: the new block, its header's room in front of it.
-            unsafe { write_header(new_ptr, headed, new_size) };
+            unsafe { write_header(new_ptr, kept.header(), new_size) };
         }
         new_ptr
     }
@@ -243,9 +252,14 @@ impl<A: GlobalAlloc> MemProf<A> {
         }
         // SAFETY: the block is `HEADER` bytes larger than the caller's size.
         let ptr = unsafe { base.add(HEADER) };
-        let headed = super::record_alloc_headed(ptr as usize, layout.size(), self.settings);
+        let recorded = record::alloc::<Doors>(
+            ptr as usize,
+            layout.size(),
+            BlockRef::NEW_HEADED,
+            self.settings,
+        );
         // SAFETY: the header's room lies inside the block, before `ptr`.
-        unsafe { write_header(ptr, headed, layout.size()) };
+        unsafe { write_header(ptr, recorded.header(), layout.size()) };
         ptr
     }
 
@@ -288,191 +302,10 @@ impl<A: GlobalAlloc> MemProf<A> {
     #[cold]
     #[inline(never)]
     unsafe fn free_stranger(&self, ptr: *mut u8, layout: Layout) {
-        super::record_free(ptr as usize);
+        let _ = record::free(ptr as usize, BlockRef::Headless);
         // SAFETY: the caller's block, from `inner`, with its layout.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
-}
-
-/// Blocks of this size or more have no header: a few of them cost the side tables little time,
-/// and a header could cost them a page (a block the size of a multiple of pages, mapped on its
-/// own, would take one more page for it).
-const HEADED_MAX: usize = 64 << 10;
-
-/// Whether blocks of `layout` carry a header: when the profiler records every allocation (see
-/// [`headers`]), blocks under [`HEADED_MAX`] whose alignment the header keeps (more would cost the
-/// alignment in front of every block).
-#[inline(always)]
-fn is_headed(layout: Layout, builder: &Settings) -> bool {
-    layout.size() < HEADED_MAX && layout.align() <= HEADER && headers(builder)
-}
-
-/// [`HEADERS`] before the first allocation decides it.
-const UNDECIDED: u8 = 0;
-/// Blocks carry headers.
-const HEADED: u8 = 1;
-/// No block carries a header.
-const HEADLESS: u8 = 2;
-
-/// Whether blocks carry headers, for the whole life of the process: decided at its first
-/// allocation, before any block could need to know.
-static HEADERS: AtomicU8 = AtomicU8::new(UNDECIDED);
-
-/// Whether blocks carry headers: only when every allocation is recorded. Under sampling, or with
-/// recording off, few blocks or none are in the table: the side tables hold those cheaply, and a
-/// header would only make every block larger (and glibc slower with it).
-#[inline(always)]
-fn headers(builder: &Settings) -> bool {
-    match HEADERS.load(Relaxed) {
-        HEADED => true,
-        HEADLESS => false,
-        _ => decide_headers(builder),
-    }
-}
-
-/// Decides [`HEADERS`] from the environment, read without allocating (the configuration is read
-/// later, when recording starts, and allocates), and the allocator's own settings. Every thread
-/// that gets here decides the same; the first to store its answer sets it.
-#[cold]
-#[inline(never)]
-fn decide_headers(builder: &Settings) -> bool {
-    let every = with_raw_env(c"MEMPROF_SAMPLE_INTERVAL", |interval| {
-        with_raw_env(c"MEMPROF_ENABLED", |enabled| {
-            crate::config::records_every_block(interval, enabled, builder.sample_interval)
-        })
-    });
-    let decided = if every { HEADED } else { HEADLESS };
-    match HEADERS.compare_exchange(UNDECIDED, decided, Relaxed, Relaxed) {
-        Ok(_) => every,
-        Err(current) => current == HEADED,
-    }
-}
-
-/// Calls `read` with the environment variable `name` as text, read without allocating; `None`
-/// when unset or not UTF-8.
-fn with_raw_env<R>(name: &std::ffi::CStr, read: impl FnOnce(Option<&str>) -> R) -> R {
-    // SAFETY: `name` is NUL-terminated. The value stays as it is unless another thread changes
-    // the environment meanwhile, which a program seldom does before its first allocation; it is
-    // only lent to `read`, and never kept.
-    let value = unsafe {
-        let value = libc::getenv(name.as_ptr());
-        (!value.is_null()).then(|| std::ffi::CStr::from_ptr(value))
-    };
-    read(value.and_then(|value| value.to_str().ok()))
-}
-
-/// The layout asked of the wrapped allocator for a headed block of `size` bytes aligned to
-/// `align`: valid, since both are small (see [`is_headed`]).
-#[inline(always)]
-fn outer(size: usize, align: usize) -> Layout {
-    debug_assert!(size < HEADED_MAX && align <= HEADER);
-    // SAFETY: `align` is a power of two (the caller's layout's) and `size + HEADER` is far below
-    // `isize::MAX`.
-    unsafe { Layout::from_size_align_unchecked(size + HEADER, align) }
-}
-
-/// Bytes of the header, written just before the block the caller gets.
-const HEADER: usize = std::mem::size_of::<Header>();
-
-/// What the allocator keeps in front of every block: what freeing it needs.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Header {
-    /// The block's size in the low [`SIZE_BITS`], a hash of its address above (see [`check`]).
-    size: u64,
-    stack: u32,
-    slot: u32,
-}
-
-/// Bits of [`Header::size`] that hold the size: more than any block of a 64-bit address space.
-const SIZE_BITS: u32 = 48;
-
-/// The size field of the header of a block of `size` bytes at `ptr`. The bits above the size
-/// hold a hash of the address, so that a free can tell a block with this allocator's header
-/// (whose field holds exactly the size the caller gives again) from one without: the 8 bytes
-/// before a block of another allocator hold that allocator's own data or the program's, which
-/// match both the size and the hash by chance once in 2^16 times at worst, and the size alone
-/// seldom. The slot number is checked next: a recorded block's slot holds its address
-/// ([`Table::remove_headed`](crate::table::Table::remove_headed)).
-#[inline(always)]
-fn check(ptr: *mut u8, size: usize) -> u64 {
-    let hash = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SIZE_BITS;
-    (hash << SIZE_BITS) | (size as u64 & ((1 << SIZE_BITS) - 1))
-}
-
-/// What the header in front of `ptr`, a block of `layout`, holds; `None` when the block has no
-/// header of this allocator's (see [`check`]).
-///
-/// # Safety
-///
-/// `ptr` is a live block of `layout`, from this allocator or the wrapped one, so that at least
-/// `HEADER` readable bytes precede it (the allocator's own data, for the wrapped one's).
-#[inline(always)]
-unsafe fn read_header(ptr: *mut u8, layout: Layout) -> Option<Headed> {
-    // SAFETY: the caller's block is preceded by its header, or by the wrapped allocator's data;
-    // read unaligned, since a wrapped allocator may align a block only as asked.
-    let header = unsafe { ptr.sub(HEADER).cast::<Header>().read_unaligned() };
-    (header.size == check(ptr, layout.size())).then_some(Headed {
-        slot: header.slot,
-        stack: StackId(header.stack),
-        size: layout.size() as u64,
-    })
-}
-
-/// Writes the header in front of `ptr`, a block of `size` bytes.
-///
-/// # Safety
-///
-/// `ptr` is a live block this allocator handed out (or is handing out).
-#[inline(always)]
-unsafe fn write_header(ptr: *mut u8, headed: Headed, size: usize) {
-    let header = Header {
-        size: check(ptr, size),
-        stack: headed.stack.0,
-        slot: headed.slot,
-    };
-    // SAFETY: the header's room lies in the `HEADER` bytes before the block (unaligned when the
-    // wrapped allocator aligns a block only as asked).
-    unsafe { ptr.sub(HEADER).cast::<Header>().write_unaligned(header) }
-}
-
-/// The slot a block of the global allocator at `address` says it has, when `address` may be such
-/// a block: a candidate the caller checks against the slot (which holds the address of its block
-/// while it is live), since any memory may be passed here.
-pub(crate) fn header_slot(address: usize) -> Option<u32> {
-    const PAGE: usize = 4096;
-    if HEADERS.load(Relaxed) != HEADED || !address.is_multiple_of(HEADER) || address < PAGE {
-        return None;
-    }
-    let at = address - HEADER;
-    let mut header = Header {
-        size: 0,
-        stack: 0,
-        slot: 0,
-    };
-    if address % PAGE >= HEADER {
-        // SAFETY: the header's place is on the same page as `address`, which the caller holds a
-        // value at, so it is mapped and readable; a volatile read of plain integers, whatever
-        // they hold, is checked against the slot before anything trusts it.
-        header = unsafe { std::ptr::read_volatile(at as *const Header) };
-    } else {
-        // The place may lie on another page, which may not be mapped: the kernel reads it.
-        let local = libc::iovec {
-            iov_base: (&raw mut header).cast(),
-            iov_len: HEADER,
-        };
-        let remote = libc::iovec {
-            iov_base: at as *mut libc::c_void,
-            iov_len: HEADER,
-        };
-        // SAFETY: `local` is this function's own header, `remote` is only read by the kernel,
-        // which fails the call rather than fault when it is not mapped.
-        let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-        if read != HEADER as isize {
-            return None;
-        }
-    }
-    Some(header.slot)
 }
 
 /// The smallest block of the table's own memory whose pages are given back to the system when

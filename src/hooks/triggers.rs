@@ -153,10 +153,10 @@ fn dump() {
 }
 
 extern "C" fn on_toggle(_signal: libc::c_int) {
-    if super::is_paused() {
-        super::resume();
+    if crate::record::is_paused() {
+        crate::record::resume();
     } else {
-        super::pause();
+        crate::record::pause();
     }
 }
 

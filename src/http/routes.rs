@@ -6,7 +6,6 @@
 //! holding as many copies. The wait of a `?seconds=N` delta holds no turn, only the stacks'
 //! counters of its first snapshot.
 
-use super::server::Request;
 use crate::export::{ExportOptions, Value, pprof};
 use crate::snapshot::{Snapshot, StackSummary};
 use crate::symbolize::with_symbolizer;
@@ -33,6 +32,16 @@ struct DeltaBase {
     time: Duration,
     /// The same moment, for the duration.
     at: Instant,
+}
+
+/// What the client asked for, as the server read it from the request's head.
+pub struct Request<'a> {
+    /// `GET`, `HEAD`, ...
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// What follows `?`, empty when nothing does.
+    pub query: &'a str,
 }
 
 /// A response: status, content type, extra headers and body.

@@ -8,7 +8,7 @@
 //! `std::thread`s spawned inside the reentrancy guard and stay inside it for their whole life, so
 //! nothing the server allocates, in the spawning thread or in its own, is recorded.
 
-use super::routes::{self, Response};
+use super::routes::{self, Request, Response};
 use crate::guard::untracked;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -96,16 +96,6 @@ fn work(listener: &TcpListener) {
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
-}
-
-/// What the client asked for.
-pub struct Request<'a> {
-    /// `GET`, `HEAD`, ...
-    pub method: &'a str,
-    /// The path, without the query.
-    pub path: &'a str,
-    /// What follows `?`, empty when nothing does.
-    pub query: &'a str,
 }
 
 /// Reads one request from `stream`, answers it, and closes the connection.

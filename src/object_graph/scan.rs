@@ -30,8 +30,9 @@
 
 #![allow(unsafe_code)]
 
+use crate::address::StackId;
 use crate::snapshot::LiveBlock;
-use crate::table::{StackId, Table};
+use crate::table::Table;
 use std::time::{Duration, Instant};
 
 /// Word size: references are pointer-aligned words.

@@ -1,10 +1,10 @@
 //! MemProf's per-type logs: object counts, object sizes, tallies over the run, and the contexts
 //! of one type.
 
+use crate::address::StackId;
 use crate::report::ReportOptions;
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
-use crate::table::StackId;
 use crate::types::{TraceRow, TypeRow, per_stack_counts};
 use std::collections::HashMap;
 use std::io::{self, Write};

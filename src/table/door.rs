@@ -13,6 +13,7 @@
 //! part of the interrupted change (see `nested`). A thread that holds the table still has its
 //! signals blocked meanwhile, so what it frees is always the table's own memory.
 
+use super::hold::{Hold, holding_table};
 use super::side::{SIDES, Side};
 use super::writers::{self, CLAIMED, Entered, MINE, RELEASE, RELEASED, Writer};
 use super::{Block, HeapStats, TABLE, Table};
@@ -20,60 +21,32 @@ use crate::fence::{SignalsHeld, hold_signals};
 use crate::guard::Guard;
 use crate::sampling;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 thread_local! {
-    /// What this thread holds: [`WHOLE`] for each table it holds still, 1 for each side table it
-    /// holds (or is about to take, or has just let go). While it holds any, it must not enter the
-    /// table, which would wait for itself.
-    static HELD: Cell<u32> = const { Cell::new(0) };
     /// Whether this thread holds the orphans' writer (or is about to take it, or has just let go).
     static ORPHAN_HELD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// What a hold of a whole table adds to [`HELD`]; side tables add 1.
-const WHOLE: u32 = 1 << 16;
-
-/// Whether the current thread holds a table still, or one of its side tables.
-#[inline]
-pub fn holding_table() -> bool {
-    HELD.try_with(Cell::get).unwrap_or(0) != 0
+/// A table's door: what lets a reader hold the table still while writers wait.
+pub(super) struct Door {
+    /// Set while a reader holds the table still.
+    pub(super) frozen: AtomicBool,
+    /// Nested changes (see `nested`) waiting for a reader to let the table go.
+    pub(super) nested_waiting: AtomicU32,
+    /// One reader at a time holds the table still.
+    pub(super) freezer: Mutex<()>,
 }
 
-/// Whether the current thread holds a whole table still.
-pub(super) fn holding_whole() -> bool {
-    HELD.try_with(Cell::get).unwrap_or(0) >= WHOLE
-}
-
-/// Whether the current thread may hold a side table.
-pub(super) fn holding_side() -> bool {
-    !HELD.try_with(Cell::get).unwrap_or(0).is_multiple_of(WHOLE)
-}
-
-/// Counts a hold for [`holding_table`] while it lives.
-pub(super) struct Hold(u32);
-
-impl Hold {
-    /// A hold of one side table.
-    pub(super) fn side() -> Hold {
-        Hold::add(1)
-    }
-
-    /// A hold of a whole table.
-    pub(super) fn whole() -> Hold {
-        Hold::add(WHOLE)
-    }
-
-    fn add(amount: u32) -> Hold {
-        let _ = HELD.try_with(|held| held.set(held.get() + amount));
-        Hold(amount)
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        let _ = HELD.try_with(|held| held.set(held.get() - self.0));
+impl Door {
+    /// Open: no reader holds the table.
+    pub(super) const fn new() -> Door {
+        Door {
+            frozen: AtomicBool::new(false),
+            nested_waiting: AtomicU32::new(0),
+            freezer: Mutex::new(()),
+        }
     }
 }
 
@@ -122,6 +95,7 @@ pub struct Locked<'a> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.table
+            .door
             .frozen
             .store(false, std::sync::atomic::Ordering::Release);
     }
@@ -163,7 +137,7 @@ impl Locked<'_> {
             stats.live_blocks = blocks.round() as u64;
             stats.live_bytes = bytes.round() as u64;
         }
-        stats.peak_bytes = self.table.peak.peak_bytes().max(stats.live_bytes);
+        stats.peak_bytes = self.table.peak.counter.peak_bytes().max(stats.live_bytes);
         stats
     }
 }
@@ -171,10 +145,10 @@ impl Locked<'_> {
 impl Table {
     /// This table's id, assigned on first use.
     fn id(&self) -> u64 {
-        match self.id.load(Relaxed) {
+        match self.writers.id.load(Relaxed) {
             0 => {
                 let new = NEXT_TABLE_ID.fetch_add(1, Relaxed);
-                match self.id.compare_exchange(0, new, Relaxed, Relaxed) {
+                match self.writers.id.compare_exchange(0, new, Relaxed, Relaxed) {
                     Ok(_) => new,
                     Err(current) => current,
                 }
@@ -199,9 +173,9 @@ impl Table {
         };
         let (writer, orphan) = match writer {
             Some(writer) => (writer, None),
-            None => (&self.orphan, Some(self.lock_orphan()?)),
+            None => (&self.writers.orphan, Some(self.lock_orphan()?)),
         };
-        let entered = writer.enter(&self.frozen)?;
+        let entered = writer.enter(&self.door.frozen)?;
         Some(Inside {
             entered,
             _orphan: orphan,
@@ -220,6 +194,7 @@ impl Table {
         }
         let flag = OrphanFlag;
         let lock = self
+            .writers
             .orphan_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -233,7 +208,7 @@ impl Table {
     /// orphans' while it holds that one.
     pub(super) fn inside_writer(&self) -> Option<&Writer> {
         let writer = if ORPHAN_HELD.try_with(Cell::get).unwrap_or(false) {
-            &self.orphan
+            &self.writers.orphan
         } else {
             self.claimed_writer()?
         };
@@ -248,8 +223,8 @@ impl Table {
             return Some(writer);
         }
         match CLAIMED.try_with(Cell::get) {
-            Ok((table, index)) if table == self.id.load(Relaxed) && table != 0 => {
-                self.writers.get(index)
+            Ok((table, index)) if table == self.writers.id.load(Relaxed) && table != 0 => {
+                self.writers.claimed.get(index)
             }
             _ => None,
         }
@@ -269,30 +244,31 @@ impl Table {
                 let _ = CLAIMED.try_with(|claimed| claimed.set((id, index)));
                 let _ = RELEASE.try_with(|_| ());
                 if std::ptr::eq(self, &TABLE) {
-                    let _ = MINE.try_with(|mine| mine.set(TABLE.writers.get(index)));
+                    let _ = MINE.try_with(|mine| mine.set(TABLE.writers.claimed.get(index)));
                 }
                 Some(index)
             }
         };
-        index.and_then(|index| self.writers.get(index))
+        index.and_then(|index| self.writers.claimed.get(index))
     }
 
     #[cold]
     fn claim_writer(&self) -> usize {
-        for (index, writer) in self.writers.iter() {
+        for (index, writer) in self.writers.claimed.iter() {
             if writer.try_claim() {
                 return index;
             }
         }
-        self.writers.push(Writer::claimed())
+        self.writers.claimed.push(Writer::claimed())
     }
 
     /// Every writer, the orphans' included.
     pub(super) fn all_writers(&self) -> impl Iterator<Item = &Writer> {
         self.writers
+            .claimed
             .iter()
             .map(|(_, w)| w)
-            .chain(std::iter::once(&self.orphan))
+            .chain(std::iter::once(&self.writers.orphan))
     }
 
     /// Holds the table still: waits until no thread is changing it, and makes threads that come to
@@ -300,8 +276,14 @@ impl Table {
     pub fn lock_all(&self) -> Locked<'_> {
         let signals = hold_signals();
         let hold = Hold::whole();
-        let freezer = self.freezer.lock().unwrap_or_else(PoisonError::into_inner);
-        writers::freeze(&self.frozen, &self.nested_waiting, || self.all_writers());
+        let freezer = self
+            .door
+            .freezer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        writers::freeze(&self.door.frozen, &self.door.nested_waiting, || {
+            self.all_writers()
+        });
         let mut sides: [MutexGuard<'_, Side>; SIDES] =
             std::array::from_fn(|i| self.sides[i].lock().unwrap_or_else(PoisonError::into_inner));
         for (i, side) in sides.iter_mut().enumerate() {

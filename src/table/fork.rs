@@ -12,7 +12,8 @@
 //! their counters stay, since the blocks they counted are in the child's heap too, and the next
 //! threads the child starts claim them.
 
-use super::door::{Locked, OrphanGuard, holding_table};
+use super::door::{Locked, OrphanGuard};
+use super::hold::holding_table;
 use super::side::Extras;
 use super::stacks::{HeldShard, INDEX_SHARDS};
 use super::{PeakTable, Table};
@@ -53,7 +54,8 @@ impl Table {
         let locked = self.lock_all();
         let extras = self.slots.extras();
         let peak = self
-            .peak_table
+            .peak
+            .table
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         Some(ForkHold {
@@ -76,14 +78,14 @@ impl ForkHold<'_> {
     pub fn release_in_child(self) {
         let table = self.locked.table;
         let mine = table.claimed_writer().map(std::ptr::from_ref);
-        for (_, writer) in table.writers.iter() {
+        for (_, writer) in table.writers.claimed.iter() {
             if Some(std::ptr::from_ref(writer)) != mine {
                 writer.reset_after_fork();
             }
         }
-        table.orphan.reset_after_fork();
-        table.nested_waiting.store(0, Relaxed);
-        for deferred in &table.deferred {
+        table.writers.orphan.reset_after_fork();
+        table.door.nested_waiting.store(0, Relaxed);
+        for deferred in &table.nested.deferred {
             deferred.reset_after_fork();
         }
         table.slots.reset_after_fork();

@@ -25,7 +25,7 @@
 //! Allocations made there are not recorded (their frees later find nothing), nor is the new
 //! block of a `realloc`.
 
-use super::side::Side;
+use super::side::{SIDES, Side};
 use super::writers;
 use super::{Block, Mode, Table};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -35,6 +35,28 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// freeing several blocks, all delivered while the thread holds it (a signal that comes during
 /// a handler is delivered as soon as the handler returns, before the thread goes on).
 pub(super) const DEFERRED: usize = 256;
+
+/// What the nested changes of one table took out, and the frees they deferred.
+pub(super) struct Nested {
+    /// Live blocks taken out by nested changes, as a wrapping count down (their writers' own
+    /// counters may be in the middle of a change).
+    pub(super) blocks: AtomicU64,
+    /// Live bytes likewise.
+    pub(super) bytes: AtomicU64,
+    /// Frees deferred to each side table.
+    pub(super) deferred: [Deferred; SIDES],
+}
+
+impl Nested {
+    /// Nothing taken out, nothing deferred.
+    pub(super) const fn new() -> Nested {
+        Nested {
+            blocks: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            deferred: [const { Deferred::new() }; SIDES],
+        }
+    }
+}
 
 /// A slot's address while a handler writes it.
 const WRITING: u64 = 1;
@@ -112,10 +134,10 @@ impl Table {
     #[cold]
     #[inline(never)]
     pub(super) fn remove_nested(&self, address: usize) -> bool {
-        if super::door::holding_whole() || self.inside_writer().is_none() {
+        if super::hold::holding_whole() || self.inside_writer().is_none() {
             return false;
         }
-        let _nested = writers::nested(&self.frozen, &self.nested_waiting);
+        let _nested = writers::nested(&self.door.frozen, &self.door.nested_waiting);
         let mode = self.mode();
         match self.side_nested(address) {
             Some(mut side) => self.clear_side_entries(&mut side.side, address, mode),
@@ -124,7 +146,7 @@ impl Table {
             // memory, freed as a side table grows), so the caller is told so, and trace mode
             // leaves the free out.
             None => {
-                let _ = self.deferred[super::side::side_of(address)].push(address);
+                let _ = self.nested.deferred[super::side::side_of(address)].push(address);
                 false
             }
         }
@@ -133,7 +155,7 @@ impl Table {
     /// Applies the frees deferred to side table `i`, which the caller holds.
     #[inline]
     pub(super) fn apply_deferred(&self, i: usize, side: &mut Side) {
-        self.deferred[i].drain(|address| {
+        self.nested.deferred[i].drain(|address| {
             self.clear_side_entries(side, address, self.mode());
         });
     }
@@ -153,15 +175,15 @@ impl Table {
     /// the stack's live counts and (for a block of the side tables, `filtered`) the sampled-block
     /// filter, each with one atomic operation.
     pub(super) fn count_gone(&self, address: usize, block: &Block, mode: Mode, filtered: bool) {
-        self.nested_blocks.fetch_sub(1, Ordering::Relaxed);
-        self.nested_bytes.fetch_sub(block.size, Ordering::Relaxed);
+        self.nested.blocks.fetch_sub(1, Ordering::Relaxed);
+        self.nested.bytes.fetch_sub(block.size, Ordering::Relaxed);
         let bytes = self.peak_bytes_of(block.size, mode.interval);
-        self.peak.change(-(bytes as i64));
+        self.peak.counter.change(-(bytes as i64));
         if mode.track_peak {
             self.stacks.record(block.stack).on_live(false, bytes);
         }
         if filtered && mode.interval != 0 {
-            self.filter_remove(address);
+            self.sampled.remove(address);
         }
     }
 }

@@ -2,16 +2,17 @@
 //! and, when the peak is tracked, what was live per stack at the peak.
 //!
 //! Each thread gathers its changes in a batch of at most [`PEAK_BATCH`] bytes before adding them
-//! to the one shared counter ([`Peak`](super::Peak)), so without [`Table::set_track_peak`] the peak
+//! to the one shared counter ([`Peak`]), so without [`Table::set_track_peak`] the peak
 //! may miss the true one by a batch per thread; with it, every change reaches the peak counter at
 //! once and the peak is exact. The shared counter is the only way to know the peak, and batching
 //! keeps its locked instruction off most changes.
 
 use super::writers::Writer;
-use super::{Mode, PeakTable, StackId, Table};
+use super::{Mode, Peak, PeakTable, Table};
+use crate::address::StackId;
 use crate::sampling;
-use std::sync::PoisonError;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
 
 /// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
 /// tracked exactly.
@@ -23,17 +24,44 @@ fn sampled_bytes(size: u64, interval: u64) -> u64 {
     sampling::weight(size, interval).1.round() as u64
 }
 
+/// A table's peak accounting.
+pub(super) struct PeakAccount {
+    /// Live bytes over all threads (in batches), and their peak.
+    pub(super) counter: Peak,
+    /// Whether stacks count their live blocks and the peak table is kept.
+    track: AtomicBool,
+    /// A new peak was reached since the last capture of the peak table.
+    due: AtomicBool,
+    /// The live heap per stack at the peak, when tracked.
+    pub(super) table: Mutex<PeakTable>,
+}
+
+impl PeakAccount {
+    /// No peak yet, and the peak not tracked.
+    pub(super) const fn new() -> PeakAccount {
+        PeakAccount {
+            counter: Peak::new(),
+            track: AtomicBool::new(false),
+            due: AtomicBool::new(false),
+            table: Mutex::new(PeakTable {
+                live_bytes: 0,
+                stacks: Vec::new(),
+            }),
+        }
+    }
+}
+
 impl Table {
     /// Keeps per-stack live counts and the table of the heap's peak from now on, and makes the
     /// peak exact. Call it before the first block is recorded.
     pub fn set_track_peak(&self, track: bool) {
-        self.track_peak.store(track, Relaxed);
+        self.peak.track.store(track, Relaxed);
     }
 
     /// Whether the peak table is kept.
     #[inline]
     pub fn tracks_peak(&self) -> bool {
-        self.track_peak.load(Relaxed)
+        self.peak.track.load(Relaxed)
     }
 
     /// Adds `bytes` (negative when a block goes) to the live bytes of the peak accounting: at
@@ -46,7 +74,7 @@ impl Table {
             return false;
         }
         writer.pending_peak.store(0, Relaxed);
-        self.peak.change(pending)
+        self.peak.counter.change(pending)
     }
 
     /// Adds a live block to the peak accounting.
@@ -57,7 +85,7 @@ impl Table {
         if mode.track_peak {
             self.stacks.record(stack).on_live(true, bytes);
             if new_peak {
-                self.peak_due.store(true, Relaxed);
+                self.peak.due.store(true, Relaxed);
             }
         }
     }
@@ -68,7 +96,7 @@ impl Table {
     pub(super) fn shrink(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
         let bytes = self.peak_bytes_of(size, mode.interval);
         if mode.track_peak {
-            if self.peak_due.load(Relaxed) {
+            if self.peak.due.load(Relaxed) {
                 self.capture_peak();
             }
             self.stacks.record(stack).on_live(false, bytes);
@@ -84,14 +112,14 @@ impl Table {
         // the copy must not be recorded (nor counted by a `Scope`).
         let _guard = crate::guard::Guard::enter();
         // Never wait on the allocation path: another thread capturing now does it for us.
-        let Ok(mut peak) = self.peak_table.try_lock() else {
+        let Ok(mut peak) = self.peak.table.try_lock() else {
             return;
         };
-        let live = self.peak.live_bytes();
+        let live = self.peak.counter.live_bytes();
         if live <= peak.live_bytes {
             return;
         }
-        self.peak_due.store(false, Relaxed);
+        self.peak.due.store(false, Relaxed);
         if live - peak.live_bytes <= peak.live_bytes / 64 {
             return;
         }
@@ -108,7 +136,8 @@ impl Table {
     /// The table of the heap's peak, when tracked: `None` otherwise.
     pub fn peak_table(&self) -> Option<PeakTable> {
         self.tracks_peak().then(|| {
-            self.peak_table
+            self.peak
+                .table
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone()

@@ -17,7 +17,7 @@
 //! Within a side table, the map keeps a page's blocks in neighbouring buckets (see [`place`]).
 //! Sizes too large for a word and type tags are rare and kept beside the blocks ([`Extras`]).
 
-use super::door::Hold;
+use super::hold::Hold;
 use super::word::{LARGE, Word};
 use super::{Block, Table};
 use crate::guard::Guard;
@@ -194,7 +194,7 @@ impl Table {
     /// may hold a side table, it only tries (the one it needs may be its own, mid-change, and
     /// waiting for another could close a cycle); `None` when that fails.
     pub(super) fn side_nested(&self, address: usize) -> Option<SideGuard<'_>> {
-        if !super::door::holding_side() {
+        if !super::hold::holding_side() {
             return Some(self.side(address));
         }
         let _hold = Hold::side();

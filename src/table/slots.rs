@@ -1,7 +1,7 @@
 //! The slots: the live blocks of [`MemProf`](crate::MemProf), which carry a header.
 //!
 //! The global allocator puts 16 bytes in front of every block it hands out (see
-//! `hooks::global_alloc`): the block's size, its stack and its slot here. A free reads them
+//! `header`): the block's size, its stack and its slot here. A free reads them
 //! there, from memory the program has just used, instead of looking the address up in a table
 //! larger than the caches, so neither an allocation nor a free waits for a cache miss of the
 //! table's. The slots exist for the readers: every live block's address and word, in an array
@@ -24,7 +24,9 @@ use super::nested::Deferred;
 use super::side::Extras;
 use super::word::{LARGE, Word};
 use super::writers::{Entered, Writer, bump};
-use super::{Block, Mode, StackId, Table};
+use super::{Block, Mode, Table};
+use crate::address::StackId;
+use crate::header::Headed;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
@@ -34,7 +36,7 @@ type Slot = [AtomicU64; 2];
 /// Slots in the first bucket; bucket `b` holds `FIRST << b`.
 const FIRST: usize = 1 << 12;
 
-/// Buckets: as many as slot numbers below [`UNRECORDED`] fill.
+/// Buckets: as many as slot numbers below [`UNRECORDED`](crate::header::UNRECORDED) fill.
 const BUCKETS: usize = 20;
 
 /// Slots in all the buckets.
@@ -42,9 +44,6 @@ const LIMIT: u64 = (FIRST as u64) * ((1 << BUCKETS) - 1);
 
 /// Fresh slots a writer claims at a time.
 const RUN: u32 = 256;
-
-/// The slot number a header holds for a block that is not recorded.
-pub const UNRECORDED: u32 = u32::MAX;
 
 /// Every slot, in buckets made on first use.
 pub(super) struct Slots {
@@ -148,32 +147,6 @@ impl Slots {
                 }
             }
         }
-    }
-}
-
-/// What a header holds: what the free of a recorded block needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Headed {
-    /// The block's slot, or [`UNRECORDED`].
-    pub slot: u32,
-    /// The block's stack.
-    pub stack: StackId,
-    /// The block's size.
-    pub size: u64,
-}
-
-impl Headed {
-    /// A block that is not recorded.
-    pub const UNRECORDED: Headed = Headed {
-        slot: UNRECORDED,
-        stack: StackId(0),
-        size: 0,
-    };
-
-    /// Whether the block is recorded.
-    #[inline]
-    pub fn is_recorded(&self) -> bool {
-        self.slot != UNRECORDED
     }
 }
 
@@ -290,8 +263,8 @@ impl Table {
     #[inline(never)]
     fn remove_headed_nested(&self, address: usize, s: &Slot, block: &Block) -> u32 {
         // A thread that holds the table still is the only one changing it.
-        let _nested = (!super::door::holding_whole())
-            .then(|| super::writers::nested(&self.frozen, &self.nested_waiting));
+        let _nested = (!super::hold::holding_whole())
+            .then(|| super::writers::nested(&self.door.frozen, &self.door.nested_waiting));
         s[0].store(0, Relaxed);
         self.count_gone(address, block, self.mode(), false);
         if !self.has_extras(block.size) {
@@ -383,6 +356,7 @@ impl Table {
 mod tests {
     use super::*;
     use crate::address::ReturnAddress;
+    use crate::header::UNRECORDED;
 
     #[test]
     fn locate_covers_every_slot_once() {

@@ -5,7 +5,7 @@
 //! instead (see [`super::writers`]), without a locked instruction. Finding the id of a stack goes
 //! through a small hash index, sharded by the stack's hash.
 
-use crate::address::ReturnAddress;
+use crate::address::{ReturnAddress, StackId};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
@@ -51,10 +51,6 @@ thread_local! {
 
 /// A shard of the stack index, held.
 pub(super) type HeldShard<'a> = MutexGuard<'a, hashbrown::HashTable<u32>>;
-
-/// A stack's index in the stack table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StackId(pub u32);
 
 /// One distinct stack and its counters.
 #[derive(Debug)]

@@ -5,7 +5,9 @@
 //! run, and on a failure the case's seed and operations are printed to run it again alone.
 
 use super::*;
+use crate::header::Headed;
 use std::collections::BTreeMap;
+use writers::Writer;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -351,7 +353,7 @@ fn allocations_count_per_stack_beyond_the_threads_own_counters() {
 fn frees_after_the_writer_is_given_back_go_through_the_shared_writer() {
     let _only = PROCESS_TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let before = TABLE.counts();
-    let orphan_before = TABLE.orphan.total_blocks.load(Relaxed);
+    let orphan_before = TABLE.writers.orphan.total_blocks.load(Relaxed);
     std::thread::spawn(|| {
         TABLE.insert(0x7800_0000, 24, &frames(2));
         // What the thread-local destructor does when the thread ends; other destructors of the
@@ -366,7 +368,10 @@ fn frees_after_the_writer_is_given_back_go_through_the_shared_writer() {
     let after = TABLE.counts();
     assert_eq!(after.live_blocks, before.live_blocks);
     assert_eq!(after.total_blocks, before.total_blocks + 2);
-    assert_eq!(TABLE.orphan.total_blocks.load(Relaxed), orphan_before + 1);
+    assert_eq!(
+        TABLE.writers.orphan.total_blocks.load(Relaxed),
+        orphan_before + 1
+    );
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! lets the allocation and free paths skip the maps beside it for all but the rare blocks that
 //! need them.
 
-use super::{Block, StackId};
+use super::Block;
+use crate::address::StackId;
 
 /// How a block is stored: one word, in [`Side::blocks`]. The low half is the size
 /// plus one (so a stored word is never 0), or [`LARGE`] when the size is kept in [`Side::large`];

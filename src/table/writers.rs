@@ -25,8 +25,8 @@
 //! the writer it waits for may be waiting for the handler's thread.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// Stack ids whose per-stack counters are allocated together.
@@ -88,6 +88,30 @@ pub struct Writer {
 impl Default for Writer {
     fn default() -> Self {
         Writer::new()
+    }
+}
+
+/// A table's writers: one per thread that recorded, claimed on first use, and the orphans'.
+pub(super) struct Writers {
+    /// One per thread that recorded.
+    pub(super) claimed: boxcar::Vec<Writer>,
+    /// The writer of threads that are ending (their own was given back), behind `orphan_lock`.
+    pub(super) orphan: Writer,
+    /// Serializes the users of `orphan`.
+    pub(super) orphan_lock: Mutex<()>,
+    /// The table's id for [`CLAIMED`]; 0 until a thread first claims a writer.
+    pub(super) id: AtomicU64,
+}
+
+impl Writers {
+    /// No writer claimed yet.
+    pub(super) const fn new() -> Writers {
+        Writers {
+            claimed: boxcar::Vec::new(),
+            orphan: Writer::new(),
+            orphan_lock: Mutex::new(()),
+            id: AtomicU64::new(0),
+        }
     }
 }
 

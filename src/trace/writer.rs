@@ -14,13 +14,14 @@
 
 #![forbid(unsafe_code)]
 
-use super::buffer::{self, Buffer};
 use crate::address::ReturnAddress;
+use crate::address::StackId;
 use crate::config::warn;
 use crate::guard::Guard;
 use crate::modules::{self, Generation};
 use crate::native::{self, clock, clock::Calibration};
-use crate::table::{StackId, TABLE};
+use crate::record::buffer::{self, Buffer};
+use crate::table::TABLE;
 use memprof_trace::{ChunkEncoder, Compressor, Header, ModuleEntry, SymbolFrame};
 use std::collections::HashMap;
 use std::io::{self, Write};

@@ -6,8 +6,9 @@
 
 #![forbid(unsafe_code)]
 
+use crate::address::StackId;
 use crate::guard::untracked;
-use crate::table::{StackId, TABLE};
+use crate::table::TABLE;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -119,7 +120,7 @@ pub fn tag_block_as(address: usize, name: &'static str) {
                 registry.names.push(name);
             }
             let set = TABLE.set_tag(address, tag).or_else(|| {
-                let slot = crate::hooks::global_alloc::header_slot(address)?;
+                let slot = crate::header::header_slot(address)?;
                 TABLE.set_slot_tag(slot, address, tag)
             });
             if let Some((stack, previous)) = set

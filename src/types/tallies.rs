@@ -6,8 +6,8 @@
 #![forbid(unsafe_code)]
 
 use super::typing::{TypeRow, sorted_rows};
+use crate::address::StackId;
 use crate::snapshot::Snapshot;
-use crate::table::StackId;
 use std::collections::HashMap;
 use std::sync::Arc;
 

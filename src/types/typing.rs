@@ -126,8 +126,8 @@ pub(crate) fn sorted_rows(mut rows: Vec<TypeRow>) -> Vec<TypeRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::address::StackId;
     use crate::snapshot::StackSummary;
-    use crate::table::StackId;
 
     #[test]
     fn typing_prefers_tags_then_inference_then_size() {

@@ -1,0 +1,89 @@
+//! The allocation path's tap into trace mode: the events of the blocks the table records, appended
+//! to the thread's trace buffer (`record::buffer`) beside the table's own calls, so that
+//! pausing and sampling apply to the trace as to the table.
+//!
+//! The path calls [`alloc`], [`free`] and the two halves of a reallocation ([`realloc_start`],
+//! [`realloc_end`]); each costs one relaxed load of [`ON`] when no trace is open. The trace's
+//! writer side (`crate::trace`) opens and closes it by setting [`ON`], and reads the buffers.
+
+#![forbid(unsafe_code)]
+
+use crate::address::StackId;
+#[cfg(feature = "trace")]
+use crate::native::clock;
+#[cfg(feature = "trace")]
+use crate::record::buffer;
+#[cfg(feature = "trace")]
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether events are recorded into the trace.
+#[cfg(feature = "trace")]
+pub(crate) static ON: AtomicBool = AtomicBool::new(false);
+
+/// Records a new block (the table recorded it from `stack`).
+#[inline(always)]
+pub(crate) fn alloc(address: usize, size: usize, stack: StackId) {
+    #[cfg(feature = "trace")]
+    if ON.load(Ordering::Relaxed) {
+        let ticks = clock::ticks();
+        match buffer::take_pending() {
+            None => buffer::append(&[
+                ticks << 3 | buffer::ALLOC,
+                address as u64,
+                size as u64,
+                u64::from(stack.0),
+            ]),
+            Some((old, freed)) => buffer::append(&[
+                freed << 3 | buffer::REALLOC,
+                address as u64,
+                size as u64,
+                u64::from(stack.0),
+                old,
+                ticks,
+            ]),
+        }
+    }
+    #[cfg(not(feature = "trace"))]
+    let _ = (address, size, stack);
+}
+
+/// Records the free of a block the table held.
+#[inline(always)]
+pub(crate) fn free(address: usize) {
+    #[cfg(feature = "trace")]
+    if ON.load(Ordering::Relaxed) {
+        buffer::append(&[clock::ticks() << 3 | buffer::FREE, address as u64]);
+    }
+    #[cfg(not(feature = "trace"))]
+    let _ = address;
+}
+
+/// The first half of a reallocation, before the wrapped allocator runs: `recorded` says whether
+/// the table held the old block. Its free is joined to the new block's allocation when that is
+/// recorded, or written alone by [`realloc_end`].
+#[inline(always)]
+pub(crate) fn realloc_start(old_address: usize, recorded: bool) {
+    #[cfg(feature = "trace")]
+    if recorded && ON.load(Ordering::Relaxed) {
+        buffer::set_pending(old_address as u64, clock::ticks());
+    }
+    #[cfg(not(feature = "trace"))]
+    let _ = (old_address, recorded);
+}
+
+/// The end of a reallocation: when it `failed`, the old block stays and nothing is written;
+/// otherwise a free not joined to a recorded allocation is written alone. Tracing off, nothing
+/// was made pending ([`realloc_start`]) and the thread-local is not touched; tracing stopped in
+/// between, what is pending is never written.
+#[inline(always)]
+pub(crate) fn realloc_end(failed: bool) {
+    #[cfg(feature = "trace")]
+    if ON.load(Ordering::Relaxed)
+        && let Some((old, freed)) = buffer::take_pending()
+        && !failed
+    {
+        buffer::append(&[freed << 3 | buffer::FREE, old]);
+    }
+    #[cfg(not(feature = "trace"))]
+    let _ = failed;
+}
