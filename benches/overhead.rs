@@ -19,8 +19,8 @@ const DEPTHS: [usize; 3] = [5, 16, 32];
 fn main() {
     println!(
         "memprof: unwinder {:?}, stack depth {}",
-        memprof::config::get().unwinder,
-        memprof::config::get().stack_depth
+        memprof::Config::current().unwinder,
+        memprof::Config::current().stack_depth
     );
     divan::main();
 }

@@ -27,7 +27,7 @@ static DHAT: dhat::Alloc = dhat::Alloc;
 static MEMPROF: memprof::MemProf = memprof::MemProf::new();
 
 fn main() {
-    let config = memprof::config::get();
+    let config = memprof::Config::current();
     println!(
         "memprof: unwinder {:?}, stack depth {}",
         config.unwinder, config.stack_depth
@@ -41,7 +41,7 @@ fn main() {
 
 /// The call depth of every bench: memprof's capture depth.
 fn depth() -> [usize; 1] {
-    [memprof::config::get().stack_depth]
+    [memprof::Config::current().stack_depth]
 }
 
 #[divan::bench(args = depth())]

@@ -53,7 +53,7 @@ const TOOL: Tool = Tool {
 };
 
 fn main() {
-    let config = memprof::config::get();
+    let config = memprof::Config::current();
     let mut outcome = if std::env::args().nth(1).as_deref() == Some("report") {
         let blocks = std::env::args()
             .nth(2)
@@ -133,7 +133,7 @@ fn report_scenario(blocks: usize) -> Outcome {
 
     // Every export of the same snapshot, each with a new symbolizer, then again with it warm.
     let options = ExportOptions::default();
-    let working_dir = memprof::config::get().working_dir.clone();
+    let working_dir = memprof::Config::current().working_dir.clone();
     for (name, format) in [
         ("pprof", Format::Pprof),
         ("folded", Format::Folded),

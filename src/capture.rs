@@ -10,11 +10,11 @@
 //! Neither allocates while walking; both run inside the reentrancy guard. Both stop once they hold
 //! the frames a report shows ([`trim`]).
 
-pub mod dwarf;
-pub mod fp;
-pub mod trim;
+pub(crate) mod dwarf;
+pub(crate) mod fp;
+pub(crate) mod trim;
 
-pub use trim::Budget;
+pub(crate) use trim::Budget;
 
 use crate::address::ReturnAddress;
 use crate::config::Unwinder;
@@ -24,7 +24,7 @@ use crate::config::Unwinder;
 /// callers (`record::alloc_checked`'s own, read with [`fp::frame_pointer`]), where a frame-pointer
 /// walk starts instead of at its own frame, leaving out the frames in between; 0 for none.
 #[inline]
-pub fn capture(
+pub(crate) fn capture(
     unwinder: Unwinder,
     out: &mut [ReturnAddress],
     budget: Budget,
@@ -41,7 +41,7 @@ pub fn capture(
 /// stack that the call walks. An empty instruction the optimizer must keep, after the call: it
 /// costs nothing but the return into this function.
 #[inline(always)]
-pub fn stay_in_frame() {
+pub(crate) fn stay_in_frame() {
     // SAFETY: an empty instruction sequence: it reads and writes no register, memory or flag and
     // leaves the stack as it was. Without `pure`, the compiler keeps it, after the call before it.
     unsafe { std::arch::asm!("", options(nomem, nostack, preserves_flags)) }

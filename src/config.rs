@@ -5,26 +5,7 @@
 //! an empty one, or one that contradicts another, prints one warning on stderr that names the
 //! variable and what is used instead. Writing a warning never panics: when stderr cannot be
 //! written (closed, full, a pipe nobody reads) the warning is lost and the program runs on.
-//!
-//! | variable | default | meaning |
-//! |---|---|---|
-//! | `MEMPROF_ENABLED` | `1` | `0` turns recording off: the allocator only forwards to the wrapped one; an empty or other value warns and keeps it on |
-//! | `MEMPROF_STACK_DEPTH` | `5` | frames shown and grouped in reports, counted after memprof's own, the allocator shim's and std's allocation frames are trimmed (1 to 64); the walk captures that many, so it is also how deep the exports' stacks go |
-//! | `MEMPROF_STACK_SKIP` | `0` | further frames dropped from the top of every context after that trimming |
-//! | `MEMPROF_MIN_BYTES` | `1024` | groups whose total size is below this are left out of both allocation logs |
-//! | `MEMPROF_PRINT_AT_EXIT` | unset | `1` writes the TSV log (`log_allocations`) to stderr when the program ends, also through `std::process::exit` |
-//! | `MEMPROF_REF_LIMIT` | `10` | live objects of the type shown in `pretty_log_object_graph`; `0` for all |
-//! | `MEMPROF_REF_LEVEL` | `5` | levels of referrers followed back in `pretty_log_object_graph`; `0` for no limit |
-//! | `MEMPROF_TRACE_TARGET` | unset | a type name (`app::Foo`): `log_trace_target` tallies the contexts that created its objects |
-//! | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
-//! | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
-//! | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on; a forked child dumps its own heap |
-//! | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
-//! | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default). Read (with `MEMPROF_ENABLED`) also at the first allocation, without allocating, through [`records_every_block`]: only when every allocation is recorded do blocks carry a header |
-//! | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
-//! | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
-//! | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
-//! | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
+//! The variables are listed on [`Config`].
 
 #![forbid(unsafe_code)]
 
@@ -33,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// Largest accepted `MEMPROF_STACK_DEPTH`.
-pub const MAX_STACK_DEPTH: usize = 64;
+pub(crate) const MAX_STACK_DEPTH: usize = 64;
 
 /// Most raw frames captured beyond the depth shown, for those trimmed before it: memprof's own,
 /// the allocator shim's and std's allocation internals. An unoptimized build needs more, since
@@ -55,7 +36,27 @@ pub enum Unwinder {
     Dwarf,
 }
 
-/// The profiler's settings, read once from the environment.
+/// The profiler's settings, read once from the environment ([`Config::current`]).
+///
+/// | variable | default | meaning |
+/// |---|---|---|
+/// | `MEMPROF_ENABLED` | `1` | `0` turns recording off: the allocator only forwards to the wrapped one; an empty or other value warns and keeps it on |
+/// | `MEMPROF_STACK_DEPTH` | `5` | frames shown and grouped in reports, counted after memprof's own, the allocator shim's and std's allocation frames are trimmed (1 to 64); the walk captures that many, so it is also how deep the exports' stacks go |
+/// | `MEMPROF_STACK_SKIP` | `0` | further frames dropped from the top of every context after that trimming |
+/// | `MEMPROF_MIN_BYTES` | `1024` | groups whose total size is below this are left out of both allocation logs |
+/// | `MEMPROF_PRINT_AT_EXIT` | unset | `1` writes the TSV log (`log_allocations`) to stderr when the program ends, also through `std::process::exit` |
+/// | `MEMPROF_REF_LIMIT` | `10` | live objects of the type shown in `pretty_log_object_graph`; `0` for all |
+/// | `MEMPROF_REF_LEVEL` | `5` | levels of referrers followed back in `pretty_log_object_graph`; `0` for no limit |
+/// | `MEMPROF_TRACE_TARGET` | unset | a type name (`app::Foo`): `log_trace_target` tallies the contexts that created its objects |
+/// | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
+/// | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
+/// | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on; a forked child dumps its own heap |
+/// | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
+/// | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default). Read (with `MEMPROF_ENABLED`) also at the first allocation, without allocating, through the same rules as this configuration: only when every allocation is recorded do blocks carry a header |
+/// | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
+/// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
+/// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
+/// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
@@ -140,6 +141,12 @@ impl Config {
     #[inline]
     pub fn shown_depth(&self) -> usize {
         self.stack_depth + self.stack_skip
+    }
+
+    /// The configuration in force: read from the environment the first time it is asked for
+    /// (when the profiler starts), the same ever after.
+    pub fn current() -> &'static Config {
+        get()
     }
 
     /// Reads the configuration from the process environment; warnings go to stderr, and are lost
@@ -335,7 +342,7 @@ fn parse_sample_interval(raw: &str) -> Option<u64> {
 /// the global allocator asks at its first allocation, before the configuration is read (which
 /// allocates), to know whether its blocks carry a header. It decides as [`Config::from_env`] and
 /// the start of recording do, without allocating and without warnings (those come later).
-pub fn records_every_block(
+pub(crate) fn records_every_block(
     sample_interval: Option<&str>,
     enabled: Option<&str>,
     builder_interval: u64,
@@ -401,7 +408,7 @@ pub(crate) fn warn(message: std::fmt::Arguments<'_>) {
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
 /// The configuration in force: read from the environment the first time it is asked for.
-pub fn get() -> &'static Config {
+pub(crate) fn get() -> &'static Config {
     CONFIG.get_or_init(Config::from_env)
 }
 

@@ -56,7 +56,7 @@ fn settle() -> u8 {
 /// The frequent side: stores `value` in `flag`, ordered before the loads that follow as a full
 /// fence would order it, provided the rare side calls [`heavy`] between its store and its loads.
 #[inline(always)]
-pub fn store_then_fence(flag: &AtomicU32, value: u32) {
+pub(crate) fn store_then_fence(flag: &AtomicU32, value: u32) {
     if mode() == ASYMMETRIC {
         flag.store(value, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
@@ -67,7 +67,7 @@ pub fn store_then_fence(flag: &AtomicU32, value: u32) {
 
 /// The rare side: a full fence for this thread and, in the asymmetric mode, for every thread of
 /// the process. A system call: microseconds.
-pub fn heavy() {
+pub(crate) fn heavy() {
     fence(Ordering::SeqCst);
     if mode() == ASYMMETRIC {
         membarrier::expedited();
@@ -76,7 +76,7 @@ pub fn heavy() {
 
 /// Asynchronous signals blocked on this thread while it lives; the previous mask comes back when
 /// it is dropped. See [`hold_signals`].
-pub struct SignalsHeld {
+pub(crate) struct SignalsHeld {
     /// The mask to restore.
     previous: libc::sigset_t,
     /// The mask is the thread's that made it.
@@ -87,7 +87,7 @@ pub struct SignalsHeld {
 /// arrives meanwhile stays pending and is handled then. The signals a fault raises (`SIGSEGV`,
 /// `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`, `SIGSYS`) stay open, since blocking them would turn a
 /// fault into the end of the process; the C library keeps its own internal signals open too.
-pub fn hold_signals() -> SignalsHeld {
+pub(crate) fn hold_signals() -> SignalsHeld {
     // SAFETY: both sets are plain values that `sigfillset`/`sigdelset` initialize before
     // `pthread_sigmask` reads `blocked` and writes `previous`; the call only changes this thread's
     // mask.
@@ -145,7 +145,7 @@ mod membarrier {
     }
 
     /// Registers the process for expedited barriers; whether they are available.
-    pub fn register() -> bool {
+    pub(crate) fn register() -> bool {
         let supported = call(QUERY);
         supported > 0
             && supported & PRIVATE_EXPEDITED != 0
@@ -157,7 +157,7 @@ mod membarrier {
     /// survives `fork`), the command fails only on a kernel bug; it is retried a few times, and
     /// then the reader goes on rather than wait forever: a snapshot may then catch one change
     /// half-done, which the table's atomics keep memory-safe.
-    pub fn expedited() {
+    pub(crate) fn expedited() {
         for _ in 0..100 {
             if call(PRIVATE_EXPEDITED) == 0 {
                 return;

@@ -55,7 +55,7 @@ impl fmt::Display for Frame {
 /// of the `rust-src` component); the crates std vendors (`/rust/deps/hashbrown-0.15.2/...`) and
 /// those from a Cargo registry (`~/.cargo/registry/src/index.crates.io-<hash>/serde-1.0.0/...`)
 /// from their `name-version` directory on. Every other path is left as it is.
-pub fn short_path(file: &str) -> &str {
+pub(crate) fn short_path(file: &str) -> &str {
     if let Some(rest) = file.strip_prefix("/rustc/")
         && let Some((_commit, path)) = rest.split_once('/')
     {
@@ -87,7 +87,7 @@ const OWN_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
 /// Whether a frame is memprof's own: by its path, or by its source file when the debug information
 /// names it without a path (`debug = "line-tables-only"`). Everything above the last such frame
 /// on a stack (std code inlined into memprof, such as thread-local access) is memprof's too.
-pub fn is_profiler_frame(frame: &Frame) -> bool {
+pub(crate) fn is_profiler_frame(frame: &Frame) -> bool {
     is_profiler_function(frame.function.as_deref().unwrap_or(""))
         || frame
             .file
@@ -132,7 +132,7 @@ fn mentions_std(function: &str) -> bool {
 /// `<u64 as core::fmt::Display>::fmt`) counts as shown. Nor does the runtime below the
 /// program's entry, which a report hides: the C library's start of the process and its threads,
 /// the `main` that calls std's runtime, and libtest's functions, which call each test.
-pub fn is_shown_by_name(function: &str) -> bool {
+pub(crate) fn is_shown_by_name(function: &str) -> bool {
     !(is_profiler_function(function)
         || is_allocator_frame(function)
         || mentions_std(function)
@@ -143,7 +143,7 @@ pub fn is_shown_by_name(function: &str) -> bool {
 
 /// Whether a frame belongs to the allocator shim or std's allocation internals: after memprof's
 /// own frames, these are trimmed from the top of every context before its depth is applied.
-pub fn is_allocator_frame(function: &str) -> bool {
+pub(crate) fn is_allocator_frame(function: &str) -> bool {
     const PREFIXES: &[&str] = &[
         "__rustc::",
         "__rust_alloc",
@@ -170,7 +170,7 @@ pub fn is_allocator_frame(function: &str) -> bool {
 
 /// Whether a frame is in the standard library (`std`, `core`, `alloc` or a crate std vendors, such
 /// as its `hashbrown`): by its source file when known, by its path otherwise.
-pub fn is_std_frame(frame: &Frame) -> bool {
+pub(crate) fn is_std_frame(frame: &Frame) -> bool {
     if let Some(file) = &frame.file
         && frame.line != 0
     {
@@ -184,7 +184,7 @@ pub fn is_std_frame(frame: &Frame) -> bool {
 /// standard-library frames at the top, only the outermost stays (the collection operation the
 /// program called: `Vec::push`, `Box::new`, `HashMap::insert`); then `skip` more frames are
 /// dropped and at most `depth` kept.
-pub fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a Frame> {
+pub(crate) fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a Frame> {
     frames[program_frames(frames)]
         .iter()
         .copied()
@@ -203,7 +203,7 @@ pub fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a F
 ///   (`std::rt::lang_start`, the C library's start of the process or thread) and the `call_once`
 ///   shims between it and the program's code; on a stack without it (a thread the program's C
 ///   code started), the C library's own start of the process or thread.
-pub fn program_frames(frames: &[&Frame]) -> Range<usize> {
+pub(crate) fn program_frames(frames: &[&Frame]) -> Range<usize> {
     fn name(f: &Frame) -> &str {
         f.function.as_deref().unwrap_or("")
     }

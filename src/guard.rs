@@ -18,7 +18,7 @@ thread_local! {
 
 /// Proof that the current thread is inside memprof; leaving the scope lets recording resume.
 #[must_use = "the guard protects only while it is alive"]
-pub struct Guard {
+pub(crate) struct Guard {
     /// The guard belongs to the thread that made it.
     _not_send: PhantomData<*const ()>,
 }
@@ -26,7 +26,7 @@ pub struct Guard {
 impl Guard {
     /// Enters memprof on this thread, or `None` when this thread is inside already.
     #[inline]
-    pub fn enter() -> Option<Guard> {
+    pub(crate) fn enter() -> Option<Guard> {
         INSIDE
             .try_with(|inside| {
                 if inside.replace(true) {
@@ -51,7 +51,7 @@ impl Drop for Guard {
 
 /// Whether this thread is inside memprof now.
 #[inline]
-pub fn inside() -> bool {
+pub(crate) fn inside() -> bool {
     INSIDE.try_with(Cell::get).unwrap_or(true)
 }
 

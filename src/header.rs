@@ -45,7 +45,7 @@ pub(crate) struct Headed {
 
 impl Headed {
     /// A block that is not recorded.
-    pub const UNRECORDED: Headed = Headed {
+    pub(crate) const UNRECORDED: Headed = Headed {
         slot: UNRECORDED,
         stack: StackId(0),
         size: 0,
@@ -53,7 +53,7 @@ impl Headed {
 
     /// Whether the block is recorded.
     #[inline]
-    pub fn is_recorded(&self) -> bool {
+    pub(crate) fn is_recorded(&self) -> bool {
         self.slot != UNRECORDED
     }
 }
@@ -73,11 +73,11 @@ pub(crate) enum BlockRef {
 
 impl BlockRef {
     /// A new block with a header, before the table recorded it.
-    pub const NEW_HEADED: BlockRef = BlockRef::Headed(Headed::UNRECORDED);
+    pub(crate) const NEW_HEADED: BlockRef = BlockRef::Headed(Headed::UNRECORDED);
 
     /// The same kind of block, not recorded.
     #[inline(always)]
-    pub fn unrecorded(self) -> BlockRef {
+    pub(crate) fn unrecorded(self) -> BlockRef {
         match self {
             BlockRef::Headless => BlockRef::Headless,
             BlockRef::Headed(_) => BlockRef::NEW_HEADED,
@@ -86,7 +86,7 @@ impl BlockRef {
 
     /// What the block's header must hold ([`Headed::UNRECORDED`] for a block without one).
     #[inline(always)]
-    pub fn header(self) -> Headed {
+    pub(crate) fn header(self) -> Headed {
         match self {
             BlockRef::Headless => Headed::UNRECORDED,
             BlockRef::Headed(headed) => headed,

@@ -8,9 +8,9 @@
 //! the reentrancy guard, so that reading allocates unrecorded), installs the toggle signal,
 //! registers the at-exit report and the [`fork`] handlers, and opens the trace.
 
-pub mod c_abi;
+pub(crate) mod c_abi;
 mod fork;
-pub mod global_alloc;
+pub(crate) mod global_alloc;
 mod triggers;
 
 pub use global_alloc::MemProf;

@@ -99,7 +99,7 @@
 //!
 //! # Configuration
 //!
-//! Read once from the environment when the profiler starts; see [`config`] for the table
+//! Read once from the environment when the profiler starts; see [`Config`] for the table
 //! (`MEMPROF_STACK_DEPTH`, `MEMPROF_MIN_BYTES`, `MEMPROF_PRINT_AT_EXIT`, `MEMPROF_OUTPUT`,
 //! `MEMPROF_SAMPLE_INTERVAL`, ...). Recording can be switched off and on at run time with
 //! [`pause`] and [`resume`], or a signal (`MEMPROF_TOGGLE_SIGNAL`). The same table, with the
@@ -123,11 +123,12 @@
 //! `memprof_write_log(fd)` to print a report from C or a debugger.
 
 #![deny(missing_docs, missing_debug_implementations)]
+#![warn(unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 // Shared building blocks, below every stage of the pipeline.
 mod address;
-pub mod config;
+mod config;
 mod fence;
 mod frames;
 mod files;
@@ -155,7 +156,7 @@ mod http;
 pub mod trace;
 
 pub use address::{ReturnAddress, StackId};
-pub use config::Config;
+pub use config::{Config, Unwinder};
 pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;

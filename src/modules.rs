@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// One loaded ELF object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Module {
+pub(crate) struct Module {
     /// Its file; the main executable is named by `/proc/self/exe`'s target.
     pub path: PathBuf,
     /// Load bias: actual virtual address minus the address the file states (0 for non-PIE).
@@ -32,7 +32,7 @@ pub struct Module {
 
 impl Module {
     /// Whether `address` falls in one of this module's executable segments.
-    pub fn contains(&self, address: usize) -> bool {
+    pub(crate) fn contains(&self, address: usize) -> bool {
         self.text.iter().any(|r| r.contains(&address))
     }
 }
@@ -41,11 +41,11 @@ impl Module {
 /// dlpi_subs`). Both counts only grow, so an equal count means no object came or went in
 /// between: the list of modules is the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Generation(pub u64);
+pub(crate) struct Generation(pub u64);
 
 /// One object as the loader lists it, during a [`with_loaded`] callback. Its memory is mapped
 /// until the [`with_loaded`] call that gave it returns.
-pub struct Loaded<'a> {
+pub(crate) struct Loaded<'a> {
     info: &'a libc::dl_phdr_info,
     /// The size of `info` as the loader gave it (older loaders have no counters).
     size: usize,
@@ -55,14 +55,14 @@ pub struct Loaded<'a> {
 
 impl Loaded<'_> {
     /// The loader's generation: the same for every object of one [`with_loaded`] call.
-    pub fn generation(&self) -> Option<Generation> {
+    pub(crate) fn generation(&self) -> Option<Generation> {
         let needed = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + size_of::<u64>();
         (self.size >= needed)
             .then(|| Generation(self.info.dlpi_adds.wrapping_add(self.info.dlpi_subs)))
     }
 
     /// Load bias: actual virtual address minus the address the file states.
-    pub fn bias(&self) -> usize {
+    pub(crate) fn bias(&self) -> usize {
         self.info.dlpi_addr as usize
     }
 
@@ -100,7 +100,7 @@ impl Loaded<'_> {
     }
 
     /// A copy of where the object is, or `None` if it holds no code. Allocates.
-    pub fn module(&self) -> Option<Module> {
+    pub(crate) fn module(&self) -> Option<Module> {
         let mut text = Vec::new();
         let mut eh_frame_hdr = None;
         let mut segments = Vec::new();
@@ -138,7 +138,7 @@ impl Loaded<'_> {
     /// Whether this object is the loading of a module that `module` copied: same bias, program
     /// headers, segments and name (the main executable's name is not compared: it never changes).
     /// Never allocates.
-    pub fn is(&self, module: &Module) -> bool {
+    pub(crate) fn is(&self, module: &Module) -> bool {
         if self.bias() != module.bias || self.info.dlpi_phdr as usize != module.headers {
             return false;
         }
@@ -177,7 +177,7 @@ impl Loaded<'_> {
 /// `f` runs inside a C callback: it must not panic (a panic aborts the process), and it should be
 /// short, since every `dlopen`, `dlclose` and `dl_iterate_phdr` of the process waits for it. It
 /// may allocate.
-pub fn with_loaded<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(mut f: F) {
+pub(crate) fn with_loaded<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(mut f: F) {
     let mut state = (&mut f, true);
     // SAFETY: `visit::<F>` receives a `dl_phdr_info` that `dl_iterate_phdr` keeps valid for the
     // duration of the callback, and `data` is `&mut state`, of the type `visit::<F>` expects,
@@ -218,7 +218,7 @@ unsafe extern "C" fn visit<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(
 }
 
 /// Lists the modules loaded now. Allocates: call it outside the allocation path.
-pub fn loaded() -> Vec<Module> {
+pub(crate) fn loaded() -> Vec<Module> {
     listed().1
 }
 
@@ -227,7 +227,7 @@ pub fn loaded() -> Vec<Module> {
 /// the symbol table or, when `or_dynamic` and there is none, from the dynamic symbols. Only the
 /// headers, the table and its strings are read, each in one piece. `None` when the file cannot
 /// be read or has no such table. Allocates and reads a file: off the allocation path.
-pub fn for_each_function(
+pub(crate) fn for_each_function(
     path: &Path,
     or_dynamic: bool,
     mut f: impl FnMut(u64, u64, &[u8]),
@@ -266,7 +266,7 @@ pub fn for_each_function(
 /// exact build of a binary for offline symbolization. Reads only the headers and the notes.
 /// Allocates and reads a file: off the allocation path.
 #[cfg(feature = "trace")]
-pub fn build_id(path: &Path) -> Option<Vec<u8>> {
+pub(crate) fn build_id(path: &Path) -> Option<Vec<u8>> {
     use object::read::elf::{FileHeader, SectionHeader};
     let file = std::fs::File::open(path).ok()?;
     let cache = object::ReadCache::new(file);
@@ -290,7 +290,7 @@ pub fn build_id(path: &Path) -> Option<Vec<u8>> {
 
 /// The index in `modules` of the module that holds `address`, listing the loaded modules again
 /// into `modules` when none does (a library loaded since). Allocates, as [`loaded`] does.
-pub fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Option<usize> {
+pub(crate) fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Option<usize> {
     let find = |modules: &[Module]| modules.iter().position(|m| m.contains(address));
     match find(modules) {
         Some(index) => Some(index),
@@ -303,7 +303,7 @@ pub fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Option<usize
 
 /// The loader's generation and the modules loaded at that generation (both read in one listing).
 /// Allocates: call it outside the allocation path.
-pub fn listed() -> (Option<Generation>, Vec<Module>) {
+pub(crate) fn listed() -> (Option<Generation>, Vec<Module>) {
     let mut generation = None;
     let mut modules = Vec::new();
     with_loaded(|object| {
@@ -316,7 +316,7 @@ pub fn listed() -> (Option<Generation>, Vec<Module>) {
 
 /// The loader's generation now: takes the loader's lock briefly and never allocates. `None` if
 /// the loader does not count.
-pub fn generation() -> Option<Generation> {
+pub(crate) fn generation() -> Option<Generation> {
     let mut generation = None;
     with_loaded(|object| {
         generation = object.generation();

@@ -3,7 +3,7 @@
 //! and (for trace mode) the clock.
 
 #[cfg(feature = "trace")]
-pub mod clock;
+pub(crate) mod clock;
 
 use std::ffi::{CStr, c_void};
 
@@ -21,7 +21,7 @@ extern "C" fn run(body: *mut c_void) -> *mut c_void {
 /// the C library makes safe after `fork` may run; creating it allocates nothing through the
 /// global allocator and takes no lock of the Rust runtime. A panic in `body` ends the thread only.
 /// Returns the error number when it cannot.
-pub fn spawn(name: &CStr, stack: usize, body: fn()) -> Result<(), i32> {
+pub(crate) fn spawn(name: &CStr, stack: usize, body: fn()) -> Result<(), i32> {
     // SAFETY: `attr` is initialized before use and destroyed after; `run` takes the function
     // pointer passed by value as its argument. The name is NUL-terminated and short enough.
     unsafe {
@@ -41,14 +41,14 @@ pub fn spawn(name: &CStr, stack: usize, body: fn()) -> Result<(), i32> {
 }
 
 /// Registers `f` to run at exit (also through `std::process::exit`); `false` when it cannot.
-pub fn at_exit(f: extern "C" fn()) -> bool {
+pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
     // SAFETY: `f` is an `extern "C" fn()`; the caller's functions never unwind.
     unsafe { libc::atexit(f) == 0 }
 }
 
 /// The calling thread's id in the operating system.
 #[cfg(feature = "trace")]
-pub fn thread_id() -> u64 {
+pub(crate) fn thread_id() -> u64 {
     // SAFETY: `gettid` takes no argument and cannot fail.
     unsafe { libc::gettid() as u64 }
 }

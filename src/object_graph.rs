@@ -23,7 +23,7 @@
 
 #![deny(unsafe_code)]
 
-pub mod scan;
+pub(crate) mod scan;
 
 use crate::address::StackId;
 use crate::guard::untracked;
@@ -31,17 +31,17 @@ use crate::snapshot::Snapshot;
 use crate::table::TABLE;
 use crate::types::TypeRow;
 use crate::types::{self, Typing, names};
-pub use scan::BlockKind;
+pub(crate) use scan::BlockKind;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Scans and analyses that take longer than this report their progress on stderr.
-pub const PROGRESS_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
 /// The live blocks and the references between them.
 #[derive(Clone, Debug, Default)]
-pub struct Heap {
+pub(crate) struct Heap {
     /// The live blocks (sorted by address) and the stacks they were allocated from.
     pub snapshot: Snapshot,
     /// References of block `i` are `to[first[i]..first[i + 1]]`.
@@ -56,7 +56,7 @@ pub struct Heap {
 /// holds `to`, the start of another block.
 #[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reference {
+pub(crate) struct Reference {
     /// Start of the referring block.
     pub from: usize,
     /// Byte offset of the pointer in it.
@@ -69,7 +69,7 @@ impl Heap {
     /// A heap from its parts, for synthetic data: references whose ends are not blocks of
     /// `snapshot` are left out.
     #[cfg(test)]
-    pub fn from_parts(snapshot: Snapshot, references: &[Reference]) -> Heap {
+    pub(crate) fn from_parts(snapshot: Snapshot, references: &[Reference]) -> Heap {
         let index = |address: usize| {
             snapshot
                 .blocks
@@ -100,7 +100,10 @@ impl Heap {
 
     /// Scans the process's live heap now, treating each block as `kind(stack, tag)` says.
     /// Progress goes to stderr after `progress_after`.
-    pub fn scan_with(kind: &dyn Fn(StackId, u32) -> BlockKind, progress_after: Duration) -> Heap {
+    pub(crate) fn scan_with(
+        kind: &dyn Fn(StackId, u32) -> BlockKind,
+        progress_after: Duration,
+    ) -> Heap {
         untracked(|| {
             let scanned = scan::scan_table(&TABLE, kind, progress_after);
             let stacks = crate::snapshot::stacks_of(&TABLE);
@@ -116,7 +119,7 @@ impl Heap {
 
     /// Scans the process's live heap now, reading every block whose type may hold a pointer, and
     /// types its blocks.
-    pub fn scan() -> (Heap, Typing) {
+    pub(crate) fn scan() -> (Heap, Typing) {
         untracked(|| {
             // Type what is live now first (symbolizing must not happen while the table is held),
             // so that pointer-free blocks need not be read.
@@ -132,7 +135,7 @@ impl Heap {
     }
 
     /// The references of block `index`: `(byte offset, referred block)`.
-    pub fn references(&self, index: usize) -> impl Iterator<Item = (u32, usize)> + '_ {
+    pub(crate) fn references(&self, index: usize) -> impl Iterator<Item = (u32, usize)> + '_ {
         let range = self.first[index]..self.first[index + 1];
         self.offset[range.clone()]
             .iter()
@@ -142,7 +145,7 @@ impl Heap {
 
     /// For each type of `typing`, the bytes reachable from its live objects, each byte counted
     /// once per type: `bytes \t name` rows, most first.
-    pub fn sizes(&self, typing: &Typing) -> Vec<TypeRow> {
+    pub(crate) fn sizes(&self, typing: &Typing) -> Vec<TypeRow> {
         let blocks = &self.snapshot.blocks;
         // Blocks grouped by type.
         let mut by_type: Vec<Vec<usize>> = vec![Vec::new(); typing.names.len()];
@@ -186,7 +189,7 @@ impl Heap {
     /// addresses first) and the blocks that point to them, up to `levels` levels back (0 for no
     /// limit). Each block is followed back once; each reference appears once, at the level of
     /// the block it points to.
-    pub fn graph(&self, typing: &Typing, name: &str, limit: usize, levels: usize) -> Graph {
+    pub(crate) fn graph(&self, typing: &Typing, name: &str, limit: usize, levels: usize) -> Graph {
         let blocks = &self.snapshot.blocks;
         let node = |index: usize| GraphNode {
             address: blocks[index].address,
@@ -239,7 +242,7 @@ impl Heap {
 }
 
 /// How to scan a block of type `name` (`None` when unknown: read it, starts only).
-pub fn kind_of(name: Option<&str>) -> BlockKind {
+pub(crate) fn kind_of(name: Option<&str>) -> BlockKind {
     match name {
         Some(name) => BlockKind {
             pointer_free: names::is_pointer_free(name),
@@ -268,7 +271,7 @@ fn block_kinds(
 
 /// A block in a graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GraphNode {
+pub(crate) struct GraphNode {
     /// Where it starts.
     pub address: usize,
     /// Its type name.
@@ -277,7 +280,7 @@ pub struct GraphNode {
 
 /// A reference in a graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GraphEdge {
+pub(crate) struct GraphEdge {
     /// The referring block.
     pub from: GraphNode,
     /// The byte offset of the pointer in it.
@@ -290,7 +293,7 @@ pub struct GraphEdge {
 
 /// The objects of one type and the blocks that keep them alive.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Graph {
+pub(crate) struct Graph {
     /// The objects of the type, by address.
     pub targets: Vec<GraphNode>,
     /// References, by level, then by referred block, then by referrer.

@@ -10,10 +10,10 @@
 
 #![forbid(unsafe_code)]
 
-pub mod markdown;
-pub mod mermaid;
-pub mod tsv;
-pub mod types;
+pub(crate) mod markdown;
+pub(crate) mod mermaid;
+pub(crate) mod tsv;
+pub(crate) mod types;
 
 use crate::address::ReturnAddress;
 use crate::config::Config;

@@ -48,7 +48,7 @@ fn draw(interval: u64) -> u64 {
 /// (the countdown has more than `size` bytes to go); returns whether it did. `false` without
 /// sampling, or before this thread's first draw: [`sample`] decides those.
 #[inline]
-pub fn count_down_unsampled(size: usize) -> bool {
+pub(crate) fn count_down_unsampled(size: usize) -> bool {
     let size = size as u64;
     COUNTDOWN
         .try_with(|countdown| {
@@ -65,7 +65,7 @@ pub fn count_down_unsampled(size: usize) -> bool {
 /// Whether this allocation of `size` bytes is the one to record, under a mean sampling interval
 /// of `interval` bytes (not 0). Cheap when it is not: one thread-local subtraction.
 #[inline]
-pub fn sample(size: usize, interval: u64) -> bool {
+pub(crate) fn sample(size: usize, interval: u64) -> bool {
     let size = size as u64;
     COUNTDOWN
         .try_with(|countdown| {
@@ -87,7 +87,7 @@ pub fn sample(size: usize, interval: u64) -> bool {
 /// What one recorded block of `size` bytes stands for, `(blocks, bytes)`, as expected values:
 /// exact `(1.0, size)` when `interval` is 0 (no sampling).
 #[inline]
-pub fn weight(size: u64, interval: u64) -> (f64, f64) {
+pub(crate) fn weight(size: u64, interval: u64) -> (f64, f64) {
     let p = if interval == 0 {
         1.0
     } else {
@@ -109,7 +109,7 @@ fn round_randomly(x: f64) -> u64 {
 /// What one recorded block of `size` bytes stands for, in whole blocks and bytes: exact
 /// `(1, size)` when `interval` is 0, otherwise [`weight`] rounded randomly without bias.
 #[inline]
-pub fn estimate(size: u64, interval: u64) -> (u64, u64) {
+pub(crate) fn estimate(size: u64, interval: u64) -> (u64, u64) {
     if interval == 0 {
         return (1, size);
     }

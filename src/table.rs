@@ -30,10 +30,10 @@ mod peak;
 mod sampled;
 mod side;
 mod slots;
-pub mod stacks;
-pub mod stats;
+pub(crate) mod stacks;
+pub(crate) mod stats;
 mod word;
-pub mod writers;
+pub(crate) mod writers;
 
 #[cfg(test)]
 use crate::address::ReturnAddress;
@@ -50,11 +50,12 @@ use writers::{Entered, Writers, bump};
 
 use crate::address::StackId;
 use crate::header::BlockRef;
-pub use door::Locked;
-pub use fork::ForkHold;
-pub use hold::holding_table;
-pub use stacks::Stacks;
-pub use stats::{HeapStats, Peak, PeakTable};
+pub(crate) use door::Locked;
+pub(crate) use fork::ForkHold;
+pub(crate) use hold::holding_table;
+pub(crate) use stacks::Stacks;
+pub use stats::HeapStats;
+pub(crate) use stats::{Peak, PeakTable};
 
 /// Stacks whose allocations a thread counts in its own writer, without a locked instruction: the
 /// first ones interned, far more than the distinct stacks of a large program. Their counters are
@@ -64,7 +65,7 @@ const WRITER_STACKS: u32 = 1 << 20;
 
 /// What the table knows of one live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
+pub(crate) struct Block {
     /// Requested size in bytes.
     pub size: u64,
     /// The stack that allocated it (or reallocated it last).
@@ -91,7 +92,7 @@ fn empty_cells<T, const N: usize>() -> Option<Box<[OnceLock<T>; N]>> {
 }
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.
-pub struct Table {
+pub(crate) struct Table {
     /// Live blocks by address: those reported through the C ABI.
     sides: [Mutex<Side>; SIDES],
     /// Live blocks of the global allocator, which carry a header.
@@ -119,7 +120,7 @@ impl Default for Table {
 
 impl Table {
     /// An empty table.
-    pub const fn new() -> Table {
+    pub(crate) const fn new() -> Table {
         Table {
             sides: [const { Mutex::new(Side::new()) }; SIDES],
             slots: Slots::new(),
@@ -159,7 +160,7 @@ impl Table {
     }
 
     /// `(blocks, bytes)` allocated per stack id, over all threads.
-    pub fn allocated(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn allocated(&self) -> Vec<(u64, u64)> {
         let mut allocated: Vec<(u64, u64)> = self
             .stacks
             .iter()
@@ -188,7 +189,7 @@ impl Table {
     /// The current totals. Without sampling it adds up the threads' counters (while other threads
     /// record, a moment's changes may be caught half-way); under sampling it weighs every live
     /// block, holding the table still.
-    pub fn stats(&self) -> HeapStats {
+    pub(crate) fn stats(&self) -> HeapStats {
         if self.sample_interval() != 0 {
             return self.lock_all().stats();
         }
@@ -231,7 +232,7 @@ impl Table {
 
     /// Records a new live block allocated from `frames`.
     #[cfg(test)]
-    pub fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) -> StackId {
+    pub(crate) fn insert(&self, address: usize, size: usize, frames: &[ReturnAddress]) -> StackId {
         let stack = self.stacks.intern(frames);
         self.insert_block(address, size as u64, stack);
         stack
@@ -239,7 +240,7 @@ impl Table {
 
     /// Records a new live block whose stack is already interned.
     #[inline]
-    pub fn insert_block(&self, address: usize, size: u64, stack: StackId) {
+    pub(crate) fn insert_block(&self, address: usize, size: u64, stack: StackId) {
         let mode = self.mode();
         if mode.interval != 0 {
             self.sampled.add(address);
@@ -268,7 +269,7 @@ impl Table {
     /// is inside the table already: then the block goes as part of the change this thread is in
     /// ([`nested`]), for good (the new block of a `realloc` made there is not recorded either).
     #[inline]
-    pub fn take(&self, address: usize) -> Option<Block> {
+    pub(crate) fn take(&self, address: usize) -> Option<Block> {
         match self.enter() {
             Some(inside) => self.remove_block(&inside, address),
             None => {
@@ -281,7 +282,7 @@ impl Table {
     /// Removes a block about to be freed, when the table has it (the free path, which does not
     /// need the block); returns whether it had it.
     #[inline(never)]
-    pub fn remove(&self, address: usize) -> bool {
+    pub(crate) fn remove(&self, address: usize) -> bool {
         match self.enter() {
             Some(inside) => self.remove_block(&inside, address).is_some(),
             None => self.remove_nested(address),
@@ -309,7 +310,7 @@ impl Table {
 
     /// Puts back a block that [`Table::take`] took out, when the free did not happen after all
     /// (a failed `realloc`).
-    pub fn restore(&self, address: usize, block: Block) {
+    pub(crate) fn restore(&self, address: usize, block: Block) {
         let mode = self.mode();
         if mode.interval != 0 {
             self.sampled.add(address);
@@ -327,14 +328,14 @@ impl Table {
     /// Whether any block was ever recorded (every recorded block has an interned stack): one
     /// relaxed load, for callers that must cost nothing when memprof is not the global allocator.
     #[inline]
-    pub fn has_recorded(&self) -> bool {
+    pub(crate) fn has_recorded(&self) -> bool {
         !self.stacks.is_empty()
     }
 
     /// Sets the type tag of the live block that starts at `address`; returns the block's stack and
     /// its previous tag, or `None` when no live block starts there. Call it inside the reentrancy
     /// guard: the tag map may allocate.
-    pub fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
+    pub(crate) fn set_tag(&self, address: usize, tag: u32) -> Option<(StackId, u32)> {
         let inside = self.enter()?;
         let word = self.word(address)?;
         let block = if word.has_side() {
@@ -350,7 +351,7 @@ impl Table {
 /// A header that named a slot which does not hold its block: the header was not this
 /// allocator's, but data that only looked like one in front of another allocator's block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stranger;
+pub(crate) struct Stranger;
 
 /// The allocation path's entries: one per event, over a [`BlockRef`] matched on once, here, where
 /// the two kinds of block are stored differently (slots for blocks with a header, side tables for
@@ -360,7 +361,7 @@ impl Table {
     /// Records a new block of the kind `block` says, whose stack is already interned; returns the
     /// block as recorded (for a block with a header, what the header must hold).
     #[inline(always)]
-    pub fn insert_any(
+    pub(crate) fn insert_any(
         &self,
         address: usize,
         size: u64,
@@ -379,7 +380,7 @@ impl Table {
     /// Removes a block about to be freed (the free path, which does not need the block); returns
     /// whether the table held it.
     #[inline(always)]
-    pub fn remove_any(&self, address: usize, block: BlockRef) -> Result<bool, Stranger> {
+    pub(crate) fn remove_any(&self, address: usize, block: BlockRef) -> Result<bool, Stranger> {
         match block {
             BlockRef::Headless => Ok(self.remove(address)),
             BlockRef::Headed(headed) => match self.remove_headed(address, headed) {
@@ -393,7 +394,11 @@ impl Table {
     /// [`Table::restore_any`] in case the free does not happen; `None` when the table does not
     /// hold it (see [`Table::take`]).
     #[inline(always)]
-    pub fn take_any(&self, address: usize, block: BlockRef) -> Result<Option<Block>, Stranger> {
+    pub(crate) fn take_any(
+        &self,
+        address: usize,
+        block: BlockRef,
+    ) -> Result<Option<Block>, Stranger> {
         match block {
             BlockRef::Headless => Ok(self.take(address)),
             BlockRef::Headed(headed) => match self.remove_headed(address, headed) {
@@ -410,7 +415,7 @@ impl Table {
     /// Puts back, with its tag, a block [`Table::take_any`] took out, when the free did not happen
     /// after all (a failed `realloc`); returns the block as recorded again.
     #[inline(always)]
-    pub fn restore_any(&self, address: usize, old: Block, block: BlockRef) -> BlockRef {
+    pub(crate) fn restore_any(&self, address: usize, old: Block, block: BlockRef) -> BlockRef {
         match block {
             BlockRef::Headless => {
                 self.restore(address, old);
@@ -429,7 +434,7 @@ impl Table {
     /// Gives `tag` to the block just recorded at `address` as `block`. Inside the reentrancy
     /// guard: the tag map may grow.
     #[inline(always)]
-    pub fn retag_any(&self, address: usize, block: BlockRef, tag: u32) {
+    pub(crate) fn retag_any(&self, address: usize, block: BlockRef, tag: u32) {
         match block {
             BlockRef::Headless => {
                 self.set_tag(address, tag);
@@ -444,7 +449,7 @@ impl Table {
 }
 
 /// The process's live table.
-pub static TABLE: Table = Table::new();
+pub(crate) static TABLE: Table = Table::new();
 
 #[cfg(test)]
 mod tests;

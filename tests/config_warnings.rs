@@ -46,7 +46,7 @@ fn config_warnings() {
             println!("child ran: {}", v.len());
         }
         Ok("empty-enabled") => {
-            assert!(memprof::config::get().enabled);
+            assert!(memprof::Config::current().enabled);
             let kept = std::hint::black_box(vec![0u8; 5000]);
             assert!(memprof::HeapStats::get().live_bytes >= 5000);
             drop(kept);

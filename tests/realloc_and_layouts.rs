@@ -20,9 +20,9 @@ fn recorded(ptr: *mut u8) -> Option<u64> {
 
 #[test]
 fn realloc_layouts_and_unknown_frees() {
-    // SAFETY (whole test): every layout has a non-zero size, every pointer is freed once with the
-    // layout it was allocated with, and the unknown block is freed by the allocator that made it
-    // (`GLOBAL` forwards to `System`).
+    // SAFETY: every layout has a non-zero size, every pointer is freed once with the layout it was
+    // allocated with, and the unknown block is freed by the allocator that made it (`GLOBAL`
+    // forwards to `System`); this holds for the whole test.
     unsafe {
         // Growth and shrink, through realloc: the old block goes, the new one carries the new size.
         let layout = Layout::from_size_align(100, 8).unwrap();

@@ -199,13 +199,13 @@ fn is_std(frame: &str) -> bool {
 #[test]
 fn helpers_are_named_in_their_frames() {
     let expected = if option_env!("MEMPROF_EXPECT_FP").is_some() {
-        memprof::config::Unwinder::FramePointer
+        memprof::Unwinder::FramePointer
     } else {
-        memprof::config::Unwinder::Dwarf
+        memprof::Unwinder::Dwarf
     };
     let mut kept = Vec::new();
     run_sites(&mut kept);
-    assert_eq!(memprof::config::get().unwinder, expected);
+    assert_eq!(memprof::Config::current().unwinder, expected);
     let sites = sites();
     assert_eq!(sites.len(), 16, "{sites:#?}");
     let snapshot = memprof::Snapshot::take();

@@ -139,7 +139,7 @@ fn reports_show_the_full_depth_from_short_walks() {
     for (_, site) in SITES {
         nest(NESTING, &mut || kept.push(site()));
     }
-    let config = memprof::config::get();
+    let config = memprof::Config::current();
     let depth = config.stack_depth;
     let snapshot = memprof::Snapshot::take();
     let mut seen = vec![0usize; SITES.len()];

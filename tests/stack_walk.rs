@@ -4,7 +4,7 @@
 
 mod common;
 
-use memprof::config::Unwinder;
+use memprof::Unwinder;
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
@@ -37,7 +37,7 @@ fn own_functions_in_order() {
         Unwinder::Dwarf
     };
     let kept = outer();
-    assert_eq!(memprof::config::get().unwinder, expected);
+    assert_eq!(memprof::Config::current().unwinder, expected);
     let groups = common::groups_mentioning("stack_walk::inner", 8);
     assert_eq!(groups.len(), 1, "{groups:#?}");
     let group = &groups[0];

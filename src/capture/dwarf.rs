@@ -65,7 +65,7 @@ mod walk;
 /// modules stay the same.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
+pub(crate) fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
     let (pc, sp, bp) = registers();
     walk::unwind::<true>(pc, sp, bp, out, budget)
 }

@@ -53,7 +53,7 @@ fn query_stack_bounds() -> Option<(usize, usize)> {
 /// Reads the frame-pointer register of the calling function (whatever it holds in code built
 /// without frame pointers: [`walk_from`] checks it before use).
 #[inline(always)]
-pub fn frame_pointer() -> usize {
+pub(crate) fn frame_pointer() -> usize {
     let fp: usize;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: copies a register into a local; touches no memory.
@@ -80,14 +80,14 @@ pub fn frame_pointer() -> usize {
 /// words below the stack's high end.
 #[cfg(any(test, not(target_arch = "x86_64")))]
 #[inline(always)]
-pub fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
+pub(crate) fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
     walk_from(0, out, budget)
 }
 
 /// `walk` from `entry`, the frame pointer of one of its callers, leaving out the frames below
 /// it; from its own caller when `entry` is 0 or lies below the walk's own frame.
 #[inline(never)]
-pub fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) -> usize {
+pub(crate) fn walk_from(entry: usize, out: &mut [ReturnAddress], mut budget: Budget) -> usize {
     let (low, high) = stack_bounds();
     let word = size_of::<usize>();
     // The highest aligned frame pointer whose two words end at or below `high`.

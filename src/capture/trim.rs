@@ -38,7 +38,7 @@ use std::sync::OnceLock;
 const GRANULE_BITS: u32 = 4;
 
 /// The code of one module that reports show wherever it stands.
-pub struct Shown {
+pub(crate) struct Shown {
     /// First granule of the code, as an address shifted by [`GRANULE_BITS`].
     first: usize,
     /// A bit per granule, set where a report shows the code.
@@ -61,7 +61,7 @@ impl Shown {
     }
 
     /// From `functions` (address ranges, and whether reports show them) that lie in `code`.
-    pub fn from_functions(
+    pub(crate) fn from_functions(
         code: Range<usize>,
         functions: impl IntoIterator<Item = (Range<usize>, bool)>,
     ) -> Shown {
@@ -105,7 +105,7 @@ impl Shown {
 /// Reads which code of memprof's own module reports show, from its symbol table, once; later
 /// calls do nothing. Allocates and reads a file: call it where the profiler starts, inside the
 /// reentrancy guard.
-pub fn load() {
+pub(crate) fn load() {
     SHOWN.get_or_init(|| read().unwrap_or(Shown::nothing()));
 }
 
@@ -166,7 +166,7 @@ impl std::fmt::Write for Prefix {
 }
 
 /// How many frames a walk wants, counted as a report counts them.
-pub struct Budget {
+pub(crate) struct Budget {
     shown: &'static Shown,
     /// Frames wanted: the report's depth and skip; 0 once the first shown frame came and the
     /// walk knows where to end.
@@ -177,7 +177,7 @@ impl Budget {
     /// A budget of `want` frames, with what was read when the profiler started; with nothing
     /// read, it never starts counting and a walk goes to its end.
     #[inline]
-    pub fn new(want: usize) -> Budget {
+    pub(crate) fn new(want: usize) -> Budget {
         Budget {
             shown: SHOWN.get().unwrap_or(&NONE),
             want,
@@ -186,7 +186,7 @@ impl Budget {
 
     /// A budget that never starts counting.
     #[cfg(test)]
-    pub fn unlimited() -> Budget {
+    pub(crate) fn unlimited() -> Budget {
         Budget {
             shown: &NONE,
             want: usize::MAX,
@@ -197,7 +197,7 @@ impl Budget {
     /// the first a report shows, how many frames the walk wants in all; `None` for the others,
     /// and without a look at the code once the count has started.
     #[inline(always)]
-    pub fn end_after(&mut self, n: usize, return_address: usize) -> Option<usize> {
+    pub(crate) fn end_after(&mut self, n: usize, return_address: usize) -> Option<usize> {
         // The call instruction, not the next one: a call that ends a function returns past it.
         if self.want == 0 || !self.shown.contains(return_address.wrapping_sub(1)) {
             return None;

@@ -14,7 +14,7 @@
 //! From a snapshot alone, `tl` is left out (blocks carry no allocation time, so the viewer's
 //! average-lifetime column reads `NaN` rather than a made-up number), and `tg` is `te` (the
 //! peak's time is not kept); times are in µs (`tu`) since the program started, `te` being
-//! [`ExportOptions::elapsed`] (at least 1). With events ([`write_with_events`], from a trace),
+//! [`ExportOptions::elapsed`] (at least 1). With events ([`export::write_with_events`](super::write_with_events), from a trace),
 //! times are in ns (`tu` `ns`, `Mtu` `ms`), `tg` is when the live bytes first reached their
 //! maximum, and `te` is [`ExportOptions::elapsed`] in ns. Frames (`ftbl`) read
 //! `0x1234: app::f (src/main.rs:12:5)`, Valgrind's style; `ftbl[0]` is `[root]`; `fs` lists a
@@ -94,7 +94,7 @@ pub fn write<W: Write + ?Sized>(
 
 /// Writes `snapshot` as a DHAT JSON file, with lifetimes, per-site maxima and the peak's time
 /// from `events` when given (see the module's documentation).
-pub fn write_with_events<W: Write + ?Sized>(
+pub(crate) fn write_with_events<W: Write + ?Sized>(
     snapshot: &Snapshot,
     resolver: &mut dyn Resolve,
     options: &ExportOptions,

@@ -43,7 +43,7 @@
 //!
 //! # With events
 //!
-//! Given the run's events ([`write_with_events`], from a trace), the file is heaptrack's own
+//! Given the run's events ([`export::write_with_events`](super::write_with_events), from a trace), the file is heaptrack's own
 //! stream instead: each allocation a `+` of its size and call site, each free a `-` of the kind
 //! its block was allocated with, in the order they happened, and a `c <ms>` line before the first
 //! event of each new millisecond, and at [`ExportOptions::elapsed`] if that is later: so the live
@@ -286,7 +286,7 @@ pub fn write_text<W: Write + ?Sized>(
 
 /// [`write_text`], with the events of the run when given: what [`write_with_events`]
 /// compresses.
-pub fn write_text_with_events<W: Write + ?Sized>(
+pub(crate) fn write_text_with_events<W: Write + ?Sized>(
     snapshot: &Snapshot,
     resolver: &mut dyn Resolve,
     options: &ExportOptions,
@@ -504,7 +504,7 @@ pub fn write<W: Write + ?Sized>(
 
 /// Writes `snapshot` as a gzip-compressed heaptrack file: with `events`, the run's own stream of
 /// events (see the module's documentation).
-pub fn write_with_events<W: Write + ?Sized>(
+pub(crate) fn write_with_events<W: Write + ?Sized>(
     snapshot: &Snapshot,
     resolver: &mut dyn Resolve,
     options: &ExportOptions,

@@ -155,7 +155,7 @@ impl ExportOptions {
 }
 
 /// How long this process has run, from its start time in `/proc/self/stat` and `/proc/uptime`.
-pub fn process_elapsed() -> Option<Duration> {
+pub(crate) fn process_elapsed() -> Option<Duration> {
     // Clock ticks per second of `/proc` times: USER_HZ, 100 on Linux.
     const TICKS_PER_SECOND: f64 = 100.0;
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;

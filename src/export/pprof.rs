@@ -516,7 +516,8 @@ pub fn write<W: Write + ?Sized>(
 
 /// Writes what changed from `earlier` to `later` ([`delta_profile`]) as a gzip-compressed pprof
 /// profile.
-pub fn write_delta<W: Write + ?Sized>(
+#[cfg(feature = "http")]
+pub(crate) fn write_delta<W: Write + ?Sized>(
     later: &Snapshot,
     earlier: &Snapshot,
     resolver: &mut dyn Resolve,

@@ -10,6 +10,9 @@
 //! of the table, these included, looking for pointers, and a made-up or already unmapped address
 //! crashes them.
 
+// The functions here are `pub` for C, which finds them by their unmangled names, not for Rust.
+#![allow(unreachable_pub)]
+
 use super::Doors;
 use crate::header::{BlockRef, Settings};
 use crate::record;
@@ -22,7 +25,7 @@ use std::os::fd::FromRawFd;
 /// Records a block of `size` bytes that the caller allocated at `ptr`, which must stay readable
 /// until its free is recorded (the object-graph scanner reads it). A null `ptr` is ignored.
 #[unsafe(no_mangle)]
-pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
+pub(crate) extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
     if !ptr.is_null() {
         let _ = record::alloc::<Doors>(ptr as usize, size, BlockRef::Headless, Settings::default());
     }
@@ -30,7 +33,7 @@ pub extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
 
 /// Records that the block at `ptr` is about to be freed. Unknown or null pointers are ignored.
 #[unsafe(no_mangle)]
-pub extern "C" fn memprof_record_free(ptr: *mut c_void) {
+pub(crate) extern "C" fn memprof_record_free(ptr: *mut c_void) {
     if !ptr.is_null() {
         let _ = record::free(ptr as usize, BlockRef::Headless);
     }
@@ -73,12 +76,12 @@ fn write_to_fd(fd: c_int, write: impl FnOnce(&mut File) -> io::Result<()>) -> c_
 
 /// Writes the Markdown report (`pretty_log_allocations`) to `fd`. Returns 0, or -1 on error.
 #[unsafe(no_mangle)]
-pub extern "C" fn memprof_write_report(fd: c_int) -> c_int {
+pub(crate) extern "C" fn memprof_write_report(fd: c_int) -> c_int {
     write_to_fd(fd, crate::report::pretty_log_allocations)
 }
 
 /// Writes the TSV log (`log_allocations`) to `fd`. Returns 0, or -1 on error.
 #[unsafe(no_mangle)]
-pub extern "C" fn memprof_write_log(fd: c_int) -> c_int {
+pub(crate) extern "C" fn memprof_write_log(fd: c_int) -> c_int {
     write_to_fd(fd, crate::report::log_allocations)
 }

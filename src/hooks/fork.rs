@@ -37,7 +37,7 @@ thread_local! {
 }
 
 /// Registers the handlers. Runs once, when the profiler starts, inside the reentrancy guard.
-pub fn install() {
+pub(crate) fn install() {
     // SAFETY: the three handlers are `extern "C" fn()` that never unwind. It fails only for want
     // of memory; forks then go unguarded.
     let _ = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };

@@ -62,7 +62,7 @@ impl Drop for Turn {
 }
 
 /// Sets up what `config` asks for. Runs once, when the profiler starts, inside the guard.
-pub fn install(config: &Config) {
+pub(crate) fn install(config: &Config) {
     if (config.print_at_exit || config.output.is_some()) && !native::at_exit(at_exit) {
         warn(format_args!("cannot register the at-exit report"));
     }

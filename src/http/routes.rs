@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest `?seconds=N` delta.
-pub const MAX_SECONDS: u64 = 300;
+pub(crate) const MAX_SECONDS: u64 = 300;
 
 /// Taken while a profile or report is made.
 static RENDER: Mutex<()> = Mutex::new(());
@@ -35,7 +35,7 @@ struct DeltaBase {
 }
 
 /// What the client asked for, as the server read it from the request's head.
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// `GET`, `HEAD`, ...
     pub method: &'a str,
     /// The path, without the query.
@@ -46,7 +46,7 @@ pub struct Request<'a> {
 
 /// A response: status, content type, extra headers and body.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     /// HTTP status code.
     pub status: u16,
     /// `Content-Type`.
@@ -59,7 +59,7 @@ pub struct Response {
 
 impl Response {
     /// A plain-text response.
-    pub fn text(status: u16, text: &str) -> Response {
+    pub(crate) fn text(status: u16, text: &str) -> Response {
         Response {
             status,
             content_type: "text/plain; charset=utf-8",
@@ -141,7 +141,7 @@ impl Query {
 }
 
 /// The response to `request`.
-pub fn respond(request: &Request<'_>) -> Response {
+pub(crate) fn respond(request: &Request<'_>) -> Response {
     if request.method != "GET" && request.method != "HEAD" {
         let mut response = Response::text(405, "only GET and HEAD\n");
         response.headers.push(("Allow", "GET, HEAD".to_owned()));
@@ -193,7 +193,7 @@ pub fn respond(request: &Request<'_>) -> Response {
 /// This thread's turn at making a profile or report: taken before the symbolizer and the table,
 /// which making one takes. Also what the `fork` handlers take first of the endpoint's, so that a
 /// forked child that serves finds it free.
-pub fn turn() -> MutexGuard<'static, ()> {
+pub(crate) fn turn() -> MutexGuard<'static, ()> {
     RENDER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Threads serving one endpoint: requests served at once.
-pub const WORKERS: usize = 4;
+pub(crate) const WORKERS: usize = 4;
 
 /// Longest request head read (request line and headers).
 const HEAD_LIMIT: usize = 8 * 1024;
@@ -39,7 +39,7 @@ const WORKER_STACK: usize = 2 << 20;
 static LISTENERS: [AtomicI32; 8] = [const { AtomicI32::new(-1) }; 8];
 
 /// Starts the workers that serve `listener`. Runs inside the reentrancy guard.
-pub fn start(listener: TcpListener) -> io::Result<()> {
+pub(crate) fn start(listener: TcpListener) -> io::Result<()> {
     let fd = listener.as_raw_fd();
     // Known before any worker runs, so that a child forked from now on closes it. A full table
     // only means that such a child keeps this socket open.
@@ -73,7 +73,7 @@ pub fn start(listener: TcpListener) -> io::Result<()> {
 
 /// Calls `close` with each listening socket, and forgets them (see
 /// [`forget_listeners_in_child`](super::forget_listeners_in_child)).
-pub fn forget_listeners(mut close: impl FnMut(i32)) {
+pub(crate) fn forget_listeners(mut close: impl FnMut(i32)) {
     for slot in &LISTENERS {
         let fd = slot.swap(-1, Ordering::AcqRel);
         if fd >= 0 {

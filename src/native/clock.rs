@@ -17,7 +17,7 @@ static TSC: AtomicBool = AtomicBool::new(false);
 static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
 /// Chooses the clock; call once before [`ticks`] (when the trace starts).
-pub fn init_clock() {
+pub(crate) fn init_clock() {
     let _ = ORIGIN.get_or_init(Instant::now);
     TSC.store(invariant_tsc(), Ordering::Relaxed);
 }
@@ -36,7 +36,7 @@ fn invariant_tsc() -> bool {
 
 /// The clock now, in ticks: time-stamp counter cycles, or nanoseconds of `CLOCK_MONOTONIC`.
 #[inline(always)]
-pub fn ticks() -> u64 {
+pub(crate) fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
     if TSC.load(Ordering::Relaxed) {
         // SAFETY: `rdtsc` exists on every x86-64 processor and only reads the counter.
@@ -54,7 +54,7 @@ fn monotonic_ns() -> u64 {
 
 /// How ticks become nanoseconds: `ns = (ticks - origin) * mult >> 32`.
 #[derive(Clone, Copy, Debug)]
-pub struct Calibration {
+pub(crate) struct Calibration {
     /// Ticks at time 0.
     pub origin: u64,
     /// Nanoseconds per tick, times 2^32.
@@ -64,7 +64,7 @@ pub struct Calibration {
 impl Calibration {
     /// Nanoseconds since the origin of a tick count (0 for one before it).
     #[inline]
-    pub fn ns(&self, ticks: u64) -> u64 {
+    pub(crate) fn ns(&self, ticks: u64) -> u64 {
         ((u128::from(ticks.saturating_sub(self.origin)) * u128::from(self.mult)) >> 32) as u64
     }
 }
@@ -91,14 +91,14 @@ fn best_pair() -> (u64, Instant) {
 }
 
 /// The clock's reading at the origin of a trace: ticks and the monotonic time with them.
-pub fn origin() -> (u64, Instant) {
+pub(crate) fn origin() -> (u64, Instant) {
     best_pair()
 }
 
 /// The conversion of ticks into nanoseconds since `origin` (from [`origin`]), measured against
 /// the monotonic clock over at least `over` since it (sleeping for what is left). The same
 /// conversion serves the whole trace, so times keep the order of the ticks.
-pub fn calibrate(origin: (u64, Instant), over: Duration) -> Calibration {
+pub(crate) fn calibrate(origin: (u64, Instant), over: Duration) -> Calibration {
     if !TSC.load(Ordering::Relaxed) {
         // Ticks are nanoseconds already.
         return Calibration {

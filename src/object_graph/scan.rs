@@ -43,7 +43,7 @@ const CLOCK_EVERY: usize = 1 << 16;
 
 /// How the scan treats a block, by its type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BlockKind {
+pub(crate) struct BlockKind {
     /// Its type holds no pointer: the block is counted but not read.
     pub pointer_free: bool,
     /// Its owner points inside it rather than at its start (hashbrown's tables are pointed to at
@@ -95,7 +95,7 @@ impl<'a> Lookup<'a> {
 }
 
 /// The start addresses of the live blocks, for "is this word the start of a live block".
-pub struct Starts {
+pub(crate) struct Starts {
     /// Sorted start addresses.
     starts: Vec<usize>,
     /// Smallest start.
@@ -108,7 +108,7 @@ pub struct Starts {
 
 impl Starts {
     /// The index over `blocks`, which are sorted by address.
-    pub fn new(blocks: &[LiveBlock]) -> Starts {
+    pub(crate) fn new(blocks: &[LiveBlock]) -> Starts {
         let starts: Vec<usize> = blocks.iter().map(|b| b.address).collect();
         let any = starts.iter().fold(0usize, |acc, &s| acc | s);
         let mask = if any == 0 {
@@ -126,7 +126,7 @@ impl Starts {
 
     /// The index of the block that starts at `word`, if any.
     #[inline]
-    pub fn find(&self, word: usize) -> Option<usize> {
+    pub(crate) fn find(&self, word: usize) -> Option<usize> {
         if word < self.min || word > self.max || word & self.mask != 0 {
             return None;
         }
@@ -134,7 +134,7 @@ impl Starts {
     }
 
     /// The index of the block whose `[start, start + size)` holds `address`, if any.
-    pub fn containing(&self, blocks: &[LiveBlock], address: usize) -> Option<usize> {
+    pub(crate) fn containing(&self, blocks: &[LiveBlock], address: usize) -> Option<usize> {
         let index = self
             .starts
             .partition_point(|&s| s <= address)
@@ -165,7 +165,7 @@ unsafe fn words(address: usize, size: usize, mut found: impl FnMut(usize, usize)
 }
 
 /// The memory the process could read when a scan started, from `/proc/self/maps`.
-pub struct Readable {
+pub(crate) struct Readable {
     /// Sorted, disjoint `[start, end)` ranges of readable mappings, adjacent ones merged; `None`
     /// when the list could not be read, and then every block is read directly.
     ranges: Option<Vec<(usize, usize)>>,
@@ -173,7 +173,7 @@ pub struct Readable {
 
 impl Readable {
     /// The readable mappings of the process now.
-    pub fn now() -> Readable {
+    pub(crate) fn now() -> Readable {
         let ranges = std::fs::read_to_string("/proc/self/maps")
             .ok()
             .map(|maps| Self::parse(&maps));
@@ -284,7 +284,7 @@ fn copied_words(address: usize, size: usize, mut found: impl FnMut(usize, usize)
 
 /// Writes a line to stderr with `write(2)`: no lock of `std::io::stderr`, which a thread waiting
 /// for the live table could hold.
-pub fn progress_line(line: &str) {
+pub(crate) fn progress_line(line: &str) {
     let bytes = line.as_bytes();
     let mut written = 0;
     while written < bytes.len() {
@@ -298,7 +298,7 @@ pub fn progress_line(line: &str) {
 }
 
 /// Reports progress on stderr once a scan has taken more than `after`: one line a second.
-pub struct Progress {
+pub(crate) struct Progress {
     /// When the scan started.
     started: Instant,
     /// Silence before the first line.
@@ -311,7 +311,7 @@ pub struct Progress {
 
 impl Progress {
     /// Starts the clock.
-    pub fn new(what: &'static str, after: Duration) -> Progress {
+    pub(crate) fn new(what: &'static str, after: Duration) -> Progress {
         Progress {
             started: Instant::now(),
             after,
@@ -321,7 +321,7 @@ impl Progress {
     }
 
     /// Notes that `done` of `total` units are through.
-    pub fn update(&mut self, done: u64, total: u64, unit: &str) {
+    pub(crate) fn update(&mut self, done: u64, total: u64, unit: &str) {
         let now = Instant::now();
         let due = match self.last {
             None => now.duration_since(self.started) >= self.after,
@@ -338,7 +338,7 @@ impl Progress {
     }
 
     /// Closes the report: a last line with the time taken, if any line was written.
-    pub fn finish(&self, total: u64, unit: &str) {
+    pub(crate) fn finish(&self, total: u64, unit: &str) {
         if self.last.is_some() {
             progress_line(&format!(
                 "memprof: {}: done, {total} {unit} in {:.1} s\n",
@@ -350,7 +350,7 @@ impl Progress {
 }
 
 /// What a full scan found.
-pub struct Scanned {
+pub(crate) struct Scanned {
     /// Live blocks, sorted by address.
     pub blocks: Vec<LiveBlock>,
     /// References of block `i` are `to[first[i]..first[i + 1]]`.
@@ -364,7 +364,7 @@ pub struct Scanned {
 /// Copies the live blocks of `table` and finds every reference between them, holding the table
 /// meanwhile. `kind(stack, tag)` tells how to treat each block. Run it inside the reentrancy
 /// guard.
-pub fn scan_table(
+pub(crate) fn scan_table(
     table: &Table,
     kind: &dyn Fn(StackId, u32) -> BlockKind,
     progress_after: Duration,
@@ -423,7 +423,7 @@ pub fn scan_table(
 /// once. `kind(stack, tag)` tells how to treat each block. Holds the table still
 /// meanwhile; run it inside the reentrancy guard.
 ///
-pub fn reachable_from<T: ?Sized>(
+pub(crate) fn reachable_from<T: ?Sized>(
     table: &Table,
     value: &T,
     kind: &dyn Fn(StackId, u32) -> BlockKind,

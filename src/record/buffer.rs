@@ -29,19 +29,19 @@ use std::sync::{Mutex, PoisonError};
 
 /// Words per buffer (512 KiB): a buffer becomes one chunk, and larger chunks compress better;
 /// every thread that traces holds one.
-pub const WORDS: usize = 1 << 16;
+pub(crate) const WORDS: usize = 1 << 16;
 
 /// Most buffers in existence: 512 MiB of events waiting for the writer, or that many threads.
 const MAX_BUFFERS: usize = 1024;
 
 /// Event kinds, in the low 3 bits of an event's first word.
-pub const ALLOC: u64 = 1;
+pub(crate) const ALLOC: u64 = 1;
 /// See [`ALLOC`].
-pub const FREE: u64 = 2;
+pub(crate) const FREE: u64 = 2;
 /// See [`ALLOC`].
-pub const REALLOC: u64 = 3;
+pub(crate) const REALLOC: u64 = 3;
 /// See [`ALLOC`].
-pub const MARK: u64 = 4;
+pub(crate) const MARK: u64 = 4;
 
 /// Nobody uses the buffer.
 const EMPTY: u8 = 0;
@@ -52,7 +52,7 @@ const FULL: u8 = 2;
 
 /// One buffer of events.
 #[derive(Debug)]
-pub struct Buffer {
+pub(crate) struct Buffer {
     /// The events' words; only `..len` are meaningful.
     words: Box<[AtomicU64]>,
     /// Words written: stored (release) after each event, so a reader that loads it (acquire)
@@ -96,7 +96,7 @@ impl Buffer {
     }
 
     /// The thread number, OS id and place of the buffer.
-    pub fn owner(&self) -> (u32, u64, u64) {
+    pub(crate) fn owner(&self) -> (u32, u64, u64) {
         (
             self.thread.load(Ordering::Relaxed),
             self.tid.load(Ordering::Relaxed),
@@ -105,7 +105,7 @@ impl Buffer {
     }
 
     /// Calls `f` with the words of the events written so far.
-    pub fn read(&self, mut f: impl FnMut(&[u64])) {
+    pub(crate) fn read(&self, mut f: impl FnMut(&[u64])) {
         let len = self.len.load(Ordering::Acquire).min(WORDS);
         let mut words = self.words[..len].iter();
         let mut event = [0u64; 6];
@@ -129,24 +129,24 @@ impl Buffer {
     }
 
     /// Gives a buffer the writer wrote back for reuse.
-    pub fn recycle(&self) {
+    pub(crate) fn recycle(&self) {
         self.len.store(0, Ordering::Relaxed);
         self.state.store(EMPTY, Ordering::Release);
     }
 }
 
 /// Every buffer ever made; buffers are reused, never freed.
-pub static BUFFERS: boxcar::Vec<Buffer> = boxcar::Vec::new();
+pub(crate) static BUFFERS: boxcar::Vec<Buffer> = boxcar::Vec::new();
 
 /// Events that could not be recorded.
-pub static LOST: AtomicU64 = AtomicU64::new(0);
+pub(crate) static LOST: AtomicU64 = AtomicU64::new(0);
 
 /// Thread numbers handed out so far; 0 is the ended threads'.
 static THREADS: AtomicU32 = AtomicU32::new(0);
 
 /// The buffers handed to the writer and, when `closing`, those threads append to now: each with
 /// whether it is full (the writer recycles those).
-pub fn ready(closing: bool) -> Vec<(&'static Buffer, bool)> {
+pub(crate) fn ready(closing: bool) -> Vec<(&'static Buffer, bool)> {
     let mut ready: Vec<(&'static Buffer, bool)> = BUFFERS
         .iter()
         .filter_map(|(_, b)| match b.state.load(Ordering::Acquire) {
@@ -214,7 +214,7 @@ impl Drop for FlushOnExit {
 
 /// Appends one event to this thread's buffer.
 #[inline(always)]
-pub fn append(event: &[u64]) {
+pub(crate) fn append(event: &[u64]) {
     let _ = LOCAL.try_with(|local| {
         if local.busy.replace(true) {
             LOST.fetch_add(1, Ordering::Relaxed);
@@ -231,13 +231,13 @@ pub fn append(event: &[u64]) {
 /// Notes the free half of a reallocation, to be joined with its allocation half
 /// ([`take_pending`]).
 #[inline]
-pub fn set_pending(address: u64, ticks: u64) {
+pub(crate) fn set_pending(address: u64, ticks: u64) {
     let _ = LOCAL.try_with(|local| local.pending.set((address, ticks)));
 }
 
 /// Takes the free half of a reallocation under way, if any.
 #[inline(always)]
-pub fn take_pending() -> Option<(u64, u64)> {
+pub(crate) fn take_pending() -> Option<(u64, u64)> {
     LOCAL
         .try_with(|local| {
             let pending = local.pending.get();

@@ -4,7 +4,7 @@ use super::{DiffReport, Report};
 use std::io::{self, Write};
 
 /// `n` with comma thousands separators: `800000` → `800,000`.
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -17,7 +17,7 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// `n` with its sign and comma thousands separators: `+1,200`, `-300`, `0`.
-pub fn signed(n: i64) -> String {
+pub(crate) fn signed(n: i64) -> String {
     let digits = thousands(n.unsigned_abs());
     match n.signum() {
         1 => format!("+{digits}"),
@@ -28,7 +28,7 @@ pub fn signed(n: i64) -> String {
 
 /// `text` as a Markdown code span: fenced with one more backtick than its longest run of them, and
 /// padded with a space on each side.
-pub fn code_span(text: &str) -> String {
+pub(crate) fn code_span(text: &str) -> String {
     let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
     format!("{fence} {text} {fence}")
@@ -37,7 +37,7 @@ pub fn code_span(text: &str) -> String {
 /// Writes `report` as a table: `| Allocations | Total size | Context |`, numbers right-aligned to
 /// the widest value of their column, frames as code spans joined by `<br>`. Estimates from a
 /// sampled profile are followed by a line that says so.
-pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> {
+pub(crate) fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> {
     let rows = report.groups.iter().map(|g| {
         (
             thousands(g.blocks),
@@ -49,7 +49,7 @@ pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> 
 }
 
 /// Writes `diff` in the same table, with signed numbers: growth first, shrinkage last.
-pub fn write_diff<W: Write + ?Sized>(diff: &DiffReport, out: &mut W) -> io::Result<()> {
+pub(crate) fn write_diff<W: Write + ?Sized>(diff: &DiffReport, out: &mut W) -> io::Result<()> {
     let rows = diff
         .changes
         .iter()

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 /// A type name inside a quoted mermaid label: `"`, `<` and `>` as mermaid's entity codes
 /// (`#quot;`, `#lt;`, `#gt;`), which it renders as the characters (left as is, `<app::Foo>` would
 /// be taken for an HTML tag and vanish).
-pub fn label(name: &str) -> String {
+pub(crate) fn label(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         match c {
@@ -26,7 +26,7 @@ pub fn label(name: &str) -> String {
 /// the referred one, labelled with the byte offset of the pointer in the referrer and the level
 /// (0 for references to a target, 1 for references to those referrers, …):
 /// `  0x<from>["0x<from> TypeName"] --@(field <offset>),<level>--> 0x<to>`.
-pub fn write<W: Write + ?Sized>(graph: &Graph, out: &mut W) -> io::Result<()> {
+pub(crate) fn write<W: Write + ?Sized>(graph: &Graph, out: &mut W) -> io::Result<()> {
     let mut buffer = String::from("graph LR\n");
     for node in &graph.targets {
         buffer.push_str(&format!(

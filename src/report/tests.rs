@@ -5,6 +5,8 @@
 //! in a `HashMap` table that also points back to the `A`; a `String`; blocks of unknown type
 //! (one in a cycle through the `A` and the table); and a block tagged `app::Tagged` explicitly.
 
+// Shared with the integration tests, where its function is `pub`.
+#[allow(unreachable_pub)]
 #[path = "../../tests/common/golden.rs"]
 mod golden;
 

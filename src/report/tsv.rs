@@ -4,7 +4,7 @@ use super::{DiffReport, Report};
 use std::io::{self, Write};
 
 /// Writes `report`: the number of lines that follow, then `count \t bytes \t frame \t ...` per group.
-pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> {
+pub(crate) fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> {
     let rows = report.groups.iter().map(|g| {
         (
             g.blocks.to_string(),
@@ -16,7 +16,7 @@ pub fn write<W: Write + ?Sized>(report: &Report, out: &mut W) -> io::Result<()> 
 }
 
 /// Writes `diff` the same way, with signed numbers (`-3` for three blocks fewer).
-pub fn write_diff<W: Write + ?Sized>(diff: &DiffReport, out: &mut W) -> io::Result<()> {
+pub(crate) fn write_diff<W: Write + ?Sized>(diff: &DiffReport, out: &mut W) -> io::Result<()> {
     let rows = diff.changes.iter().map(|c| {
         (
             c.blocks.to_string(),

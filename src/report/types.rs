@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// Writes `rows` as MemProf's `log_object_counts` / `log_object_sizes` do: the number of lines
 /// that follow, then `value \t TypeName` per row, in the order given.
-pub fn write<W: Write + ?Sized>(rows: &[TypeRow], out: &mut W) -> io::Result<()> {
+pub(crate) fn write<W: Write + ?Sized>(rows: &[TypeRow], out: &mut W) -> io::Result<()> {
     let mut buffer = format!("{}\n", rows.len());
     for row in rows {
         buffer.push_str(&format!("{}\t{}\n", row.value, row.name));
@@ -22,7 +22,7 @@ pub fn write<W: Write + ?Sized>(rows: &[TypeRow], out: &mut W) -> io::Result<()>
 
 /// Writes the contexts of a traced type like the allocation log: the number of lines that follow,
 /// then `count \t frame \t frame ...` per context, in the order given.
-pub fn write_trace<W: Write + ?Sized>(rows: &[TraceRow], out: &mut W) -> io::Result<()> {
+pub(crate) fn write_trace<W: Write + ?Sized>(rows: &[TraceRow], out: &mut W) -> io::Result<()> {
     let mut buffer = format!("{}\n", rows.len());
     for row in rows {
         buffer.push_str(&row.count.to_string());
@@ -39,7 +39,7 @@ pub fn write_trace<W: Write + ?Sized>(rows: &[TraceRow], out: &mut W) -> io::Res
 /// most first; contexts with fewer than `min_count` are left out. Contexts are trimmed as in the
 /// allocation reports (`options.depth`, `options.skip`).
 #[allow(clippy::too_many_arguments)]
-pub fn trace(
+pub(crate) fn trace(
     snapshot: &Snapshot,
     stack_types: &[Option<Arc<str>>],
     tag_names: &[&str],

@@ -79,7 +79,7 @@ pub(super) struct Inside<'a> {
 
 /// A table held still: while it lives no block is added or removed, and its blocks and totals
 /// agree with each other. Its thread's signals wait meanwhile (see [`crate::fence`]).
-pub struct Locked<'a> {
+pub(crate) struct Locked<'a> {
     /// The table held.
     pub(super) table: &'a Table,
     /// Every side table, locked.
@@ -103,12 +103,12 @@ impl Drop for Locked<'_> {
 
 impl Locked<'_> {
     /// Live blocks.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.table.counts().live_blocks as usize
     }
 
     /// Calls `f(address, block)` for every live block, in no particular order.
-    pub fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {
+    pub(crate) fn for_each_block(&self, mut f: impl FnMut(usize, Block)) {
         for side in &self.sides {
             for (&address, &word) in &side.blocks {
                 f(address, side.unpack(address, word));
@@ -125,7 +125,7 @@ impl Locked<'_> {
     }
 
     /// The totals of the held table.
-    pub fn stats(&self) -> HeapStats {
+    pub(crate) fn stats(&self) -> HeapStats {
         let mut stats = self.table.counts();
         if let interval @ 1.. = self.table.sample_interval() {
             let (mut blocks, mut bytes) = (0.0, 0.0);
@@ -273,7 +273,7 @@ impl Table {
 
     /// Holds the table still: waits until no thread is changing it, and makes threads that come to
     /// change it wait until the result is dropped. This thread must not hold it already.
-    pub fn lock_all(&self) -> Locked<'_> {
+    pub(crate) fn lock_all(&self) -> Locked<'_> {
         let signals = hold_signals();
         let hold = Hold::whole();
         let freezer = self

@@ -23,7 +23,7 @@ use std::sync::{MutexGuard, PoisonError};
 
 /// The table held across `fork` by the forking thread. Its fields are released in the order
 /// they are declared, the reverse of the order they were taken in.
-pub struct ForkHold<'a> {
+pub(crate) struct ForkHold<'a> {
     /// The per-stack table of the peak.
     _peak: MutexGuard<'a, PeakTable>,
     /// What some blocks of the slots keep beside them.
@@ -43,7 +43,7 @@ impl Table {
     /// holds part of it already (a `fork` from a signal handler that interrupted memprof), which
     /// it cannot wait for. `in_guard`: this thread is inside the reentrancy guard, where it may be
     /// interning a stack; then a held shard of the stack index means `None` too.
-    pub fn hold_for_fork(&self, in_guard: bool) -> Option<ForkHold<'_>> {
+    pub(crate) fn hold_for_fork(&self, in_guard: bool) -> Option<ForkHold<'_>> {
         if holding_table() || self.inside_writer().is_some() {
             return None;
         }
@@ -71,11 +71,11 @@ impl Table {
 
 impl ForkHold<'_> {
     /// After `fork`, in the parent: lets the table go.
-    pub fn release_in_parent(self) {}
+    pub(crate) fn release_in_parent(self) {}
 
     /// After `fork`, in the child, where the forking thread is the only one: hands back the
     /// writers of the other threads, then lets the table go.
-    pub fn release_in_child(self) {
+    pub(crate) fn release_in_child(self) {
         let table = self.locked.table;
         let mine = table.claimed_writer().map(std::ptr::from_ref);
         for (_, writer) in table.writers.claimed.iter() {

@@ -21,7 +21,7 @@ const WHOLE: u32 = 1 << 16;
 
 /// Whether the current thread holds a table still, or one of its side tables.
 #[inline]
-pub fn holding_table() -> bool {
+pub(crate) fn holding_table() -> bool {
     HELD.try_with(Cell::get).unwrap_or(0) != 0
 }
 

@@ -16,7 +16,7 @@ use std::sync::{Mutex, PoisonError};
 
 /// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
 /// tracked exactly.
-pub const PEAK_BATCH: i64 = 64 * 1024;
+pub(crate) const PEAK_BATCH: i64 = 64 * 1024;
 
 /// The live bytes a block of `size` stands for under the sampling `interval` (not 0).
 #[cold]
@@ -54,13 +54,13 @@ impl PeakAccount {
 impl Table {
     /// Keeps per-stack live counts and the table of the heap's peak from now on, and makes the
     /// peak exact. Call it before the first block is recorded.
-    pub fn set_track_peak(&self, track: bool) {
+    pub(crate) fn set_track_peak(&self, track: bool) {
         self.peak.track.store(track, Relaxed);
     }
 
     /// Whether the peak table is kept.
     #[inline]
-    pub fn tracks_peak(&self) -> bool {
+    pub(crate) fn tracks_peak(&self) -> bool {
         self.peak.track.load(Relaxed)
     }
 
@@ -134,7 +134,7 @@ impl Table {
     }
 
     /// The table of the heap's peak, when tracked: `None` otherwise.
-    pub fn peak_table(&self) -> Option<PeakTable> {
+    pub(crate) fn peak_table(&self) -> Option<PeakTable> {
         self.tracks_peak().then(|| {
             self.peak
                 .table

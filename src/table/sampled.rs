@@ -80,19 +80,19 @@ fn slot(address: usize) -> usize {
 impl Table {
     /// Mean bytes between sampled allocations; 0 when every allocation is recorded.
     #[inline]
-    pub fn sample_interval(&self) -> u64 {
+    pub(crate) fn sample_interval(&self) -> u64 {
         self.sampled.interval()
     }
 
     /// Sets the sampling interval. Call it before the first block is recorded.
-    pub fn set_sample_interval(&self, interval: u64) {
+    pub(crate) fn set_sample_interval(&self, interval: u64) {
         self.sampled.set_interval(interval);
     }
 
     /// Under sampling, whether a block may be recorded at `address`: `false` proves it is not,
     /// without touching the table. (Without sampling, any block may be.)
     #[inline]
-    pub fn may_hold_sampled(&self, address: usize) -> bool {
+    pub(crate) fn may_hold_sampled(&self, address: usize) -> bool {
         self.sampled.may_hold(address)
     }
 }

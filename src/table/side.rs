@@ -37,7 +37,7 @@ fn mix(address: usize) -> u64 {
 
 /// The hash map's hasher for addresses.
 #[derive(Clone, Copy, Default)]
-pub struct AddressHasher(u64);
+pub(crate) struct AddressHasher(u64);
 
 impl Hasher for AddressHasher {
     fn finish(&self) -> u64 {
@@ -64,7 +64,7 @@ impl BuildHasher for AddressHasher {
 type Blocks = hashbrown::HashMap<usize, Word, AddressHasher>;
 
 /// The live blocks whose addresses map to one side table.
-pub struct Side {
+pub(crate) struct Side {
     /// Every live block of the side table's pages.
     pub(super) blocks: Blocks,
     /// What the blocks whose word says so keep beside it.

@@ -186,7 +186,7 @@ impl Writer {
 impl Table {
     /// Records a new block of the global allocator; returns what its header must hold.
     #[inline]
-    pub fn insert_headed(&self, address: usize, size: u64, stack: StackId) -> Headed {
+    pub(crate) fn insert_headed(&self, address: usize, size: u64, stack: StackId) -> Headed {
         let mode = self.mode();
         let Some(inside) = self.enter() else {
             return Headed::UNRECORDED;
@@ -232,7 +232,7 @@ impl Table {
     /// like one in front of another allocator's block. Nested in this thread's own change of the
     /// table (a signal handler's), it is made as part of that change.
     #[inline]
-    pub fn remove_headed(&self, address: usize, headed: Headed) -> Option<u32> {
+    pub(crate) fn remove_headed(&self, address: usize, headed: Headed) -> Option<u32> {
         let s = self.slots.get(headed.slot)?;
         let block = Block {
             size: headed.size,
@@ -303,7 +303,7 @@ impl Table {
 
     /// Puts a block of the global allocator back after a failed `realloc`; returns what its
     /// header must hold again.
-    pub fn restore_headed(&self, address: usize, size: u64, stack: StackId) -> Headed {
+    pub(crate) fn restore_headed(&self, address: usize, size: u64, stack: StackId) -> Headed {
         let mode = self.mode();
         let Some(inside) = self.enter() else {
             return Headed::UNRECORDED;
@@ -324,7 +324,12 @@ impl Table {
 
     /// Sets the type tag of the block in slot `slot`, when it is the live block at `address`;
     /// returns its stack and previous tag. Inside the reentrancy guard: the tag map may grow.
-    pub fn set_slot_tag(&self, slot: u32, address: usize, tag: u32) -> Option<(StackId, u32)> {
+    pub(crate) fn set_slot_tag(
+        &self,
+        slot: u32,
+        address: usize,
+        tag: u32,
+    ) -> Option<(StackId, u32)> {
         let _inside = self.enter()?;
         let s = self.slots.get(slot)?;
         if s[0].load(Relaxed) != address as u64 {

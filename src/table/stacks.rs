@@ -54,7 +54,7 @@ pub(super) type HeldShard<'a> = MutexGuard<'a, hashbrown::HashTable<u32>>;
 
 /// One distinct stack and its counters.
 #[derive(Debug)]
-pub struct StackRecord {
+pub(crate) struct StackRecord {
     /// Return addresses, innermost first.
     pub frames: Box<[ReturnAddress]>,
     /// `hash(frames)`, kept so the index never hashes a stored stack again.
@@ -87,7 +87,7 @@ impl StackRecord {
 /// Hashes a raw stack: four independent multiply lanes, so the hash of a 30-frame stack is not one
 /// 30-step dependency chain.
 #[inline]
-pub fn hash(frames: &[ReturnAddress]) -> u64 {
+pub(crate) fn hash(frames: &[ReturnAddress]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut lanes = [frames.len() as u64, 1, 2, 3];
     let mut chunks = frames.chunks_exact(4);
@@ -105,7 +105,7 @@ pub fn hash(frames: &[ReturnAddress]) -> u64 {
 }
 
 /// The stack table.
-pub struct Stacks {
+pub(crate) struct Stacks {
     /// Records by id.
     records: boxcar::Vec<StackRecord>,
     /// Ids by stack hash, sharded by the hash's top bits.
@@ -143,7 +143,7 @@ impl Stacks {
 
     /// The id of `frames`, interning it on first sight.
     #[inline]
-    pub fn intern(&self, frames: &[ReturnAddress]) -> StackId {
+    pub(crate) fn intern(&self, frames: &[ReturnAddress]) -> StackId {
         let hash = hash(frames);
         let slot = hash as usize % RECENT;
         let tag = self.tag();
@@ -234,23 +234,23 @@ impl Stacks {
 
     /// The record of an interned stack.
     #[inline]
-    pub fn record(&self, id: StackId) -> &StackRecord {
+    pub(crate) fn record(&self, id: StackId) -> &StackRecord {
         self.get(id.0)
     }
 
     /// Number of interned stacks; ids run from 0 to this.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.records.count()
     }
 
     /// Whether no stack was interned yet.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
     /// Every record, by id.
-    pub fn iter(&self) -> impl Iterator<Item = (StackId, &StackRecord)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (StackId, &StackRecord)> {
         self.records.iter().map(|(id, r)| (StackId(id as u32), r))
     }
 }

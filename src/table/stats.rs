@@ -37,7 +37,7 @@ impl HeapStats {
 }
 
 /// The live-bytes counter the peak is read from, and its high-water mark.
-pub struct Peak {
+pub(crate) struct Peak {
     /// Live bytes, as the threads' batches reached it: signed, since one thread's batch of frees
     /// may arrive before another's batch of the same blocks' allocations.
     live_bytes: AtomicI64,
@@ -65,12 +65,12 @@ impl Peak {
     }
 
     /// Bytes live now, as far as the batches have told.
-    pub fn live_bytes(&self) -> u64 {
+    pub(crate) fn live_bytes(&self) -> u64 {
         self.live_bytes.load(Relaxed).max(0) as u64
     }
 
     /// The most bytes that were live at once.
-    pub fn peak_bytes(&self) -> u64 {
+    pub(crate) fn peak_bytes(&self) -> u64 {
         self.peak_bytes.load(Relaxed)
     }
 }
@@ -82,7 +82,7 @@ impl Peak {
 /// grown by more than 1/64 since the last capture. So it costs one copy of the per-stack counters
 /// per 1.6% of growth, and describes a moment whose live bytes are within 1.6% of the peak.
 #[derive(Clone, Debug, Default)]
-pub struct PeakTable {
+pub(crate) struct PeakTable {
     /// Live bytes at the captured moment.
     pub live_bytes: u64,
     /// Live `(blocks, bytes)` per stack id at that moment.

@@ -55,7 +55,7 @@ pub(super) fn bump(counter: &AtomicU64, delta: u64) {
 /// lines (the unit adjacent-line prefetchers fetch), so two threads' writers never share one.
 #[derive(Debug)]
 #[repr(align(128))]
-pub struct Writer {
+pub(crate) struct Writer {
     /// Whether a live thread owns this writer.
     claimed: AtomicBool,
     /// Odd while the owner changes the table.
@@ -285,7 +285,7 @@ impl Drop for Nested<'_> {
 }
 
 /// A writer inside its table; leaving is dropping it.
-pub struct Entered<'a> {
+pub(crate) struct Entered<'a> {
     /// The writer that entered.
     pub writer: &'a Writer,
 }

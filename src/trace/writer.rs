@@ -122,7 +122,7 @@ static LABELS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 /// The id of a marker label, given one on first use. Call inside the reentrancy guard.
-pub fn label_id(label: &str) -> u32 {
+pub(crate) fn label_id(label: &str) -> u32 {
     let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
     match labels.iter().position(|l| l == label) {
         Some(id) => id as u32,
@@ -143,7 +143,7 @@ fn expand(spec: &str, now: Duration) -> String {
 }
 
 /// Starts the trace and its writer thread; `false` when the thread cannot start.
-pub fn start(spec: &str, sample_interval: u64) -> bool {
+pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
@@ -203,7 +203,7 @@ pub fn start(spec: &str, sample_interval: u64) -> bool {
 }
 
 /// After `fork`, in the child: the trace is the parent's.
-pub fn forget_in_child() {
+pub(crate) fn forget_in_child() {
     FORKED.store(true, Ordering::Relaxed);
 }
 
@@ -353,7 +353,7 @@ fn open(state: &mut State) -> io::Result<&mut Sink> {
 
 /// Closes the trace: what is left of every thread's events, the symbols, the end record. `None`
 /// when no trace was open.
-pub fn close() -> io::Result<Option<PathBuf>> {
+pub(crate) fn close() -> io::Result<Option<PathBuf>> {
     if FORKED.load(Ordering::Relaxed) {
         return Ok(None);
     }

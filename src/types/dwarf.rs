@@ -153,7 +153,7 @@ fn unit_start(header: &gimli::UnitHeader<Slice>) -> usize {
 
 /// DWARF instance names of this process's code, cached per address.
 #[derive(Default)]
-pub struct DwarfNames {
+pub(crate) struct DwarfNames {
     /// Loaded modules, re-read when an address falls in none of them.
     modules: Vec<Module>,
     /// DWARF per module file; `None` when it has none or could not be read.
@@ -164,13 +164,13 @@ pub struct DwarfNames {
 
 impl DwarfNames {
     /// An empty cache; modules are listed and read on first use.
-    pub fn new() -> DwarfNames {
+    pub(crate) fn new() -> DwarfNames {
         DwarfNames::default()
     }
 
     /// The `DW_AT_name` of each frame of `address` (`new<app::Foo>`), innermost first, or `None`
     /// when the module has no DWARF for it.
-    pub fn frame_names(&mut self, address: ReturnAddress) -> Option<Arc<[Option<String>]>> {
+    pub(crate) fn frame_names(&mut self, address: ReturnAddress) -> Option<Arc<[Option<String>]>> {
         if let Some(answer) = self.cache.get(&address) {
             return answer.clone();
         }

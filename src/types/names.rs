@@ -8,7 +8,7 @@
 
 /// The type a function belongs to: `alloc::boxed::Box` with its generic arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SelfType<'a> {
+pub(crate) struct SelfType<'a> {
     /// The path, without generic arguments (`alloc::raw_vec::RawVec`); for a free function, the
     /// whole function path.
     pub path: &'a str,
@@ -19,7 +19,7 @@ pub struct SelfType<'a> {
 impl SelfType<'_> {
     /// Whether this is the type `path` itself or one of its functions (`alloc::string::String`
     /// matches both `<alloc::string::String>::push_str` and `alloc::string::String::push_str`).
-    pub fn is(&self, path: &str) -> bool {
+    pub(crate) fn is(&self, path: &str) -> bool {
         match self.path.strip_prefix(path) {
             Some(rest) => rest.is_empty() || rest.starts_with("::"),
             None => false,
@@ -27,14 +27,14 @@ impl SelfType<'_> {
     }
 
     /// Whether any argument is a bare generic parameter (`T`, `K`, `A`), unknown to this name.
-    pub fn has_parameters(&self) -> bool {
+    pub(crate) fn has_parameters(&self) -> bool {
         self.args.iter().any(|a| is_parameter(a))
     }
 }
 
 /// Whether `arg` reads like a generic parameter: one identifier that starts with an upper-case
 /// letter and has no path (`T`, `K`, `Alloc`), or the placeholder `_`.
-pub fn is_parameter(arg: &str) -> bool {
+pub(crate) fn is_parameter(arg: &str) -> bool {
     let arg = arg.trim();
     arg == "_"
         || (arg.starts_with(|c: char| c.is_ascii_uppercase())
@@ -65,7 +65,7 @@ fn closing(s: &str, open: usize) -> Option<usize> {
 
 /// Splits a generic argument list at its top-level commas and trims each argument:
 /// `u64, (a, b), Foo<X, Y>` gives `u64`, `(a, b)`, `Foo<X, Y>`.
-pub fn split_args(list: &str) -> Vec<&str> {
+pub(crate) fn split_args(list: &str) -> Vec<&str> {
     let bytes = list.as_bytes();
     let mut args = Vec::new();
     let mut depth = 0i32;
@@ -116,7 +116,7 @@ fn path_end(s: &str) -> usize {
 /// The type a function name belongs to, read from either demangled shape:
 /// `<alloc::boxed::Box<app::Foo>>::new`, `alloc::raw_vec::RawVec<T,A>::grow_one`,
 /// `<alloc::vec::Vec<u8> as core::clone::Clone>::clone`. A free function yields its own path.
-pub fn self_type(function: &str) -> Option<SelfType<'_>> {
+pub(crate) fn self_type(function: &str) -> Option<SelfType<'_>> {
     let s = function.strip_prefix('<').unwrap_or(function);
     let end = path_end(s);
     if end == 0 {
@@ -134,7 +134,7 @@ pub fn self_type(function: &str) -> Option<SelfType<'_>> {
 
 /// The generic arguments of a DWARF function name: `new<app::Foo>` gives `app::Foo`;
 /// `grow_one<app::Bar, alloc::alloc::Global>` gives both. `None` without a list.
-pub fn name_args(dwarf_name: &str) -> Option<Vec<&str>> {
+pub(crate) fn name_args(dwarf_name: &str) -> Option<Vec<&str>> {
     let open = dwarf_name.find('<')?;
     let close = closing(dwarf_name, open)?;
     Some(split_args(&dwarf_name[open + 1..close - 1]))
@@ -173,7 +173,7 @@ fn replace_parameters(text: &str, params: &[(&str, &str)]) -> String {
 /// The parameters of the self type, in order of first appearance, take the instance's arguments
 /// in order (the impl's parameters come first in both). `None` when there is nothing to replace or
 /// the instance name has too few arguments.
-pub fn substitute(function: &str, dwarf_name: &str) -> Option<String> {
+pub(crate) fn substitute(function: &str, dwarf_name: &str) -> Option<String> {
     let self_ty = self_type(function)?;
     let mut params: Vec<&str> = Vec::new();
     for arg in &self_ty.args {
@@ -208,7 +208,7 @@ pub fn substitute(function: &str, dwarf_name: &str) -> Option<String> {
 
 /// `path<args>` with the trailing arguments that are defaults left out (`alloc::alloc::Global`
 /// everywhere, and `defaults` of this type), as `std::any::type_name` prints types.
-pub fn type_with_args(path: &str, args: &[&str], defaults: &[&str]) -> String {
+pub(crate) fn type_with_args(path: &str, args: &[&str], defaults: &[&str]) -> String {
     let mut args = args.to_vec();
     while let Some(last) = args.last() {
         if *last == "alloc::alloc::Global" || defaults.contains(last) {
@@ -236,7 +236,7 @@ fn is_default_arg(path: &str, arg: &str) -> bool {
 /// Writes a type name as `std::any::type_name` does: `, ` between generic arguments, and trailing
 /// default arguments left out at every depth (`[alloc::boxed::Box<app::Foo,alloc::alloc::Global>]`
 /// gives `[alloc::boxed::Box<app::Foo>]`).
-pub fn normalize(name: &str) -> String {
+pub(crate) fn normalize(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     let mut at = 0;
     while at < name.len() {
@@ -275,7 +275,7 @@ pub fn normalize(name: &str) -> String {
 
 /// Whether blocks of the type `name` are hashbrown tables (std's `HashMap` and `HashSet`, or
 /// hashbrown's own), which their owners point into rather than at.
-pub fn is_hash_table(name: &str) -> bool {
+pub(crate) fn is_hash_table(name: &str) -> bool {
     [
         "std::collections::hash::map::HashMap<",
         "std::collections::hash::set::HashSet<",
@@ -289,7 +289,7 @@ pub fn is_hash_table(name: &str) -> bool {
 
 /// Whether the blocks reported under the type `name` can hold no pointer, so they need not be
 /// scanned for references: `String` (its byte buffer), and values of pointer-free types.
-pub fn is_pointer_free(name: &str) -> bool {
+pub(crate) fn is_pointer_free(name: &str) -> bool {
     name.trim() == "alloc::string::String" || value_is_pointer_free(name)
 }
 

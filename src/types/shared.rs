@@ -93,7 +93,7 @@ pub(crate) struct SharedCode {
 
 impl SharedCode {
     /// Nothing read yet.
-    pub fn new() -> SharedCode {
+    pub(crate) fn new() -> SharedCode {
         SharedCode::default()
     }
 }

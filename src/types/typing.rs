@@ -46,7 +46,7 @@ pub(crate) struct Typing {
 impl Typing {
     /// Types the blocks of `snapshot`: a block's explicit tag (`tag_names[tag - 1]`) first, else
     /// its stack's inferred type (`stack_types[stack]`), else `(unknown, <size> B)`.
-    pub fn new(
+    pub(crate) fn new(
         snapshot: &Snapshot,
         stack_types: &[Option<Arc<str>>],
         tag_names: &[&str],
@@ -82,23 +82,23 @@ impl Typing {
     }
 
     /// Types a snapshot of this process (symbolizing what it must).
-    pub fn of_process(snapshot: &Snapshot) -> Typing {
+    pub(crate) fn of_process(snapshot: &Snapshot) -> Typing {
         let stack_types = process_stack_types(snapshot, |s| s.live_blocks > 0);
         Typing::new(snapshot, &stack_types, &tag_names())
     }
 
     /// The type name of block `index` of the snapshot.
-    pub fn name_of(&self, index: usize) -> &str {
+    pub(crate) fn name_of(&self, index: usize) -> &str {
         &self.names[self.of_block[index] as usize]
     }
 
     /// The index of the type called `name`, if any block has it.
-    pub fn type_index(&self, name: &str) -> Option<u32> {
+    pub(crate) fn type_index(&self, name: &str) -> Option<u32> {
         self.names.iter().position(|n| n == name).map(|i| i as u32)
     }
 
     /// Live objects per type: `count \t name` rows, most first.
-    pub fn counts(&self) -> Vec<TypeRow> {
+    pub(crate) fn counts(&self) -> Vec<TypeRow> {
         let mut counts = vec![0u64; self.names.len()];
         for &t in &self.of_block {
             counts[t as usize] += 1;
