@@ -24,10 +24,10 @@ use crate::config::Config;
 use crate::frames;
 use crate::guard::untracked;
 use crate::object_graph::Heap;
-use contexts::{ContextKey, Contexts};
 use crate::snapshot::{Snapshot, SnapshotDiff};
 use crate::symbolize::{self, Resolve};
 use crate::types::Typing;
+use contexts::{ContextKey, Contexts};
 use std::collections::HashMap;
 use std::io::{self, Write};
 

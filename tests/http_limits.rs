@@ -84,15 +84,21 @@ fn long_deltas_leave_the_endpoint_answering() {
             let mut stream = TcpStream::connect(address).unwrap();
             stream
                 .write_all(
-                    format!("GET /debug/pprof/heap?seconds=300 HTTP/1.1\r\nHost: {address}\r\n\r\n")
-                        .as_bytes(),
+                    format!(
+                        "GET /debug/pprof/heap?seconds=300 HTTP/1.1\r\nHost: {address}\r\n\r\n"
+                    )
+                    .as_bytes(),
                 )
                 .unwrap();
             stream
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    for path in ["/debug/memprof/", "/debug/pprof/heap", "/debug/memprof/report.md"] {
+    for path in [
+        "/debug/memprof/",
+        "/debug/pprof/heap",
+        "/debug/memprof/report.md",
+    ] {
         let (status, _) = get(address, path, &address.to_string(), Duration::from_secs(20));
         assert_eq!(status, 200, "{path}");
     }
@@ -109,7 +115,11 @@ fn hosts_other_than_the_endpoints_addresses_are_refused() {
         format!("localhost:{port}"),
         format!("[::1]:{port}"),
     ] {
-        assert_eq!(get(address, "/debug/memprof/", &host, within).0, 200, "{host}");
+        assert_eq!(
+            get(address, "/debug/memprof/", &host, within).0,
+            200,
+            "{host}"
+        );
     }
     for host in [
         format!("rebound.example:{port}"),

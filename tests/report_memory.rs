@@ -52,7 +52,10 @@ fn a_report_over_many_deep_stacks_stays_small() {
             symbols.insert(
                 at,
                 vec![Frame {
-                    function: Some(format!("app::tree::descend_{}_{level}", ["left", "right"][side])),
+                    function: Some(format!(
+                        "app::tree::descend_{}_{level}",
+                        ["left", "right"][side]
+                    )),
                     file: Some("src/tree/descend.rs".into()),
                     line: 100 + level as u32,
                     column: 9 + side as u32,

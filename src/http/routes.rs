@@ -168,7 +168,9 @@ pub fn respond(request: &Request<'_>) -> Response {
         ("/debug/memprof/report.md", _) => {
             let _turn = turn();
             let report = live_report();
-            Response::made("text/markdown; charset=utf-8", |out| report.write_markdown(out))
+            Response::made("text/markdown; charset=utf-8", |out| {
+                report.write_markdown(out)
+            })
         }
         ("/debug/memprof/report.tsv", _) => {
             let _turn = turn();
@@ -205,9 +207,7 @@ pub fn turn() -> MutexGuard<'static, ()> {
 /// A snapshot of the process, taken during a [`turn`] once the previous one's share of the time
 /// allows ([`FREEZE_SHARE`]).
 fn snapshot() -> Snapshot {
-    let mut next = NEXT_SNAPSHOT
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut next = NEXT_SNAPSHOT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(at) = *next {
         std::thread::sleep(at.saturating_duration_since(Instant::now()));
     }

@@ -280,7 +280,8 @@ fn read_heads(listener: &TcpListener, jobs: &SyncSender<Job>) {
                 }
             }
         }
-        if !progressed && !(reading.is_empty() && ready.is_empty()) {
+        let holding = !(reading.is_empty() && ready.is_empty());
+        if holding && !progressed {
             std::thread::sleep(TICK);
         }
     }
@@ -347,9 +348,9 @@ fn asks_to_wait(head: &[u8]) -> bool {
     let mut parsed = httparse::Request::new(&mut headers);
     let _ = parsed.parse(head);
     let target = parsed.path.unwrap_or("");
-    target.split_once('?').is_some_and(|(_, query)| {
-        query.split('&').any(|pair| pair.starts_with("seconds="))
-    })
+    target
+        .split_once('?')
+        .is_some_and(|(_, query)| query.split('&').any(|pair| pair.starts_with("seconds=")))
 }
 
 /// The response to the request whose whole head is `head`, and whether to send only its head.
@@ -403,8 +404,7 @@ fn host_accepted(value: &[u8]) -> bool {
         });
     }
     let (host, port) = value.split_once(':').unwrap_or((value, ""));
-    port_ok(port)
-        && (host.eq_ignore_ascii_case("localhost") || host.parse::<Ipv4Addr>().is_ok())
+    port_ok(port) && (host.eq_ignore_ascii_case("localhost") || host.parse::<Ipv4Addr>().is_ok())
 }
 
 /// Writes `response` (its head only for `HEAD`) within [`WRITE_DEADLINE`].

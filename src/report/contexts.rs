@@ -18,14 +18,17 @@ use std::sync::Arc;
 /// A context in a [`Contexts`]: the numbers of its frame strings, innermost first.
 pub(crate) type ContextKey = Box<[u32]>;
 
+/// A return address's frames (kept alive for the report's length) and the number of each frame's
+/// string.
+type Resolved = (Arc<[Frame]>, Box<[u32]>);
+
 /// The contexts of stacks, numbered, with the frame strings they are made of.
 pub(crate) struct Contexts<'r> {
     resolver: &'r mut dyn Resolve,
     skip: usize,
     depth: usize,
-    /// Per return address: its frames (kept alive for the report's length) and the number of
-    /// each frame's string.
-    addresses: HashMap<ReturnAddress, (Arc<[Frame]>, Box<[u32]>)>,
+    /// Per return address: what it resolved to.
+    addresses: HashMap<ReturnAddress, Resolved>,
     /// Frame strings by number.
     names: Vec<Arc<str>>,
     /// Numbers by frame string.
