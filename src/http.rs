@@ -15,9 +15,12 @@
 //! Started by [`serve_http`] or by `MEMPROF_HTTP` when the profiler starts. The endpoint is a
 //! fixed set of threads that take turns accepting connections, one request each: its own
 //! allocations are never recorded (its threads run inside the reentrancy guard for their whole
-//! life), its work is bounded (at most [`server::WORKERS`] requests at a time, one profile made at
-//! a time, each request read and answered within a deadline), and a slow client never holds the
-//! program up: a snapshot is taken, the response made from it, and only then sent.
+//! life), its work is bounded (at most [`server::WORKERS`] requests at a time besides the
+//! `?seconds=N` ones, which wait on threads of their own; one profile made at a time; each request
+//! read and answered within a deadline; request heads read from every connection at once, so a
+//! client that sends slowly holds no worker), and a slow client never holds the program up: a
+//! snapshot is taken, the response made from it, and only then sent. Snapshots for the endpoint
+//! hold the table still at most a tenth of the time (see `routes`), however many requests come.
 
 #![forbid(unsafe_code)]
 
@@ -32,7 +35,10 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 /// Serves memprof's HTTP endpoint on `address` from background threads, for as long as the
 /// process runs; returns the address bound (with the port chosen when `address` asks for port 0).
 /// Bind only to the addresses scrapers should reach: `127.0.0.1:6060`, or an interface of a
-/// private network. `MEMPROF_HTTP=127.0.0.1:6060` does the same when the profiler starts.
+/// private network; binding beyond loopback (`0.0.0.0`, say) says so on stderr. Requests must
+/// name the endpoint by IP address or as `localhost` in their `Host` header; others are refused
+/// (403), so that no web page can reach it through a browser by DNS rebinding.
+/// `MEMPROF_HTTP=127.0.0.1:6060` does the same when the profiler starts.
 ///
 /// | path | what |
 /// |---|---|
@@ -66,6 +72,13 @@ pub fn serve_http(address: impl ToSocketAddrs) -> io::Result<SocketAddr> {
         let listener = TcpListener::bind(address)?;
         let bound = listener.local_addr()?;
         server::start(listener)?;
+        if !bound.ip().is_loopback() {
+            warn(format_args!(
+                "the heap profile is served at {bound}, beyond this machine's loopback: anyone who \
+                 can reach that address can read it (no authentication, no TLS); bind to \
+                 127.0.0.1 unless scrapers elsewhere must reach it"
+            ));
+        }
         Ok(bound)
     })
 }

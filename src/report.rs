@@ -1,7 +1,10 @@
 //! Allocation reports: live blocks grouped by the context they were allocated from.
 //!
 //! A [`Report`] is built from a [`Snapshot`] and a resolver: each stack is symbolized, trimmed to
-//! its context ([`frames::context`]), and stacks that print the same are one group. Groups are
+//! its context ([`frames::context`]), and stacks that print the same are one group. Grouping works
+//! on numbered frame strings, each made once per report, and only the groups kept are rendered
+//! as strings: a report's memory grows with its distinct frames and 4 bytes per frame of each
+//! distinct context, not with the strings of every stack. Groups are
 //! sorted by total size, then count (both descending), then context, and those below
 //! `min_bytes` are left out. The renderers, one per file, only format what they are given.
 //!
@@ -10,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+mod contexts;
 pub(crate) mod markdown;
 pub(crate) mod mermaid;
 pub(crate) mod tsv;
@@ -23,6 +27,7 @@ use crate::object_graph::Heap;
 use crate::snapshot::{Snapshot, SnapshotDiff};
 use crate::symbolize::{self, Resolve};
 use crate::types::Typing;
+use contexts::{ContextKey, Contexts};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -114,20 +119,22 @@ impl Report {
         resolver: &mut dyn Resolve,
         options: &ReportOptions,
     ) -> Report {
-        let mut groups: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
+        // Grouped by numbered contexts; strings only for the groups kept.
+        let mut contexts = Contexts::new(resolver, options);
+        let mut groups: HashMap<ContextKey, (u64, u64)> = HashMap::new();
         for stack in snapshot.stacks.iter().filter(|s| s.live_blocks > 0) {
-            let context = context_of(&stack.frames, resolver, options);
-            let group = groups.entry(context).or_default();
+            let group = groups.entry(contexts.key(&stack.frames)).or_default();
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;
         }
         let mut report = Report::from_groups(
             groups
                 .into_iter()
-                .map(|(context, (blocks, bytes))| Group {
+                .filter(|(_, (_, bytes))| *bytes >= options.min_bytes)
+                .map(|(key, (blocks, bytes))| Group {
                     blocks,
                     bytes,
-                    context,
+                    context: contexts.strings(&key),
                 })
                 .collect(),
             options.min_bytes,
@@ -215,11 +222,10 @@ impl DiffReport {
         resolver: &mut dyn Resolve,
         options: &ReportOptions,
     ) -> DiffReport {
-        let mut groups: HashMap<Vec<String>, (i64, i64)> = HashMap::new();
+        let mut contexts = Contexts::new(resolver, options);
+        let mut groups: HashMap<ContextKey, (i64, i64)> = HashMap::new();
         for stack in &diff.stacks {
-            let group = groups
-                .entry(context_of(&stack.frames, resolver, options))
-                .or_default();
+            let group = groups.entry(contexts.key(&stack.frames)).or_default();
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;
         }
@@ -228,10 +234,10 @@ impl DiffReport {
             .filter(|(_, (blocks, bytes))| {
                 (*blocks != 0 || *bytes != 0) && bytes.unsigned_abs() >= options.min_bytes
             })
-            .map(|(context, (blocks, bytes))| DiffGroup {
+            .map(|(key, (blocks, bytes))| DiffGroup {
                 blocks,
                 bytes,
-                context,
+                context: contexts.strings(&key),
             })
             .collect();
         changes.sort_by(|a, b| {

@@ -10,6 +10,7 @@ use crate::address::ReturnAddress;
 use crate::address::StackId;
 use crate::guard::untracked;
 use crate::table::{HeapStats, Locked, TABLE, Table};
+use std::time::{Duration, Instant};
 
 /// One live block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,12 +104,25 @@ impl Snapshot {
         untracked(|| Snapshot::of(&TABLE))
     }
 
+    /// [`Snapshot::take`], with how long the table was held still for it.
+    #[cfg(feature = "http")]
+    pub(crate) fn take_held() -> (Snapshot, Duration) {
+        untracked(|| Snapshot::of_held(&TABLE))
+    }
+
     /// Copies `table` now. Call it inside the reentrancy guard when `table` is the process's own.
     pub(crate) fn of(table: &Table) -> Snapshot {
+        Snapshot::of_held(table).0
+    }
+
+    /// [`Snapshot::of`], with how long `table` was held still for it.
+    fn of_held(table: &Table) -> (Snapshot, Duration) {
+        let start = Instant::now();
         let (blocks, stats) = {
             let held = table.lock_all();
             (blocks_of(&held), held.stats())
         };
+        let held = start.elapsed();
         let stacks = stacks_of(table);
         let peak = table.peak_table();
         let mut snapshot =
@@ -127,7 +141,7 @@ impl Snapshot {
             }
             snapshot.peak_known = true;
         }
-        snapshot
+        (snapshot, held)
     }
 
     /// Builds a snapshot from its parts (synthetic snapshots for tests and tools): live counts are

@@ -5,8 +5,14 @@
 //! take their snapshots in turn rather than pausing the program's allocations together and
 //! holding as many copies. The wait of a `?seconds=N` delta holds no turn, only the stacks'
 //! counters of its first snapshot.
+//!
+//! However many requests come, the endpoint's snapshots hold the table still at most
+//! 1/[`FREEZE_SHARE`] of the time: after a snapshot that held it for a time t, the next one waits
+//! until (`FREEZE_SHARE` − 1) × t has passed. A flood of requests over a large heap is served
+//! more slowly; the program's threads allocate on.
 
 use crate::export::{ExportOptions, Value, pprof};
+use crate::report::{Report, ReportOptions};
 use crate::snapshot::{Snapshot, StackSummary};
 use crate::symbolize::with_symbolizer;
 use crate::table::{HeapStats, TABLE};
@@ -19,6 +25,12 @@ pub(crate) const MAX_SECONDS: u64 = 300;
 
 /// Taken while a profile or report is made.
 static RENDER: Mutex<()> = Mutex::new(());
+
+/// The endpoint's snapshots hold the table still at most one part in this many of the time.
+pub(crate) const FREEZE_SHARE: u32 = 10;
+
+/// When the endpoint's next snapshot may be taken. Locked only during a [`turn`].
+static NEXT_SNAPSHOT: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// What `/debug/pprof/delta_heap` served last: each stack's allocated counters then. Locked only
 /// during a [`turn`].
@@ -164,20 +176,24 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
         ),
         ("/debug/memprof/report.md", _) => {
             let _turn = turn();
+            let report = live_report();
             Response::made("text/markdown; charset=utf-8", |out| {
-                crate::report::pretty_log_allocations(out)
+                report.write_markdown(out)
             })
         }
         ("/debug/memprof/report.tsv", _) => {
             let _turn = turn();
+            let report = live_report();
             Response::made("text/tab-separated-values; charset=utf-8", |out| {
-                crate::report::log_allocations(out)
+                report.write_tsv(out)
             })
         }
         ("/debug/memprof/objects", _) => {
             let _turn = turn();
+            let snapshot = snapshot();
             Response::made("text/plain; charset=utf-8", |out| {
-                crate::report::log_object_counts(out)
+                let typing = crate::types::Typing::of_process(&snapshot);
+                crate::report::types::write(&typing.counts(), out)
             })
         }
         ("/" | "/debug/memprof/" | "/debug/memprof" | "/debug/pprof/" | "/debug/pprof", _) => {
@@ -197,6 +213,25 @@ pub(crate) fn turn() -> MutexGuard<'static, ()> {
     RENDER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A snapshot of the process, taken during a [`turn`] once the previous one's share of the time
+/// allows ([`FREEZE_SHARE`]).
+fn snapshot() -> Snapshot {
+    let mut next = NEXT_SNAPSHOT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(at) = *next {
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+    }
+    let (snapshot, held) = Snapshot::take_held();
+    *next = Some(Instant::now() + held * (FREEZE_SHARE - 1));
+    snapshot
+}
+
+/// The live-allocation report of the process, with the `MEMPROF_*` options in force, from a
+/// [`snapshot`].
+fn live_report() -> Report {
+    let snapshot = snapshot();
+    with_symbolizer(|symbolizer| Report::live(&snapshot, symbolizer, &ReportOptions::from_env()))
+}
+
 /// Wall-clock time since the Unix epoch.
 fn now() -> Duration {
     SystemTime::now()
@@ -207,7 +242,7 @@ fn now() -> Duration {
 /// The heap profile now, `value` its default sample type.
 fn heap(value: Value, name: &str) -> Response {
     let _turn = turn();
-    let snapshot = Snapshot::take();
+    let snapshot = snapshot();
     let options = ExportOptions::default().value(value);
     Response::profile(name, |out| {
         with_symbolizer(|symbolizer| pprof::write(&snapshot, symbolizer, &options, out))
@@ -219,13 +254,13 @@ fn delta(value: Value, name: &str, seconds: u64) -> Response {
     let (time, at) = (now(), Instant::now());
     let mut earlier = {
         let _turn = turn();
-        Snapshot::take()
+        snapshot()
     };
     // Only the stacks' counters are compared: the blocks need not be kept while waiting.
     earlier.blocks = Vec::new();
     std::thread::sleep(Duration::from_secs(seconds));
     let _turn = turn();
-    let later = Snapshot::take();
+    let later = snapshot();
     let options = ExportOptions::default()
         .value(value)
         .time(time)
@@ -241,7 +276,7 @@ fn delta(value: Value, name: &str, seconds: u64) -> Response {
 /// for the first), and the live heap now, as Pyroscope's `godeltaprof` serves it.
 fn delta_heap() -> Response {
     let _turn = turn();
-    let later = Snapshot::take();
+    let later = snapshot();
     let (time, at) = (now(), Instant::now());
     let mut base = DELTA_BASE.lock().unwrap_or_else(PoisonError::into_inner);
     let previous = base.take();

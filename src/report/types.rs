@@ -49,18 +49,22 @@ pub(crate) fn trace(
     options: &ReportOptions,
     min_count: u64,
 ) -> Vec<TraceRow> {
-    let mut groups: HashMap<Vec<String>, u64> = HashMap::new();
+    let mut contexts = super::Contexts::new(resolver, options);
+    let mut groups: HashMap<super::ContextKey, u64> = HashMap::new();
     for (name, stack, n) in per_stack_counts(snapshot, stack_types, tag_names, tag_counts) {
         if name != target {
             continue;
         }
-        let context = super::context_of(&snapshot.stack(stack).frames, resolver, options);
-        *groups.entry(context).or_default() += n;
+        let key = contexts.key(&snapshot.stack(stack).frames);
+        *groups.entry(key).or_default() += n;
     }
     let mut rows: Vec<TraceRow> = groups
         .into_iter()
         .filter(|(_, count)| *count >= min_count.max(1))
-        .map(|(context, count)| TraceRow { count, context })
+        .map(|(key, count)| TraceRow {
+            count,
+            context: contexts.strings(&key),
+        })
         .collect();
     rows.sort_by(|a, b| {
         b.count
