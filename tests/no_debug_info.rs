@@ -67,7 +67,8 @@ fn child() {
 /// Runs `binary` as the child; returns its stdout and stderr.
 fn run_child(binary: &Path) -> (String, String) {
     let child = Command::new(binary)
-        .args(["--exact", "no_debug_info", "--nocapture"])
+        // On the main thread: libtest's main thread, waiting for a test thread, allocates too.
+        .args(["--exact", "no_debug_info", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -80,11 +81,11 @@ fn run_child(binary: &Path) -> (String, String) {
     (stdout, stderr)
 }
 
-/// The number after `prefix` on a line of `out`.
+/// The number after `prefix` in `out` (libtest's `test ... ` may start its line).
 fn number(out: &str, prefix: &str) -> u64 {
     out.lines()
-        .find_map(|l| l.strip_prefix(prefix))
-        .and_then(|rest| rest.split_whitespace().next())
+        .find_map(|l| l.split_once(prefix))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no `{prefix}` in {out}"))
 }
