@@ -68,7 +68,12 @@ fn child() {
 fn run_child(binary: &Path) -> (String, String) {
     let child = Command::new(binary)
         // On the main thread: libtest's main thread, waiting for a test thread, allocates too.
-        .args(["--exact", "no_debug_info", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "no_debug_info",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
