@@ -484,4 +484,39 @@ mod tests {
             "{names:?}"
         );
     }
+
+    #[test]
+    #[cfg(not(target_arch = "aarch64"))]
+    fn direct_calls_are_decoded_and_nothing_else() {
+        // `call` 0x10 bytes past its end, and 0x20 bytes before it.
+        assert_eq!(
+            direct_call_target(0x1000, [0xE8, 0x10, 0, 0, 0]),
+            Some(0x1015)
+        );
+        assert_eq!(
+            direct_call_target(0x1000, [0xE8, 0xE0, 0xFF, 0xFF, 0xFF]),
+            Some(0x0FE5)
+        );
+        // The last bytes of `call *0x10(%rip)` (FF 15 disp32) are no direct call.
+        assert_eq!(direct_call_target(0x1000, [0x15, 0x10, 0, 0, 0]), None);
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn direct_calls_are_decoded_and_nothing_else() {
+        // `bl` 4 instructions on, and 2 back.
+        assert_eq!(
+            direct_call_target(0x1000, 0x9400_0004u32.to_le_bytes()),
+            Some(0x1010)
+        );
+        assert_eq!(
+            direct_call_target(0x1000, 0x97FF_FFFEu32.to_le_bytes()),
+            Some(0x0FF8)
+        );
+        // `b` (a jump, no call) is not one.
+        assert_eq!(
+            direct_call_target(0x1000, 0x1400_0004u32.to_le_bytes()),
+            None
+        );
+    }
 }
