@@ -217,6 +217,41 @@ unsafe extern "C" fn visit<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(
     }
 }
 
+/// Copies the code at `at` in `module` into `bytes`, from memory, while the loader keeps the module
+/// mapped. `false`, reading nothing, when `module` is no longer loaded or the bytes are not all
+/// inside one of its readable executable segments. Takes the loader's lock; never allocates.
+pub fn read_text(module: &Module, at: usize, bytes: &mut [u8]) -> bool {
+    let Some(end) = at.checked_add(bytes.len()) else {
+        return false;
+    };
+    let mut read = false;
+    with_loaded(|object| {
+        if !object.is(module) {
+            return ControlFlow::Continue(());
+        }
+        let bias = object.bias();
+        let readable = object.headers().iter().any(|header| {
+            let start = bias.wrapping_add(header.p_vaddr as usize);
+            let size = header.p_memsz.min(header.p_filesz) as usize;
+            header.p_type == libc::PT_LOAD
+                && header.p_flags & libc::PF_X != 0
+                && header.p_flags & libc::PF_R != 0
+                && start <= at
+                && end <= start.wrapping_add(size)
+        });
+        if readable {
+            // SAFETY: the bytes lie in a readable segment, backed by the file, of an object the
+            // loader lists, which stays mapped until `with_loaded` returns; `bytes` is ours.
+            unsafe {
+                std::ptr::copy_nonoverlapping(at as *const u8, bytes.as_mut_ptr(), bytes.len());
+            }
+            read = true;
+        }
+        ControlFlow::Break(())
+    });
+    read
+}
+
 /// Lists the modules loaded now. Allocates: call it outside the allocation path.
 pub(crate) fn loaded() -> Vec<Module> {
     listed().1
@@ -260,6 +295,27 @@ pub(crate) fn for_each_function(
         }
     }
     Some(())
+}
+
+/// Whether the ELF file at `path` carries DWARF debug information (a `.debug_info` section with
+/// something in it, compressed or not). `None` when the file cannot be read as ELF. Reads only
+/// the headers and the section names. Allocates and reads a file: off the allocation path.
+///
+/// A separate debug file (`.gnu_debuglink`, `/usr/lib/debug`) is not looked for: a binary whose
+/// debug information was split off counts as having none.
+pub fn has_debug_info(path: &Path) -> Option<bool> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, &cache).ok()?;
+    Some(sections.iter().any(|section| {
+        let named = sections
+            .section_name(endian, section)
+            .is_ok_and(|name| name == b".debug_info" || name == b".zdebug_info");
+        named && section.sh_type(endian) != object::elf::SHT_NOBITS && section.sh_size(endian) > 0
+    }))
 }
 
 /// The GNU build id of the ELF file at `path` (its `NT_GNU_BUILD_ID` note), which names the

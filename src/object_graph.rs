@@ -10,7 +10,7 @@
 //! | function | output |
 //! |---|---|
 //! | [`log_object_sizes`] | the number of lines, then `bytes \t TypeName`: the heap bytes reachable from the live objects of each type, each byte counted once per type |
-//! | [`object_size`] | the heap bytes reachable from one value, each byte counted once |
+//! | [`object_size`] | the heap bytes reachable from one value, each byte counted once, without type information (a word anywhere inside a block refers to it) |
 //! | [`pretty_log_object_graph`] | a mermaid `graph LR` of up to `MEMPROF_REF_LIMIT` objects of a type and, up to `MEMPROF_REF_LEVEL` levels back, the blocks that point to them |
 //!
 //! The graph answers "who keeps this alive": each edge reads `referrer --@(field <byte offset>),
@@ -303,12 +303,17 @@ pub(crate) struct Graph {
 /// The heap bytes reachable from `value`: its own block when it lives in one, plus every block
 /// reachable through pointers from its bytes, each byte counted once. 0 for a value that owns no
 /// heap memory, or when memprof is not the global allocator.
+///
+/// It needs no type information, so it gives the same answer in a build without debug
+/// information: every block reached is read, and a word pointing anywhere inside a live block
+/// (not only at its start, as a `HashMap` points inside its table) refers to it. A guess can only
+/// add (an integer that looks like such an address), never miss a block the value owns.
 pub fn object_size<T: ?Sized>(value: &T) -> u64 {
     untracked(|| {
-        let before = Snapshot::take();
-        let stack_types = types::process_stack_types(&before, |s| s.live_blocks > 0);
-        let tag_names = types::tag_names();
-        let kind = block_kinds(&stack_types, &tag_names);
-        scan::reachable_from(&TABLE, value, &kind)
+        let untyped = |_: StackId, _: u32| BlockKind {
+            pointer_free: false,
+            interior: true,
+        };
+        scan::reachable_from(&TABLE, value, &untyped)
     })
 }

@@ -175,7 +175,7 @@ pub fn context_of(
     resolver: &mut dyn Resolve,
     options: &ReportOptions,
 ) -> Vec<String> {
-    let frames: Vec<_> = frames.iter().map(|&a| resolver.resolve(a)).collect();
+    let frames = resolver.resolve_stack(frames);
     let expanded: Vec<_> = frames.iter().flat_map(|f| f.iter()).collect();
     frames::context(&expanded, options.skip, options.depth)
         .iter()

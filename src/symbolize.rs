@@ -15,6 +15,27 @@
 //! since unloaded resolves to that module's path (its file may have changed since), never to
 //! another module's names.
 //!
+//! # Frames recovered from direct calls
+//!
+//! A function whose last act is a call may jump to the callee instead (a tail call): its frame is
+//! gone before the callee runs, and no unwinder can find it. In optimized builds this is common:
+//! `fn grow(v: &mut Vec<u8>) { v.reserve(200) }` jumps into `RawVec`'s out-of-line growth
+//! function, and the block would be blamed on `grow`'s caller. But the caller's return address
+//! follows its own `call grow`. So when a stack is resolved as a whole ([`Resolve::resolve_stack`]),
+//! each return address but the innermost is checked: if the instruction before it is a direct call
+//! (x86-64 `call rel32`, aarch64 `bl`), read from the module's code in memory, to the first
+//! instruction of a function in the module's symbol table, and the next-younger frame's address
+//! lies outside that function, the function is added as a frame, younger than the caller's
+//! frames. It is shown at the line of its first instruction (where the jump was is not known).
+//! This costs nothing while recording: it runs when a report or export is rendered.
+//!
+//! Limits: only one frame is recovered per call, so of a chain of tail calls only the first
+//! callee shows; a call through a register, a pointer or the PLT (another module's function) is
+//! not decoded; a module without a symbol table (stripped of it) recovers nothing; and a function
+//! split into pieces (a `.cold` part) counts its pieces as other functions. Addresses resolved one
+//! by one ([`Resolve::resolve`]), as in a trace's symbols, have no younger frame and recover
+//! nothing.
+//!
 //! The live table keeps raw addresses only: a block allocated from a library since unloaded, at
 //! an address that another library loaded there later also uses, resolves to the later library's
 //! code, the only one that can still be read.
@@ -34,6 +55,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub trait Resolve {
     /// The frames of one return address, innermost (most inlined) first; never empty.
     fn resolve(&mut self, address: ReturnAddress) -> Arc<[Frame]>;
+
+    /// The frames of each return address of a stack (innermost first), each never empty. The
+    /// frames of an address may depend on the younger frames: the process's [`Symbolizer`] adds
+    /// the function a direct call went to when that function's frame is gone (see the module's
+    /// documentation). By default, each address is resolved alone.
+    fn resolve_stack(&mut self, stack: &[ReturnAddress]) -> Vec<Arc<[Frame]>> {
+        stack.iter().map(|&address| self.resolve(address)).collect()
+    }
 }
 
 /// The frame of an address nothing is known about.
@@ -65,6 +94,10 @@ pub struct Symbolizer {
     loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
     /// Answers by address.
     cache: HashMap<ReturnAddress, Arc<[Frame]>>,
+    /// The function each return address's direct call went to, by address.
+    callees: HashMap<ReturnAddress, Option<Callee>>,
+    /// The function symbols (start and size, as the file gives them, by start) per module path.
+    functions: HashMap<PathBuf, Vec<(u64, u64)>>,
     /// File names under this directory are shown relative to it.
     working_dir: Option<PathBuf>,
 }
@@ -93,6 +126,8 @@ impl Symbolizer {
             unloaded: Vec::new(),
             loaders: HashMap::new(),
             cache: HashMap::new(),
+            callees: HashMap::new(),
+            functions: HashMap::new(),
             working_dir,
         }
     }
@@ -127,9 +162,12 @@ impl Symbolizer {
         if !changed.is_empty() {
             self.cache
                 .retain(|a, _| !changed.iter().any(|m| m.contains(a.lookup_address())));
+            self.callees
+                .retain(|a, _| !changed.iter().any(|m| m.contains(a.lookup_address())));
         }
         for module in &gone {
             self.loaders.remove(&module.path);
+            self.functions.remove(&module.path);
         }
         self.unloaded
             .retain(|old| !gone.iter().any(|m| m.path == old.path));
@@ -175,6 +213,106 @@ impl Symbolizer {
         })
         .into()
     }
+}
+
+impl Symbolizer {
+    /// The function the direct call before `address` went to, when its first instruction is a
+    /// function's in the module's symbol table; cached per address.
+    fn callee(&mut self, address: ReturnAddress) -> Option<Callee> {
+        if let Some(known) = self.callees.get(&address) {
+            return known.clone();
+        }
+        let callee = self.find_callee(address);
+        self.callees.insert(address, callee.clone());
+        callee
+    }
+
+    fn find_callee(&mut self, address: ReturnAddress) -> Option<Callee> {
+        let index = self.module_of(address.lookup_address())?;
+        let module = self.modules[index].clone();
+        let mut call = [0u8; CALL_LEN];
+        let at = address.0.checked_sub(CALL_LEN)?;
+        if !modules::read_text(&module, at, &mut call) {
+            return None;
+        }
+        let target = direct_call_target(at, call)?;
+        if !module.contains(target) {
+            return None;
+        }
+        let probe = (target - module.bias) as u64;
+        let functions = self
+            .functions
+            .entry(module.path.clone())
+            .or_insert_with(|| {
+                let mut functions = Vec::new();
+                modules::for_each_function(&module.path, true, |start, size, _| {
+                    functions.push((start, size));
+                });
+                functions.sort_unstable();
+                functions
+            });
+        let at = functions.partition_point(|&(start, _)| start < probe);
+        let size = functions
+            .iter()
+            .skip(at)
+            .take_while(|&&(start, _)| start == probe)
+            .map(|&(_, size)| size)
+            .max()?;
+        let loader = self
+            .loaders
+            .entry(module.path.clone())
+            .or_insert_with(|| addr2line::Loader::new(&module.path).ok());
+        let module_name = module.path.to_string_lossy().into_owned();
+        let working_dir = self.working_dir.as_deref();
+        let frame = frames_at(loader.as_ref(), probe, &module_name, |file| {
+            display_path(working_dir, file)
+        })
+        .pop()
+        .filter(|frame| frame.function.is_some())?;
+        Some(Callee {
+            function: target..target.saturating_add(size as usize),
+            frame,
+        })
+    }
+}
+
+/// A function a direct call went to.
+#[derive(Clone, Debug)]
+struct Callee {
+    /// Its code, as actual addresses.
+    function: std::ops::Range<usize>,
+    /// Its frame: the function, at the line of its first instruction.
+    frame: Frame,
+}
+
+/// The length of the direct call instruction decoded before a return address.
+#[cfg(target_arch = "aarch64")]
+const CALL_LEN: usize = 4;
+/// The length of the direct call instruction decoded before a return address.
+#[cfg(not(target_arch = "aarch64"))]
+const CALL_LEN: usize = 5;
+
+/// Where the direct call instruction `code`, found at `at`, goes: x86-64's `call rel32` (`E8`
+/// and a 32-bit displacement from the next instruction); `None` for any other instruction.
+#[cfg(not(target_arch = "aarch64"))]
+fn direct_call_target(at: usize, code: [u8; CALL_LEN]) -> Option<usize> {
+    let [0xE8, d0, d1, d2, d3] = code else {
+        return None;
+    };
+    let displacement = i32::from_le_bytes([d0, d1, d2, d3]) as isize;
+    at.checked_add(CALL_LEN)?.checked_add_signed(displacement)
+}
+
+/// Where the direct call instruction `code`, found at `at`, goes: aarch64's `bl` (`100101` and a
+/// 26-bit word offset from the instruction); `None` for any other instruction.
+#[cfg(target_arch = "aarch64")]
+fn direct_call_target(at: usize, code: [u8; CALL_LEN]) -> Option<usize> {
+    let instruction = u32::from_le_bytes(code);
+    if instruction >> 26 != 0b100101 {
+        return None;
+    }
+    let words = ((instruction << 6) as i32 >> 6) as isize;
+    at.checked_add_signed(words * 4)
 }
 
 /// `file` relative to `working_dir` when under it.
@@ -255,6 +393,28 @@ impl Resolve for Symbolizer {
         self.cache.insert(address, frames.clone());
         frames
     }
+
+    /// Each address's frames, and before the frames of a caller whose direct call went to a
+    /// function that is not the next-younger frame's, that function (see the module's
+    /// documentation).
+    fn resolve_stack(&mut self, stack: &[ReturnAddress]) -> Vec<Arc<[Frame]>> {
+        let mut resolved = Vec::with_capacity(stack.len());
+        for (index, &address) in stack.iter().enumerate() {
+            let frames = self.resolve(address);
+            let younger = index.checked_sub(1).map(|i| stack[i].lookup_address());
+            let recovered = younger.and_then(|younger| {
+                self.callee(address)
+                    .filter(|callee| !callee.function.contains(&younger))
+            });
+            resolved.push(match recovered {
+                Some(callee) => std::iter::once(callee.frame)
+                    .chain(frames.iter().cloned())
+                    .collect(),
+                None => frames,
+            });
+        }
+        resolved
+    }
 }
 
 /// The process's symbolizer, made on first use and kept with its cache.
@@ -270,10 +430,36 @@ pub(crate) fn lock_for_fork() -> impl Sized + 'static {
 pub fn with_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
     untracked(|| {
         let mut slot = SYMBOLIZER.lock().unwrap_or_else(PoisonError::into_inner);
-        let symbolizer =
-            slot.get_or_insert_with(|| Symbolizer::new(crate::config::get().working_dir.clone()));
+        let symbolizer = slot.get_or_insert_with(|| {
+            warn_without_debug_info();
+            Symbolizer::new(crate::config::get().working_dir.clone())
+        });
         f(symbolizer)
     })
+}
+
+/// Says once, when the process's symbolizer is made (at the first report or export), that the
+/// executable has no debug information, naming it and the Cargo setting that gives it: without
+/// it, frames have no file or line, inlined calls merge into their callers, and types read as
+/// unknown, silently. A file that cannot be read says nothing.
+fn warn_without_debug_info() {
+    let Ok(executable) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    if modules::has_debug_info(&executable) == Some(false) {
+        crate::config::warn(format_args!("{}", no_debug_info_warning(&executable)));
+    }
+}
+
+/// The warning for an executable without debug information.
+fn no_debug_info_warning(executable: &Path) -> String {
+    format!(
+        "{} has no debug information: frames show no file or line, inlined functions merge into \
+         their callers and types read as unknown. Build it with `debug = \"limited\"` (or \
+         `\"line-tables-only\"`, or `true`) in the Cargo.toml section of its profile, such as \
+         `[profile.release]`, and no `strip` of the debug information",
+        executable.display()
+    )
 }
 
 #[cfg(test)]
@@ -296,6 +482,41 @@ mod tests {
                 .iter()
                 .any(|f| f.starts_with("src/symbolize.rs:") && f.contains("::marker'")),
             "{names:?}"
+        );
+    }
+
+    #[test]
+    #[cfg(not(target_arch = "aarch64"))]
+    fn direct_calls_are_decoded_and_nothing_else() {
+        // `call` 0x10 bytes past its end, and 0x20 bytes before it.
+        assert_eq!(
+            direct_call_target(0x1000, [0xE8, 0x10, 0, 0, 0]),
+            Some(0x1015)
+        );
+        assert_eq!(
+            direct_call_target(0x1000, [0xE8, 0xE0, 0xFF, 0xFF, 0xFF]),
+            Some(0x0FE5)
+        );
+        // The last bytes of `call *0x10(%rip)` (FF 15 disp32) are no direct call.
+        assert_eq!(direct_call_target(0x1000, [0x15, 0x10, 0, 0, 0]), None);
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn direct_calls_are_decoded_and_nothing_else() {
+        // `bl` 4 instructions on, and 2 back.
+        assert_eq!(
+            direct_call_target(0x1000, 0x9400_0004u32.to_le_bytes()),
+            Some(0x1010)
+        );
+        assert_eq!(
+            direct_call_target(0x1000, 0x97FF_FFFEu32.to_le_bytes()),
+            Some(0x0FF8)
+        );
+        // `b` (a jump, no call) is not one.
+        assert_eq!(
+            direct_call_target(0x1000, 0x1400_0004u32.to_le_bytes()),
+            None
         );
     }
 }

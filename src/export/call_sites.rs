@@ -82,7 +82,9 @@ impl CallSites {
     ) -> CallSites {
         let modules = crate::modules::loaded();
         let mut locations: Vec<Location> = Vec::new();
-        let mut location_ids: HashMap<(ReturnAddress, usize, usize), usize> = HashMap::new();
+        // By address, the number of frames it resolved to (more when a frame was recovered from
+        // the call before it: see `symbolize`), and the run of them taken.
+        let mut location_ids: HashMap<(ReturnAddress, usize, usize, usize), usize> = HashMap::new();
         let mut site_ids: HashMap<Vec<usize>, usize> = HashMap::new();
         let mut sites: Vec<(CallSite, usize)> = Vec::new();
         let mut site_of_stack: Vec<Option<usize>> = vec![None; snapshot.stacks.len()];
@@ -90,8 +92,7 @@ impl CallSites {
             if stack.allocated_blocks == 0 && stack.live_blocks == 0 {
                 continue;
             }
-            let resolved: Vec<Arc<[Frame]>> =
-                stack.frames.iter().map(|&a| resolver.resolve(a)).collect();
+            let resolved: Vec<Arc<[Frame]>> = resolver.resolve_stack(&stack.frames);
             // Every frame with the return address it belongs to and its index among its frames.
             let mut owners = Vec::new();
             let mut expanded: Vec<&Frame> = Vec::new();
@@ -117,7 +118,7 @@ impl CallSites {
                 position += 1;
                 let address = stack.frames[index];
                 let id = *location_ids
-                    .entry((address, first, last))
+                    .entry((address, resolved[index].len(), first, last))
                     .or_insert_with(|| {
                         let pc = address.lookup_address();
                         locations.push(Location {
