@@ -220,7 +220,7 @@ unsafe extern "C" fn visit<F: FnMut(&Loaded<'_>) -> ControlFlow<()>>(
 /// Copies the code at `at` in `module` into `bytes`, from memory, while the loader keeps the module
 /// mapped. `false`, reading nothing, when `module` is no longer loaded or the bytes are not all
 /// inside one of its readable executable segments. Takes the loader's lock; never allocates.
-pub fn read_text(module: &Module, at: usize, bytes: &mut [u8]) -> bool {
+pub(crate) fn read_text(module: &Module, at: usize, bytes: &mut [u8]) -> bool {
     let Some(end) = at.checked_add(bytes.len()) else {
         return false;
     };
@@ -303,7 +303,7 @@ pub(crate) fn for_each_function(
 ///
 /// A separate debug file (`.gnu_debuglink`, `/usr/lib/debug`) is not looked for: a binary whose
 /// debug information was split off counts as having none.
-pub fn has_debug_info(path: &Path) -> Option<bool> {
+pub(crate) fn has_debug_info(path: &Path) -> Option<bool> {
     use object::read::elf::{FileHeader, SectionHeader};
     let file = std::fs::File::open(path).ok()?;
     let cache = object::ReadCache::new(file);

@@ -35,7 +35,7 @@ fn build_shards() -> Vec<HashMap<String, Vec<usize>>> {
 
 /// The child: writes a report, sizes the index, and writes another report.
 fn child() {
-    assert!(memprof::config::get().enabled);
+    assert!(memprof::Config::current().enabled);
     // What the first snapshot and the first report set up once is not the index's.
     memprof::pretty_log_allocations(&mut Vec::new()).unwrap();
     // Kept out of the table, or the set would count as allocated with the index.
