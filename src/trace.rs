@@ -70,8 +70,13 @@ pub(crate) fn in_forked_child() {
 pub fn mark(label: &str) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
-        let id = crate::guard::untracked(|| writer::label_id(label));
-        buffer::append(&[clock::ticks() << 3 | buffer::MARK, u64::from(id)]);
+        match crate::guard::untracked(|| writer::label_id(label)) {
+            Some(id) => buffer::append(&[clock::ticks() << 3 | buffer::MARK, u64::from(id)]),
+            // Too many labels wait for a writer far behind its destination.
+            None => {
+                buffer::LOST.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
     #[cfg(not(feature = "trace"))]
     let _ = label;
