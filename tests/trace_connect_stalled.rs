@@ -29,11 +29,7 @@ fn listener() -> (i32, SocketAddr) {
         address.sin_family = libc::AF_INET as libc::sa_family_t;
         address.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
         let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        assert_eq!(
-            libc::bind(fd, (&raw const address).cast(), size),
-            0,
-            "bind"
-        );
+        assert_eq!(libc::bind(fd, (&raw const address).cast(), size), 0, "bind");
         assert_eq!(libc::listen(fd, 0), 0, "listen");
         let mut bound: libc::sockaddr_in = std::mem::zeroed();
         let mut length = size;

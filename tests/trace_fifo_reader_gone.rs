@@ -28,7 +28,10 @@ fn child(gone: &Path) {
     churn(2);
     let started = Instant::now();
     while !gone.exists() {
-        assert!(started.elapsed() < Duration::from_secs(30), "no word from the reader");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no word from the reader"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     churn(4);

@@ -170,7 +170,10 @@ fn trace_goes_on_after_a_lost_event() {
     assert!(output.status.success(), "{stderr}");
     let (_, threads, end) = read(&bytes.lock().unwrap());
     let (_, lost) = end.expect("the end record");
-    assert!(lost > 0, "no event was lost: the test did not run out of buffers");
+    assert!(
+        lost > 0,
+        "no event was lost: the test did not run out of buffers"
+    );
     // One number per thread that allocated: the test's thread, the main thread, and a few of
     // the test harness's.
     assert!(threads.len() < 10, "{} thread numbers", threads.len());

@@ -52,7 +52,10 @@ fn many_distinct_marks() {
         for record in chunk.records() {
             match record.unwrap() {
                 Record::Label { id, text } => {
-                    assert!(labels.insert(id, text).is_none(), "label {id} defined twice");
+                    assert!(
+                        labels.insert(id, text).is_none(),
+                        "label {id} defined twice"
+                    );
                 }
                 Record::Mark { time, label } => marks.push((time, label)),
                 Record::End { events, lost } => end = Some((events, lost)),

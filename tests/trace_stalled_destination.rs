@@ -54,7 +54,7 @@ fn exit_behind_a_stalled_fifo() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{}\n{stderr}", output.status);
     assert!(
-        stderr.contains(&format!("{} took nothing", fifo.display()))
+        stderr.contains(&format!("{} kept the trace waiting", fifo.display()))
             && stderr.contains("events not written"),
         "{stderr}"
     );

@@ -544,15 +544,17 @@ pub fn close() -> io::Result<Option<PathBuf>> {
         return Ok(None);
     }
     let target = TARGET.get().map_or("", String::as_str);
-    if !OPENED.load(Ordering::Acquire) && !target.starts_with("tcp://") && opens_existing(target)
+    // A FIFO that nobody reads yet: given up at once.
+    if !OPENED.load(Ordering::Acquire)
+        && !target.starts_with("tcp://")
+        && opens_existing(target)
+        && let Err(error) = check_reader(target)
     {
-        if let Err(error) = check_reader(target) {
-            give_up();
-            warn(format_args!(
-                "MEMPROF_TRACE: cannot write {target}: {error}; tracing stops"
-            ));
-            return Err(error);
-        }
+        give_up();
+        warn(format_args!(
+            "MEMPROF_TRACE: cannot write {target}: {error}; tracing stops"
+        ));
+        return Err(error);
     }
     let waited = Waiting::total();
     CLOSING.store(true, Ordering::Release);
@@ -569,7 +571,7 @@ pub fn close() -> io::Result<Option<PathBuf>> {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "{target} took nothing for {} s; the trace is given up, {lost} events \
+                    "{target} kept the trace waiting for {} s; given up, {lost} events \
                      not written",
                     CLOSE_PATIENCE.as_secs()
                 ),
