@@ -52,3 +52,41 @@ pub(crate) fn thread_id() -> u64 {
     // SAFETY: `gettid` takes no argument and cannot fail.
     unsafe { libc::gettid() as u64 }
 }
+
+/// The signal set holding `SIGPIPE` alone.
+#[cfg(feature = "trace")]
+fn sigpipe_set() -> libc::sigset_t {
+    // SAFETY: `sigemptyset` initializes the set before `sigaddset` adds to it; both only write
+    // into the set given.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        set
+    }
+}
+
+/// Blocks `SIGPIPE` in the calling thread only: a write of its into a pipe whose reader went away
+/// fails with `EPIPE` and leaves the signal pending on it, whatever the program's action for
+/// `SIGPIPE` is. `false` when it cannot.
+#[cfg(feature = "trace")]
+pub(crate) fn block_sigpipe() -> bool {
+    let set = sigpipe_set();
+    // SAFETY: a valid set; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) == 0 }
+}
+
+/// Takes a `SIGPIPE` pending (and blocked, [`block_sigpipe`]) on the calling thread, without
+/// waiting: it is never delivered.
+#[cfg(feature = "trace")]
+pub(crate) fn take_pending_sigpipe() {
+    let set = sigpipe_set();
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid set and timeout; the signal's details are not asked for.
+    unsafe {
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &now);
+    }
+}

@@ -66,12 +66,20 @@ pub(crate) fn in_forked_child() {
 
 /// Writes a marker into the trace: a moment of the run the program names ("request 42 done"),
 /// that the tools report at or between. Events of this thread before the call are before the
-/// marker in the trace, those after it after. Does nothing when not tracing.
+/// marker in the trace, those after it after. Does nothing when not tracing. A label may be new
+/// each time: labels are found by their text in a hash map of bounded size (65,536 labels or
+/// 4 MiB, then forgotten, and defined again when used again); a marker is lost, and counted in
+/// the trace's end record, only when as many labels wait for a writer far behind its destination.
 pub fn mark(label: &str) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
-        let id = crate::guard::untracked(|| writer::label_id(label));
-        buffer::append(&[clock::ticks() << 3 | buffer::MARK, u64::from(id)]);
+        match crate::guard::untracked(|| writer::label_id(label)) {
+            Some(id) => buffer::append(&[clock::ticks() << 3 | buffer::MARK, u64::from(id)]),
+            // Too many labels wait for a writer far behind its destination.
+            None => {
+                buffer::LOST.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
     #[cfg(not(feature = "trace"))]
     let _ = label;

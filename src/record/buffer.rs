@@ -8,7 +8,8 @@
 //! and gives them back emptied. A thread whose buffer is full takes an empty one, or makes a new
 //! one inside the reentrancy guard when none is free: the writer is never waited for, since it
 //! may itself wait for what the allocating thread holds (the loader's lock, in `dlopen`). Past
-//! [`MAX_BUFFERS`] (the writer far behind a slow destination) events are dropped and counted.
+//! [`MAX_BUFFERS`] (the writer far behind a slow destination) events are dropped and counted; the
+//! thread keeps its number, and its next buffer follows its last one in the writer's order.
 //!
 //! Events made after a thread's end-of-thread flush (destructors of other thread-locals that free
 //! memory) go to one shared buffer, thread 0, behind a lock: rare, and the thread is ending.
@@ -162,6 +163,19 @@ pub(crate) fn ready(closing: bool) -> Vec<(&'static Buffer, bool)> {
     ready
 }
 
+/// Events in the buffers not written yet: handed to the writer, or being filled.
+pub(crate) fn unwritten() -> u64 {
+    BUFFERS
+        .iter()
+        .filter(|(_, b)| b.state.load(Ordering::Acquire) != EMPTY)
+        .map(|(_, b)| {
+            let mut events = 0;
+            b.read(|_| events += 1);
+            events
+        })
+        .sum()
+}
+
 /// This thread's part.
 struct Local {
     /// The buffer it appends to.
@@ -258,28 +272,41 @@ fn append_slow(local: &Local, event: &[u64]) {
     }
     // A new buffer, or this thread's first one, may allocate.
     let _guard = Guard::enter();
-    match local.buffer.take() {
-        Some(full) => full.state.store(FULL, Ordering::Release),
-        None => {
-            if FLUSH.try_with(|_| {}).is_err() {
-                local.ended.set(true);
-                return append_shared(event);
-            }
-            local
-                .thread
-                .set(THREADS.fetch_add(1, Ordering::Relaxed) + 1);
-            local.tid.set(native::thread_id());
+    if let Some(full) = local.buffer.take() {
+        full.state.store(FULL, Ordering::Release);
+    }
+    // The thread's number is given at its first event, once: a thread left without a buffer
+    // (none could be had, its event dropped) keeps its number, and its next buffer follows its
+    // last one.
+    if local.thread.get() == 0 {
+        if FLUSH.try_with(|_| {}).is_err() {
+            local.ended.set(true);
+            return append_shared(event);
         }
+        local.thread.set(next_thread());
+        local.tid.set(native::thread_id());
     }
     let seq = local.seq.get();
-    local.seq.set(seq + 1);
     match take_buffer(local.thread.get(), local.tid.get(), seq) {
         Some(buffer) => {
+            // Counted only once taken: the writer waits for each place in turn.
+            local.seq.set(seq + 1);
             buffer.push(event);
             local.buffer.set(Some(buffer));
         }
         None => {
             LOST.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A new thread number: never 0 (the ended threads'), even past `u32::MAX` threads, when the
+/// numbers go round.
+fn next_thread() -> u32 {
+    loop {
+        let number = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if number != 0 {
+            return number;
         }
     }
 }
@@ -320,9 +347,9 @@ fn append_shared(event: &[u64]) {
         full.state.store(FULL, Ordering::Release);
     }
     let seq = shared.1;
-    shared.1 += 1;
     match take_buffer(0, 0, seq) {
         Some(buffer) => {
+            shared.1 += 1;
             buffer.push(event);
             shared.0 = Some(buffer);
         }

@@ -1,12 +1,20 @@
 //! The trace writer: a background thread that turns the threads' full buffers into chunks, and
 //! the close that writes what is left, the symbols and the end record.
 //!
-//! The destination is opened by the writer thread (a FIFO's `open` waits for a reader), or by
-//! the close when the writer has not yet. Each round the writer takes the buffers handed over, in
-//! each thread's order, and for each writes first the definitions its events need (the loaded
-//! modules when they changed, new stacks, threads and labels), then its events as one chunk. The
-//! writer thread runs inside the reentrancy guard for its whole life, so nothing it allocates is
-//! recorded; so does the close.
+//! The destination is opened by the writer thread (a FIFO's `open` waits for a reader; a TCP
+//! connect gives up after [`CONNECT_TIMEOUT`]). Each round the writer takes the buffers handed
+//! over, in each thread's order, and for each writes first the definitions its events need (the
+//! loaded modules when they changed, new stacks, threads and labels), then its events as one
+//! chunk. The writer thread runs inside the reentrancy guard for its whole life, so nothing it
+//! allocates is recorded; so does the close.
+//!
+//! Only the writer thread touches the destination, and only it takes the trace's state: the close
+//! (at exit, or `close_trace`) asks the writer to close and waits for its answer, and gives the
+//! trace up when the writer has been waiting on its destination for [`CLOSE_PATIENCE`] in all
+//! since the close began: a destination that stopped reading (a TCP peer, a FIFO's reader) or a
+//! connect that does not complete never holds the program's exit for longer. The writer thread
+//! blocks `SIGPIPE` for itself, so a FIFO whose reader went away is an error it reports, never a
+//! signal that ends the program (sockets are written with `MSG_NOSIGNAL`, as std does).
 //!
 //! Times: the allocation path stores clock ticks; the writer turns them into nanoseconds since
 //! the trace started with one conversion for the whole trace, measured once against the
@@ -27,8 +35,8 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often the writer looks for full buffers.
@@ -46,6 +54,19 @@ const SYMBOL_CHUNK: usize = 1 << 20;
 /// Stack of the writer thread: symbolizing at close needs more than a small stack.
 const WRITER_STACK: usize = 2 << 20;
 
+/// How long a TCP connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long, in all, the close lets the writer wait on its destination (writes, a connect, a
+/// FIFO's open) before it gives the trace up.
+const CLOSE_PATIENCE: Duration = Duration::from_secs(3);
+
+/// Most marker labels kept to give a label used again its id, and most bytes of their text; past
+/// either, they are forgotten (a label used again is given a new id, defined again).
+const LABELS_KEPT: usize = 1 << 16;
+/// See [`LABELS_KEPT`].
+const LABEL_BYTES: usize = 4 << 20;
+
 /// Where the trace goes, once opened.
 enum Destination {
     File(std::fs::File),
@@ -54,16 +75,66 @@ enum Destination {
 
 impl Write for Destination {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self {
+        let _waiting = Waiting::begin();
+        let result = match self {
             Destination::File(f) => f.write(bytes),
             Destination::Tcp(s) => s.write(bytes),
+        };
+        if let Err(error) = &result
+            && error.kind() == io::ErrorKind::BrokenPipe
+        {
+            // Raised for this thread by a FIFO whose reader went away, and blocked here.
+            native::take_pending_sigpipe();
         }
+        result
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        let _waiting = Waiting::begin();
         match self {
             Destination::File(f) => f.flush(),
             Destination::Tcp(s) => s.flush(),
+        }
+    }
+}
+
+/// The writer waiting on its destination, from [`Waiting::begin`] to its drop: what the close
+/// measures its patience against.
+struct Waiting;
+
+/// Milliseconds (since [`now_ms`]'s origin) spent waiting on the destination, ended waits.
+static WAITED_MS: AtomicU64 = AtomicU64::new(0);
+/// When the wait under way began, plus one (0: none under way).
+static WAITING_SINCE: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds since the first call.
+fn now_ms() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+impl Waiting {
+    fn begin() -> Waiting {
+        WAITING_SINCE.store(now_ms() + 1, Ordering::Relaxed);
+        Waiting
+    }
+
+    /// Milliseconds spent waiting so far, the wait under way included.
+    fn total() -> u64 {
+        let since = WAITING_SINCE.load(Ordering::Relaxed);
+        let current = match since {
+            0 => 0,
+            since => now_ms().saturating_sub(since - 1),
+        };
+        WAITED_MS.load(Ordering::Relaxed) + current
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let since = WAITING_SINCE.swap(0, Ordering::Relaxed);
+        if since != 0 {
+            WAITED_MS.fetch_add(now_ms().saturating_sub(since - 1), Ordering::Relaxed);
         }
     }
 }
@@ -101,8 +172,6 @@ struct Sink {
     stack_list: Vec<u32>,
     /// Threads defined.
     threads: HashMap<u32, ()>,
-    /// Labels defined: ids below this.
-    labels: usize,
     /// The loader's generation the last `MODULES` record was read at.
     modules: Option<Option<Generation>>,
     /// Build ids by module path and bias.
@@ -113,24 +182,90 @@ struct Sink {
     events: u64,
 }
 
+/// The trace's state: taken by the writer thread only (and by `start`, before it runs).
 static STATE: Mutex<State> = Mutex::new(State::Idle);
 
-/// Marker labels by id.
-static LABELS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Where the trace goes, as expanded: for the close's warnings and its check of a FIFO.
+static TARGET: OnceLock<String> = OnceLock::new();
+
+/// [`IDLE`], [`RUNNING`] or [`DONE`]: the trace's state as the close sees it, without the lock
+/// the writer holds while it writes.
+static PHASE: AtomicU8 = AtomicU8::new(IDLE);
+/// No trace started.
+const IDLE: u8 = 0;
+/// The writer thread runs.
+const RUNNING: u8 = 1;
+/// Closed, failed or given up.
+const DONE: u8 = 2;
+
+/// Whether the writer opened its destination.
+static OPENED: AtomicBool = AtomicBool::new(false);
+
+/// A close is asked of the writer thread.
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// The close's answer, once the writer gave it: `None` until then; an answer taken already is
+/// `Some(Ok(None))`.
+static ANSWER: Mutex<Option<io::Result<Option<PathBuf>>>> = Mutex::new(None);
+/// Signalled when [`ANSWER`] is set.
+static ANSWERED: Condvar = Condvar::new();
 
 /// Set in a forked child: the state may have been held by the parent's writer thread.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
-/// The id of a marker label, given one on first use. Call inside the reentrancy guard.
-pub(crate) fn label_id(label: &str) -> u32 {
-    let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
-    match labels.iter().position(|l| l == label) {
-        Some(id) => id as u32,
-        None => {
-            labels.push(label.to_owned());
-            (labels.len() - 1) as u32
-        }
+/// Marker labels: the ids of those used lately, by text, and those the trace has yet to define.
+struct Labels {
+    ids: Option<HashMap<String, u32>>,
+    /// Bytes of text in `ids`.
+    id_bytes: usize,
+    /// Labels given an id and not yet written, in the order of their ids.
+    new: Vec<(u32, String)>,
+    /// Bytes of text in `new`.
+    new_bytes: usize,
+    /// The next id.
+    next: u32,
+}
+
+static LABELS: Mutex<Labels> = Mutex::new(Labels {
+    ids: None,
+    id_bytes: 0,
+    new: Vec::new(),
+    new_bytes: 0,
+    next: 0,
+});
+
+/// The id of a marker label, given one on first use; `None` when the labels waiting for the
+/// writer hold [`LABELS_KEPT`] labels or [`LABEL_BYTES`] bytes already (the writer far behind
+/// its destination): the marker is then lost. Call inside the reentrancy guard.
+pub(crate) fn label_id(label: &str) -> Option<u32> {
+    let mut guard = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
+    let labels = &mut *guard;
+    let ids = labels.ids.get_or_insert_with(HashMap::new);
+    if let Some(&id) = ids.get(label) {
+        return Some(id);
     }
+    if labels.new.len() >= LABELS_KEPT || labels.new_bytes + label.len() > LABEL_BYTES {
+        return None;
+    }
+    if ids.len() >= LABELS_KEPT || labels.id_bytes + label.len() > LABEL_BYTES {
+        ids.clear();
+        ids.shrink_to(LABELS_KEPT);
+        labels.id_bytes = 0;
+    }
+    let id = labels.next;
+    labels.next = labels.next.wrapping_add(1);
+    ids.insert(label.to_owned(), id);
+    labels.id_bytes += label.len();
+    labels.new.push((id, label.to_owned()));
+    labels.new_bytes += label.len();
+    Some(id)
+}
+
+/// Takes the labels the trace has yet to define.
+fn new_labels() -> Vec<(u32, String)> {
+    let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
+    labels.new_bytes = 0;
+    std::mem::take(&mut labels.new)
 }
 
 /// Expands the trace's destination: `%p`, `%t`, `%e` in a path, as `MEMPROF_OUTPUT` does.
@@ -157,8 +292,10 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         config.stack_depth as u32,
         config.stack_skip as u32,
     );
+    let target = expand(spec, now);
+    let _ = TARGET.set(target.clone());
     let sink = Sink {
-        target: expand(spec, now),
+        target,
         out: None,
         header,
         origin,
@@ -178,19 +315,20 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         stacks: Vec::new(),
         stack_list: Vec::new(),
         threads: HashMap::new(),
-        labels: 0,
         modules: None,
         build_ids: HashMap::new(),
         next_seq: HashMap::new(),
         events: 0,
     };
     *STATE.lock().unwrap_or_else(PoisonError::into_inner) = State::Pending(Box::new(sink));
+    PHASE.store(RUNNING, Ordering::Release);
     if let Err(error) = native::spawn(c"memprof-trace", WRITER_STACK, writer_thread) {
         warn(format_args!(
             "MEMPROF_TRACE: cannot start the writer thread ({}); no trace",
             io::Error::from_raw_os_error(error)
         ));
         *STATE.lock().unwrap_or_else(PoisonError::into_inner) = State::Closed;
+        PHASE.store(DONE, Ordering::Release);
         return false;
     }
     if !native::at_exit(close_at_exit) {
@@ -225,31 +363,47 @@ extern "C" fn close_at_exit() {
 /// The writer thread.
 fn writer_thread() {
     let _guard = Guard::enter();
+    let _answer = AnswerAtEnd;
+    // Its writes into a FIFO whose reader went away fail with `EPIPE`, and the signal stays
+    // pending on this thread, never delivered.
+    native::block_sigpipe();
     loop {
-        std::thread::sleep(POLL);
-        if FORKED.load(Ordering::Relaxed) {
+        if !CLOSING.load(Ordering::Acquire) {
+            std::thread::sleep(POLL);
+        }
+        if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) == DONE {
             return;
         }
+        let closing = CLOSING.load(Ordering::Acquire);
         let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
         let result = match &mut *state {
             State::Idle | State::Closed => return,
             State::Pending(sink) if !opens_existing(&sink.target) => {
-                // A new file, made under the state's lock: the close, which would make its own
-                // if this one were not there yet, cannot rename a second one over it.
+                // A new file, made under the state's lock.
                 let target = sink.target.clone();
-                connect(&target, true).and_then(|d| install(&mut state, d))
+                connect(&target).and_then(|d| install(&mut state, d))
             }
             State::Pending(sink) => {
                 // Opened without holding the state: a FIFO's `open` waits for a reader, a TCP
-                // peer may be slow to answer, and the close must not wait for them too.
+                // peer may be slow to answer.
                 let target = sink.target.clone();
                 drop(state);
-                let destination = connect(&target, true);
+                let destination = connect(&target);
                 state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
-                match &*state {
-                    State::Pending(_) => destination.and_then(|d| install(&mut state, d)),
-                    _ => continue,
+                if PHASE.load(Ordering::Acquire) == DONE {
+                    return;
                 }
+                destination.and_then(|d| install(&mut state, d))
+            }
+            State::Open(sink) if closing => {
+                let result = sink.close();
+                if let Err(error) = &result {
+                    fail(&mut state, error);
+                }
+                *state = State::Closed;
+                PHASE.store(DONE, Ordering::Release);
+                answer(result.map(Some));
+                return;
             }
             State::Open(sink) => sink.drain(false),
         };
@@ -257,6 +411,26 @@ fn writer_thread() {
             fail(&mut state, &error);
             return;
         }
+    }
+}
+
+/// Gives the close its answer, and wakes it.
+fn answer(result: io::Result<Option<PathBuf>>) {
+    let mut slot = ANSWER.lock().unwrap_or_else(PoisonError::into_inner);
+    if slot.is_none() {
+        *slot = Some(result);
+    }
+    ANSWERED.notify_all();
+}
+
+/// Ends the writer thread's life, however it ends: a close waiting has its answer (no trace,
+/// when the writer failed before), and none waits for a writer that is gone.
+struct AnswerAtEnd;
+
+impl Drop for AnswerAtEnd {
+    fn drop(&mut self) {
+        PHASE.store(DONE, Ordering::Release);
+        answer(Ok(None));
     }
 }
 
@@ -271,35 +445,35 @@ fn fail(state: &mut State, error: &io::Error) {
         "MEMPROF_TRACE: cannot write {target}: {error}; tracing stops"
     ));
     *state = State::Closed;
+    PHASE.store(DONE, Ordering::Release);
 }
 
-/// Opens `target`: `tcp://HOST:PORT`; a FIFO or a character device there, written into; else a
-/// new file, created under a temporary name beside `target` without following any link and
-/// renamed over what was there (a regular file or a symbolic link, which is replaced, not
-/// followed; anything else is an error). A FIFO's `open` waits for a reader; without
-/// `wait_for_reader`, a FIFO nobody reads is an error at once.
-fn connect(target: &str, wait_for_reader: bool) -> io::Result<Destination> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Opens `target`: `tcp://HOST:PORT` (each of its addresses tried for [`CONNECT_TIMEOUT`]); a
+/// FIFO or a character device there, written into; else a new file, created under a temporary
+/// name beside `target` without following any link and renamed over what was there (a regular
+/// file or a symbolic link, which is replaced, not followed; anything else is an error). A
+/// FIFO's `open` waits for a reader.
+fn connect(target: &str) -> io::Result<Destination> {
     if let Some(address) = target.strip_prefix("tcp://") {
-        return Ok(Destination::Tcp(TcpStream::connect(address)?));
+        use std::net::ToSocketAddrs;
+        let mut last = io::Error::other("the address resolves to nothing");
+        for address in address.to_socket_addrs()? {
+            let _waiting = Waiting::begin();
+            match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+                Ok(stream) => return Ok(Destination::Tcp(stream)),
+                Err(error) => last = error,
+            }
+        }
+        return Err(last);
     }
     if !opens_existing(target) {
         let file = crate::files::Replacement::create(std::path::Path::new(target))?.commit()?;
         return Ok(Destination::File(file));
     }
-    let open = |flags: i32| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | flags)
-            .open(target)
+    let file = {
+        let _waiting = Waiting::begin();
+        open_existing(target, 0)?
     };
-    if !wait_for_reader {
-        open(libc::O_NONBLOCK).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENXIO) => io::Error::other("a FIFO that nobody reads"),
-            _ => e,
-        })?;
-    }
-    let file = open(0)?;
     // What was checked may have been swapped since for something else: written into only if it
     // is still a FIFO or a device.
     let meta = file.metadata()?;
@@ -310,6 +484,26 @@ fn connect(target: &str, wait_for_reader: bool) -> io::Result<Destination> {
         )));
     }
     Ok(Destination::File(file))
+}
+
+/// Opens the FIFO or device at `target` for writing, not following a link, with `flags` more.
+fn open_existing(target: &str, flags: i32) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | flags)
+        .open(target)
+}
+
+/// An error when `target` is a FIFO that nobody reads now (a device, or a FIFO with a reader:
+/// none).
+fn check_reader(target: &str) -> io::Result<()> {
+    open_existing(target, libc::O_NONBLOCK)
+        .map(drop)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => io::Error::other("a FIFO that nobody reads"),
+            _ => e,
+        })
 }
 
 /// Whether `target` is a destination that exists already and is written into (`tcp://`, a FIFO,
@@ -331,6 +525,7 @@ fn install(state: &mut State, destination: Destination) -> io::Result<()> {
         let mut out = io::BufWriter::with_capacity(1 << 20, destination);
         sink.header.write_to(&mut out)?;
         sink.out = Some(out);
+        OPENED.store(true, Ordering::Release);
         let State::Pending(sink) = std::mem::replace(state, State::Closed) else {
             unreachable!("matched above")
         };
@@ -339,56 +534,93 @@ fn install(state: &mut State, destination: Destination) -> io::Result<()> {
     Ok(())
 }
 
-/// The open trace; a pending one is opened first, not waiting for a FIFO's reader.
-fn open(state: &mut State) -> io::Result<&mut Sink> {
-    if let State::Pending(sink) = state {
-        let destination = connect(&sink.target, false)?;
-        install(state, destination)?;
+/// Closes the trace: what is left of every thread's events, the symbols, the end record,
+/// written by the writer thread, which this waits for. `None` when no trace was open. A FIFO
+/// nobody reads yet is given up at once; a destination the writer has waited on for
+/// [`CLOSE_PATIENCE`] since the close began is given up then, an error naming it and the events
+/// not written.
+pub(crate) fn close() -> io::Result<Option<PathBuf>> {
+    if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) != RUNNING {
+        return Ok(None);
     }
-    match state {
-        State::Open(sink) => Ok(sink),
-        _ => Err(io::Error::other("the trace is closed")),
+    let target = TARGET.get().map_or("", String::as_str);
+    // A FIFO that nobody reads yet: given up at once.
+    if !OPENED.load(Ordering::Acquire)
+        && !target.starts_with("tcp://")
+        && opens_existing(target)
+        && let Err(error) = check_reader(target)
+    {
+        give_up();
+        warn(format_args!(
+            "MEMPROF_TRACE: cannot write {target}: {error}; tracing stops"
+        ));
+        return Err(error);
+    }
+    let waited = Waiting::total();
+    CLOSING.store(true, Ordering::Release);
+    let patience = CLOSE_PATIENCE.as_millis() as u64;
+    let mut slot = ANSWER.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if let Some(answer) = slot.as_mut() {
+            return std::mem::replace(answer, Ok(None));
+        }
+        if Waiting::total().saturating_sub(waited) >= patience {
+            drop(slot);
+            give_up();
+            let lost = buffer::unwritten() + buffer::LOST.load(Ordering::Relaxed);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{target} kept the trace waiting for {} s; given up, {lost} events \
+                     not written",
+                    CLOSE_PATIENCE.as_secs()
+                ),
+            ));
+        }
+        slot = ANSWERED
+            .wait_timeout(slot, Duration::from_millis(20))
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
     }
 }
 
-/// Closes the trace: what is left of every thread's events, the symbols, the end record. `None`
-/// when no trace was open.
-pub(crate) fn close() -> io::Result<Option<PathBuf>> {
-    if FORKED.load(Ordering::Relaxed) {
-        return Ok(None);
-    }
-    let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
-    if matches!(*state, State::Idle | State::Closed) {
-        return Ok(None);
-    }
-    let result = (|| {
-        let sink = open(&mut state)?;
-        sink.drain(true)?;
-        sink.symbols()?;
-        let lost = buffer::LOST.load(Ordering::Relaxed);
-        sink.chunk.reset(0);
-        sink.chunk.end(sink.events, lost);
-        sink.write_chunk(false)?;
-        let out = sink.out.as_mut().expect("open");
-        out.flush()?;
-        Ok(PathBuf::from(&sink.target))
-    })();
-    match result {
-        Ok(path) => {
-            *state = State::Closed;
-            Ok(Some(path))
-        }
-        Err(error) => {
-            fail(&mut state, &error);
-            Err(error)
-        }
-    }
+/// Stops tracing without the writer: it finds the trace done when its destination lets it go.
+fn give_up() {
+    super::ON.store(false, Ordering::Relaxed);
+    PHASE.store(DONE, Ordering::Release);
 }
 
 impl Sink {
+    /// What is left of every thread's events, the symbols, the end record.
+    fn close(&mut self) -> io::Result<PathBuf> {
+        self.drain(true)?;
+        self.symbols()?;
+        let lost = buffer::LOST.load(Ordering::Relaxed);
+        self.chunk.reset(0);
+        self.chunk.end(self.events, lost);
+        self.write_chunk(false)?;
+        self.out.as_mut().expect("open").flush()?;
+        Ok(PathBuf::from(&self.target))
+    }
+
+    /// Writes the labels given ids since the last round, as a chunk of definitions.
+    fn define_labels(&mut self) -> io::Result<()> {
+        let labels = new_labels();
+        if labels.is_empty() {
+            return Ok(());
+        }
+        self.defs.reset(0);
+        for (id, text) in &labels {
+            self.defs.label(*id, text);
+        }
+        self.write_chunk(true)
+    }
+
     /// Writes the buffers handed over (and, when `closing`, those being filled), in each
     /// thread's order.
     fn drain(&mut self, closing: bool) -> io::Result<()> {
+        // Labels are written each round, so that few wait for the writer.
+        self.define_labels()?;
         let ready = buffer::ready(closing);
         if ready.is_empty() {
             return Ok(());
@@ -447,7 +679,6 @@ impl Sink {
         }
         self.chunk.reset(thread);
         let mut new_stack = false;
-        let mut labels = self.labels;
         let (chunk, defs, stacks, stack_list) = (
             &mut self.chunk,
             &mut self.defs,
@@ -486,10 +717,7 @@ impl Sink {
                         event[3] as u32,
                     );
                 }
-                _ => {
-                    labels = labels.max(event[1] as usize + 1);
-                    chunk.mark(time, event[1] as u32);
-                }
+                _ => chunk.mark(time, event[1] as u32),
             }
         });
         // Stacks new in this buffer may come from a library loaded since the last module list:
@@ -502,12 +730,10 @@ impl Sink {
             }
             self.defs = stacks_defined;
         }
-        if labels > self.labels {
-            let all = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
-            for (id, text) in all.iter().enumerate().take(labels).skip(self.labels) {
-                self.defs.label(id as u32, text);
-            }
-            self.labels = labels.min(all.len());
+        // A marker's label was given its id before the marker was appended: read after the
+        // buffer, the new labels hold the ids of its markers.
+        for (id, text) in new_labels() {
+            self.defs.label(id, &text);
         }
         if !self.defs.is_empty() {
             self.write_chunk(true)?;
