@@ -343,9 +343,11 @@ impl Table {
     }
 
     /// Counts an allocation from `stack` in `writer`'s counters. Inlined always, like the rest of
-    /// what the allocation path calls once it has the stack ([`Stacks::intern`](super::stacks::Stacks::intern), [`Table::grow`]):
+    /// what the allocation path calls once it has the stack ([`Stacks::intern`], [`Table::grow`]):
     /// the path has one instance per kind of block, and with more than one caller `#[inline]`
     /// leaves these calls, which cost the path a few percent of its instructions.
+    ///
+    /// [`Stacks::intern`]: super::stacks::Stacks::intern
     #[inline(always)]
     pub(super) fn count_allocated(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
         let (blocks, bytes) = crate::sampling::estimate(size, mode.interval);
