@@ -22,7 +22,8 @@ use crate::record;
 use crate::table::TABLE;
 
 /// What the doors set up when the profiler starts; the allocation path is generic over it
-/// ([`record::Start`]).
+/// ([`record::Start`]). The C ABI starts through it; the global allocator through its own type,
+/// which does the same (see [`MemProf`]'s implementation of [`record::Start`]).
 pub(crate) struct Doors;
 
 impl record::Start for Doors {

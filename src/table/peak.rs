@@ -77,8 +77,9 @@ impl Table {
         self.peak.counter.change(pending)
     }
 
-    /// Adds a live block to the peak accounting.
-    #[inline]
+    /// Adds a live block to the peak accounting. Inlined always, as the allocation path's
+    /// callees are (see [`Table::count_allocated`]).
+    #[inline(always)]
     pub(super) fn grow(&self, writer: &Writer, stack: StackId, size: u64, mode: Mode) {
         let bytes = self.peak_bytes_of(size, mode.interval);
         let new_peak = self.peak_change(writer, bytes as i64, mode);

@@ -141,8 +141,10 @@ impl Stacks {
         }
     }
 
-    /// The id of `frames`, interning it on first sight.
-    #[inline]
+    /// The id of `frames`, interning it on first sight. Inlined always: the allocation path's
+    /// two instances (one per kind of block) both call it, and a plain `#[inline]` leaves it a
+    /// call in each of them (misses go out of line, to [`Stacks::intern_missed`]).
+    #[inline(always)]
     pub(crate) fn intern(&self, frames: &[ReturnAddress]) -> StackId {
         let hash = hash(frames);
         let slot = hash as usize % RECENT;
