@@ -318,6 +318,18 @@ pub(crate) fn has_debug_info(path: &Path) -> Option<bool> {
     }))
 }
 
+/// Whether the running executable carries debug information ([`has_debug_info`]), read once.
+/// An executable that cannot be read counts as having it, as the warning says nothing then.
+pub(crate) fn executable_has_debug_info() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|path| has_debug_info(&path))
+            != Some(false)
+    })
+}
+
 /// The GNU build id of the ELF file at `path` (its `NT_GNU_BUILD_ID` note), which names the
 /// exact build of a binary for offline symbolization. Reads only the headers and the notes.
 /// Allocates and reads a file: off the allocation path.

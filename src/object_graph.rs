@@ -304,12 +304,21 @@ pub(crate) struct Graph {
 /// reachable through pointers from its bytes, each byte counted once. 0 for a value that owns no
 /// heap memory, or when memprof is not the global allocator.
 ///
-/// It needs no type information, so it gives the same answer in a build without debug
-/// information: every block reached is read, and a word pointing anywhere inside a live block
-/// (not only at its start, as a `HashMap` points inside its table) refers to it. A guess can only
-/// add (an integer that looks like such an address), never miss a block the value owns.
+/// With debug information, each block is read by what its type allows: a block of a type
+/// without pointers (`String`, `Vec<u64>`) is not read, and only a hash table is referred to from
+/// inside. Without it (a release build with Cargo's default `debug = false`), no type is known:
+/// every block reached is read, and a word pointing anywhere inside a live block refers to it, so
+/// no block the value owns is missed; a guess can only add (a stale or integer word that looks
+/// like such an address in memory the value does not use).
 pub fn object_size<T: ?Sized>(value: &T) -> u64 {
     untracked(|| {
+        if crate::modules::executable_has_debug_info() {
+            let before = Snapshot::take();
+            let stack_types = types::process_stack_types(&before, |s| s.live_blocks > 0);
+            let tag_names = types::tag_names();
+            let kind = block_kinds(&stack_types, &tag_names);
+            return scan::reachable_from(&TABLE, value, &kind);
+        }
         let untyped = |_: StackId, _: u32| BlockKind {
             pointer_free: false,
             interior: true,
