@@ -270,7 +270,7 @@ impl Table {
     /// ([`nested`]), for good (the new block of a `realloc` made there is not recorded either).
     #[inline]
     pub(crate) fn take(&self, address: usize) -> Option<Block> {
-        match self.enter() {
+        match self.enter_to_free() {
             Some(inside) => self.remove_block(&inside, address),
             None => {
                 self.remove_nested(address);
@@ -283,7 +283,7 @@ impl Table {
     /// need the block); returns whether it had it.
     #[inline(never)]
     pub(crate) fn remove(&self, address: usize) -> bool {
-        match self.enter() {
+        match self.enter_to_free() {
             Some(inside) => self.remove_block(&inside, address).is_some(),
             None => self.remove_nested(address),
         }

@@ -2,7 +2,8 @@
 //!
 //! A thread changes the table through its own [`Writer`], claimed on first use and given back when
 //! the thread ends; a thread that already gave its writer back (its late frees, from other
-//! thread-local destructors) shares the orphans' writer, one thread at a time. Entering is
+//! thread-local destructors) shares the orphans' writer, one thread at a time, and so does a
+//! thread that frees before it ever claimed one ([`Table::enter_to_free`]). Entering is
 //! [`Writer::enter`]: it waits while a reader holds the table. A reader holds it with
 //! [`Table::lock_all`], which shuts the writers out and takes every side table, and gets a
 //! [`Locked`] whose blocks and totals agree with each other.
@@ -171,6 +172,32 @@ impl Table {
         } else {
             self.writer()
         };
+        self.enter_as(writer)
+    }
+
+    /// Enters the table to take blocks out, as [`Table::enter`] does, except that a thread without
+    /// a writer goes through the orphans' writer rather than claim one: claiming may allocate, and
+    /// registers the writer's release at thread exit, which allocates too. A signal handler that
+    /// frees on a thread that never recorded (one made by C code) may have interrupted the C
+    /// library's allocator, whose lock those allocations would wait for.
+    #[inline(always)]
+    pub(super) fn enter_to_free(&self) -> Option<Inside<'_>> {
+        if holding_table() {
+            return None;
+        }
+        let writer = if std::ptr::eq(self, &TABLE)
+            && let Ok(Some(writer)) = MINE.try_with(Cell::get)
+        {
+            Some(writer)
+        } else {
+            self.claimed_writer()
+        };
+        self.enter_as(writer)
+    }
+
+    /// Enters the table through `writer`, or the orphans' writer when `None`.
+    #[inline(always)]
+    fn enter_as<'a>(&'a self, writer: Option<&'a Writer>) -> Option<Inside<'a>> {
         let (writer, orphan) = match writer {
             Some(writer) => (writer, None),
             None => (&self.writers.orphan, Some(self.lock_orphan()?)),

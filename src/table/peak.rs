@@ -1,10 +1,11 @@
 //! Peak accounting: the live bytes every change of the table adds or takes away, the heap's peak,
 //! and, when the peak is tracked, what was live per stack at the peak.
 //!
-//! Each thread gathers its changes in a batch of at most [`PEAK_BATCH`] bytes before adding them
-//! to the one shared counter ([`Peak`]), so without [`Table::set_track_peak`] the peak
-//! may miss the true one by a batch per thread; with it, every change reaches the peak counter at
-//! once and the peak is exact. The shared counter is the only way to know the peak, and batching
+//! Each thread gathers its allocations in a batch of under [`PEAK_BATCH`] bytes before adding them
+//! to the one shared counter ([`Peak`]); its frees reach the counter at once unless the batch
+//! covers them. So without [`Table::set_track_peak`] the counter never exceeds the live bytes and
+//! the peak may fall short of the true one by a batch per thread, never exceed it; with it, every
+//! change reaches the peak counter at once and the peak is exact. The shared counter is the only way to know the peak, and batching
 //! keeps its locked instruction off most changes.
 
 use super::writers::Writer;
@@ -17,6 +18,11 @@ use std::sync::{Mutex, PoisonError};
 /// Live bytes a thread may gather before it adds them to the peak counter, unless the peak is
 /// tracked exactly.
 pub(crate) const PEAK_BATCH: i64 = 64 * 1024;
+
+/// Bytes a batch keeps for frees to come when a free takes it below 0 (see
+/// [`Table::peak_change`]): they are taken from the counter ahead of the frees, so that a thread
+/// that frees more than it allocates reaches the counter once per this many bytes.
+const PEAK_RESERVE: i64 = PEAK_BATCH / 2;
 
 /// The live bytes a block of `size` stands for under the sampling `interval` (not 0).
 #[cold]
@@ -66,12 +72,24 @@ impl Table {
 
     /// Adds `bytes` (negative when a block goes) to the live bytes of the peak accounting: at
     /// once when the peak is tracked, else in the writer's batch.
+    ///
+    /// A batch never holds frees (it stays in `0..PEAK_BATCH`): a change that would take it below
+    /// 0 reaches the counter at once, together with [`PEAK_RESERVE`] bytes more taken away, which
+    /// the batch keeps for the frees to come. So the counter never counts more than is live, and
+    /// the peak never exceeds the true one; it falls short of it by the batches, each under
+    /// [`PEAK_BATCH`].
     #[inline]
     fn peak_change(&self, writer: &Writer, bytes: i64, mode: Mode) -> bool {
         let pending = writer.pending_peak.load(Relaxed) + bytes;
-        if !mode.track_peak && pending.abs() < PEAK_BATCH {
-            writer.pending_peak.store(pending, Relaxed);
-            return false;
+        if !mode.track_peak {
+            if (0..PEAK_BATCH).contains(&pending) {
+                writer.pending_peak.store(pending, Relaxed);
+                return false;
+            }
+            if pending < 0 {
+                writer.pending_peak.store(PEAK_RESERVE, Relaxed);
+                return self.peak.counter.change(pending - PEAK_RESERVE);
+            }
         }
         writer.pending_peak.store(0, Relaxed);
         self.peak.counter.change(pending)

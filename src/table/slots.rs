@@ -240,7 +240,7 @@ impl Table {
             stack: headed.stack,
             tag: 0,
         };
-        match self.enter() {
+        match self.enter_to_free() {
             Some(inside) => {
                 // A slot holding the block changes only with the block's free, which this is.
                 if s[0].load(Relaxed) != address as u64 {

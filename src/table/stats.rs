@@ -16,7 +16,8 @@ pub struct HeapStats {
     pub live_bytes: u64,
     /// The most bytes that were live at once: exact when the peak is tracked (`MEMPROF_PEAK=1`,
     /// [`MemProf::track_peak`](crate::MemProf::track_peak)), otherwise counted from per-thread
-    /// batches and short of the true peak by at most 64 KiB per recording thread.
+    /// batches of allocations: never more than the true peak, and short of it by less than
+    /// 64 KiB per thread that recorded.
     pub peak_bytes: u64,
     /// Blocks allocated over the whole run (a `realloc` counts as one).
     pub total_blocks: u64,
@@ -38,8 +39,9 @@ impl HeapStats {
 
 /// The live-bytes counter the peak is read from, and its high-water mark.
 pub(crate) struct Peak {
-    /// Live bytes, as the threads' batches reached it: signed, since one thread's batch of frees
-    /// may arrive before another's batch of the same blocks' allocations.
+    /// Live bytes, as the threads' batches reached it: signed, since one thread's frees may
+    /// arrive before another's batch of the same blocks' allocations, and a batch takes bytes
+    /// away ahead of its frees (see `peak`).
     live_bytes: AtomicI64,
     peak_bytes: AtomicU64,
 }
