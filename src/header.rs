@@ -193,7 +193,8 @@ const SIZE_BITS: u32 = 48;
 /// before a block of another allocator hold that allocator's own data or the program's, which
 /// match both the size and the hash by chance once in 2^16 times at worst, and the size alone
 /// seldom. The slot number is checked next: a recorded block's slot holds its address
-/// (the table checks it before it takes a block out).
+/// (the table checks it before it takes a block out); a block not recorded has no slot, and its
+/// stack field holds a second check instead ([`unrecorded_check`]).
 #[inline(always)]
 fn check(ptr: *mut u8, size: usize) -> u64 {
     let hash = (ptr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SIZE_BITS;
@@ -212,11 +213,29 @@ pub(crate) unsafe fn read_header(ptr: *mut u8, layout: Layout) -> Option<Headed>
     // SAFETY: the caller's block is preceded by its header, or by the wrapped allocator's data;
     // read unaligned, since a wrapped allocator may align a block only as asked.
     let header = unsafe { ptr.sub(HEADER).cast::<Header>().read_unaligned() };
-    (header.size == check(ptr, layout.size())).then_some(Headed {
+    if header.size != check(ptr, layout.size()) {
+        return None;
+    }
+    if header.slot == UNRECORDED {
+        // Nothing in the table vouches for a block not recorded: its stack field must hold the
+        // second check, which the "not recorded" mark next to it never matches by itself.
+        return (header.stack == unrecorded_check(ptr)).then_some(Headed::UNRECORDED);
+    }
+    Some(Headed {
         slot: header.slot,
         stack: StackId(header.stack),
         size: layout.size() as u64,
     })
+}
+
+/// What the stack field of the header of a block not recorded holds: a second hash of its
+/// address, independent of [`check`]'s, and never `u32::MAX` (it is even), so that bytes
+/// `[size][u64::MAX]` in front of another allocator's block (a size and an in-use mark) never
+/// pass for a header of a block not recorded, and other bytes pass both checks once in 2^47
+/// times at worst. A recorded block is vouched for by its slot instead (see [`check`]).
+#[inline(always)]
+fn unrecorded_check(ptr: *mut u8) -> u32 {
+    ((ptr as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F) >> 32) as u32 & !1
 }
 
 /// Writes the header in front of `ptr`, a block of `size` bytes.
@@ -226,9 +245,13 @@ pub(crate) unsafe fn read_header(ptr: *mut u8, layout: Layout) -> Option<Headed>
 /// `ptr` is a live block this allocator handed out (or is handing out).
 #[inline(always)]
 pub(crate) unsafe fn write_header(ptr: *mut u8, headed: Headed, size: usize) {
+    let stack = match headed.is_recorded() {
+        true => headed.stack.0,
+        false => unrecorded_check(ptr),
+    };
     let header = Header {
         size: check(ptr, size),
-        stack: headed.stack.0,
+        stack,
         slot: headed.slot,
     };
     // SAFETY: the header's room lies in the `HEADER` bytes before the block (unaligned when the

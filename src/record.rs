@@ -296,11 +296,12 @@ pub(crate) fn free(address: usize, block: BlockRef) -> bool {
 
 /// Reallocates the block at `old_address`, of the kind and with the header `block` tells, through
 /// `realloc` (which returns the new block, or null on failure): untracks the old block first and
-/// tracks the new one, of the same kind, with the realloc's stack. Returns the new block and the
-/// block the program holds now as the table recorded it (the new block, or the old one again when
-/// the realloc failed); `None`, without calling `realloc`, when the slot a header names does not
-/// hold the block (see [`free`]). An explicit type tag belongs to the value and follows it either
-/// way.
+/// tracks the new one, of the kind `new_kind` says ([`BlockRef::Headless`], or
+/// [`BlockRef::NEW_HEADED`]: a realloc across 64 KiB changes it), with the realloc's stack.
+/// Returns the new block and the block the program holds now as the table recorded it (the new
+/// block, or the old one again when the realloc failed); `None`, without calling `realloc`, when
+/// the slot a header names does not hold the block (see [`free`]). An explicit type tag belongs
+/// to the value and follows it either way, and the kind does not matter to it.
 ///
 /// The old block is untracked *before* the wrapped allocator may free it: once freed, its address
 /// can be handed to another thread at once, and that thread's record must not be the one removed.
@@ -308,6 +309,7 @@ pub(crate) fn free(address: usize, block: BlockRef) -> bool {
 pub(crate) fn realloc<S: Start>(
     old_address: usize,
     block: BlockRef,
+    new_kind: BlockRef,
     new_size: usize,
     settings: Settings,
     realloc: impl FnOnce() -> *mut u8,
@@ -330,7 +332,7 @@ pub(crate) fn realloc<S: Start>(
         if scope_tap::any_open() {
             scope_tap::on_free(old_address);
         }
-        let kept = alloc::<S>(new_block as usize, new_size, block.unrecorded(), settings);
+        let kept = alloc::<S>(new_block as usize, new_size, new_kind, settings);
         if tag != 0 {
             // Inside the guard: the tag map may grow.
             guard::untracked(|| TABLE.retag_any(new_block as usize, kept, tag));

@@ -54,6 +54,7 @@ pub extern "C" fn memprof_record_realloc(
     let _ = record::realloc::<Doors>(
         old_address,
         BlockRef::Headless,
+        BlockRef::Headless,
         new_size,
         Settings::default(),
         || new_ptr.cast(),

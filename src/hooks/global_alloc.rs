@@ -137,6 +137,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
                 let reallocated = record::realloc::<Self>(
                     ptr as usize,
                     BlockRef::Headless,
+                    BlockRef::Headless,
                     new_size,
                     self.settings,
                     || {
@@ -153,9 +154,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             }
             // SAFETY: a live headed block of `layout`, and the new layout.
             (true, true) => unsafe { self.realloc_headed(ptr, layout, new_size) },
-            // SAFETY: a live block of `layout`, this allocator's, and the new layout: one kind
-            // of block becomes the other, through a new block.
-            _ => unsafe { self.moved(ptr, layout, new_layout, |ptr| self.dealloc(ptr, layout)) },
+            // SAFETY: a live headed block of `layout` (or a stranger), and the new layout.
+            (true, false) => unsafe { self.realloc_to_headless(ptr, layout, new_layout) },
+            // SAFETY: a live headless block of `layout`, and the new layout.
+            (false, true) => unsafe { self.realloc_to_headed(ptr, layout, new_layout) },
         }
     }
 }
@@ -213,23 +215,29 @@ impl<A: GlobalAlloc> MemProf<A> {
         let reallocated = match old {
             None => None,
             Some(old) => {
-                let block = BlockRef::Headed(old);
-                record::realloc::<Self>(ptr as usize, block, new_size, self.settings, || {
-                    // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for the outer
-                    // layout of `layout`; the new outer size is valid (see `outer`). The header moves
-                    // with the block's contents.
-                    unsafe {
-                        let outer = outer(layout.size(), layout.align());
-                        let base = self
-                            .inner
-                            .realloc(ptr.sub(HEADER), outer, new_size + HEADER);
-                        if base.is_null() {
-                            base
-                        } else {
-                            base.add(HEADER)
+                record::realloc::<Self>(
+                    ptr as usize,
+                    BlockRef::Headed(old),
+                    BlockRef::NEW_HEADED,
+                    new_size,
+                    self.settings,
+                    || {
+                        // SAFETY: `ptr` is `HEADER` bytes past the block `inner` handed out for
+                        // the outer layout of `layout`; the new outer size is valid (see
+                        // `outer`). The header moves with the block's contents.
+                        unsafe {
+                            let outer = outer(layout.size(), layout.align());
+                            let base =
+                                self.inner
+                                    .realloc(ptr.sub(HEADER), outer, new_size + HEADER);
+                            if base.is_null() {
+                                base
+                            } else {
+                                base.add(HEADER)
+                            }
                         }
-                    }
-                })
+                    },
+                )
             }
         };
         let Some((new_ptr, kept)) = reallocated else {
@@ -245,6 +253,116 @@ impl<A: GlobalAlloc> MemProf<A> {
             // SAFETY: the old block is still the caller's, its header in front of it.
             unsafe { write_header(ptr, kept.header(), layout.size()) };
         } else {
+            // SAFETY: the new block, its header's room in front of it.
+            unsafe { write_header(new_ptr, kept.header(), new_size) };
+        }
+        new_ptr
+    }
+
+    /// `realloc` of a headed block into a headless one (across 64 KiB): one reallocation, as
+    /// for blocks of one kind, carried out by a new headless block, the contents copied and the
+    /// old block freed.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live block of `layout` (headed, or a stranger); `layout` is headed and
+    /// `new_layout` valid and headless.
+    #[inline(always)]
+    unsafe fn realloc_to_headless(
+        &self,
+        ptr: *mut u8,
+        layout: Layout,
+        new_layout: Layout,
+    ) -> *mut u8 {
+        // SAFETY: `ptr` is a live block of `layout`.
+        let old = unsafe { read_header(ptr, layout) };
+        // A `match`, not a closure: one frame fewer for a walk to pass in unoptimized builds.
+        let reallocated = match old {
+            None => None,
+            Some(old) => record::realloc::<Self>(
+                ptr as usize,
+                BlockRef::Headed(old),
+                BlockRef::Headless,
+                new_layout.size(),
+                self.settings,
+                || {
+                    // SAFETY: `new_layout` is valid and not empty; `ptr` is `HEADER` bytes past
+                    // the block `inner` handed out for the outer layout of `layout`, freed once
+                    // its contents are copied into the new block.
+                    unsafe {
+                        let new = self.inner.alloc(new_layout);
+                        if !new.is_null() {
+                            std::ptr::copy_nonoverlapping(ptr, new, layout.size());
+                            release_table_memory(ptr, layout.size());
+                            let outer = outer(layout.size(), layout.align());
+                            self.inner.dealloc(ptr.sub(HEADER), outer);
+                        }
+                        new
+                    }
+                },
+            ),
+        };
+        match reallocated {
+            Some((new_ptr, kept)) => {
+                if new_ptr.is_null() {
+                    // SAFETY: the old block is still the caller's, its header in front of it.
+                    unsafe { write_header(ptr, kept.header(), layout.size()) };
+                }
+                new_ptr
+            }
+            // SAFETY: not this allocator's block but the wrapped one's, moved into a new block.
+            None => unsafe {
+                self.moved(ptr, layout, new_layout, |ptr| {
+                    self.free_stranger(ptr, layout)
+                })
+            },
+        }
+    }
+
+    /// `realloc` of a headless block into a headed one (across 64 KiB): one reallocation, as for
+    /// blocks of one kind, carried out by a new headed block, the contents copied and the old
+    /// block freed.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live block of `layout` from `inner`; `layout` is headless and `new_layout`
+    /// valid and headed.
+    #[inline(always)]
+    unsafe fn realloc_to_headed(
+        &self,
+        ptr: *mut u8,
+        layout: Layout,
+        new_layout: Layout,
+    ) -> *mut u8 {
+        let new_size = new_layout.size();
+        let reallocated = record::realloc::<Self>(
+            ptr as usize,
+            BlockRef::Headless,
+            BlockRef::NEW_HEADED,
+            new_size,
+            self.settings,
+            || {
+                // SAFETY: the outer layout of `new_layout` is valid (see `outer`); the caller
+                // gets the block past the header's room; `ptr`, a block of `layout` from
+                // `inner`, is freed once its contents are copied into the new block.
+                unsafe {
+                    let base = self.inner.alloc(outer(new_size, new_layout.align()));
+                    if base.is_null() {
+                        return base;
+                    }
+                    let new = base.add(HEADER);
+                    std::ptr::copy_nonoverlapping(ptr, new, new_size);
+                    release_table_memory(ptr, layout.size());
+                    self.inner.dealloc(ptr, layout);
+                    new
+                }
+            },
+        );
+        // A block without a header is never taken for a stranger's.
+        let Some((new_ptr, kept)) = reallocated else {
+            return std::ptr::null_mut();
+        };
+        if !new_ptr.is_null() {
             // SAFETY: the new block, its header's room in front of it.
             unsafe { write_header(new_ptr, kept.header(), new_size) };
         }
@@ -277,8 +395,7 @@ impl<A: GlobalAlloc> MemProf<A> {
     }
 
     /// Reallocates through a new block of `new_layout`: the contents copied, then the old block
-    /// freed with `free`. A `realloc` that makes a headed block of a headless one or the other
-    /// way round, or that moves another allocator's block into this one's.
+    /// freed with `free`: a `realloc` that moves another allocator's block into this one's.
     ///
     /// # Safety
     ///
