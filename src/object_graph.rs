@@ -10,7 +10,7 @@
 //! | function | output |
 //! |---|---|
 //! | [`log_object_sizes`] | the number of lines, then `bytes \t TypeName`: the heap bytes reachable from the live objects of each type, each byte counted once per type |
-//! | [`object_size`] | the heap bytes reachable from one value, each byte counted once, without type information (a word anywhere inside a block refers to it) |
+//! | [`object_size`] | the heap bytes reachable from one value, each byte counted once; in a build without debug information, without types (a word anywhere inside a block refers to it) |
 //! | [`pretty_log_object_graph`] | a mermaid `graph LR` of up to `MEMPROF_REF_LIMIT` objects of a type and, up to `MEMPROF_REF_LEVEL` levels back, the blocks that point to them |
 //!
 //! The graph answers "who keeps this alive": each edge reads `referrer --@(field <byte offset>),
