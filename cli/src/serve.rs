@@ -179,7 +179,11 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
             "memprof: receiving a trace from {peer} into {}",
             path.display()
         );
-        let file = match std::fs::File::create(&path) {
+        // A new file renamed over the path at once, then written in place as the index reads
+        // it: no link planted at the path is followed, and no FIFO or device there is replaced.
+        let file = match memprof_trace::Replacement::create(&path)
+            .and_then(memprof_trace::Replacement::commit)
+        {
             Ok(file) => file,
             Err(e) => {
                 eprintln!("memprof: {}: {e}", path.display());

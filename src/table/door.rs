@@ -185,14 +185,7 @@ impl Table {
         if holding_table() {
             return None;
         }
-        let writer = if std::ptr::eq(self, &TABLE)
-            && let Ok(Some(writer)) = MINE.try_with(Cell::get)
-        {
-            Some(writer)
-        } else {
-            self.claimed_writer()
-        };
-        self.enter_as(writer)
+        self.enter_as(self.claimed_writer())
     }
 
     /// Enters the table through `writer`, or the orphans' writer when `None`.
@@ -243,6 +236,7 @@ impl Table {
     }
 
     /// The writer this thread claimed, if it holds one (never claims one).
+    #[inline(always)]
     pub(super) fn claimed_writer(&self) -> Option<&Writer> {
         if std::ptr::eq(self, &TABLE)
             && let Ok(Some(writer)) = MINE.try_with(Cell::get)
