@@ -54,6 +54,7 @@ pub enum Unwinder {
 /// | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
 /// | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default). Read (with `MEMPROF_ENABLED`) also at the first allocation, without allocating, through the same rules as this configuration: only when every allocation is recorded do blocks carry a header |
 /// | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
+/// | `MEMPROF_PAUSED` | `0` | `1` starts with recording paused (frees are still applied) until `MEMPROF_TOGGLE_SIGNAL` arrives or the program calls `memprof::resume`: a long-running process profiled from a moment on |
 /// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 /// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
 /// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
@@ -79,6 +80,8 @@ pub struct Config {
     pub sample_interval: Option<u64>,
     /// The signal that toggles recording (`MEMPROF_TOGGLE_SIGNAL`).
     pub toggle_signal: Option<i32>,
+    /// Start with recording paused, until the toggle signal (`MEMPROF_PAUSED=1`).
+    pub paused: bool,
     /// Files written at exit and on the dump signal (`MEMPROF_OUTPUT`).
     pub output: Option<String>,
     /// The signal that writes a dump while the program runs (`MEMPROF_DUMP_SIGNAL`).
@@ -115,6 +118,7 @@ impl Default for Config {
             working_dir: None,
             sample_interval: None,
             toggle_signal: None,
+            paused: false,
             output: None,
             dump_signal: None,
             trace: None,
@@ -273,6 +277,14 @@ impl Config {
         let enabled = flag("MEMPROF_ENABLED", "1 (on)").unwrap_or(defaults.enabled);
         let peak = flag("MEMPROF_PEAK", "(what MemProf::track_peak chose)");
         let print_at_exit = flag("MEMPROF_PRINT_AT_EXIT", "0").unwrap_or(defaults.print_at_exit);
+        let paused = flag("MEMPROF_PAUSED", "0").unwrap_or(defaults.paused);
+        if paused && toggle_signal.is_none() {
+            warn(
+                "MEMPROF_PAUSED=1 without MEMPROF_TOGGLE_SIGNAL: no signal starts recording \
+                 (memprof::resume() still does)"
+                    .to_owned(),
+            );
+        }
         let unwinder = match lookup("MEMPROF_UNWINDER").as_deref().map(str::trim) {
             None | Some("auto") | Some("") => defaults.unwinder,
             Some("fp") if !cfg!(memprof_frame_pointers) => {
@@ -314,6 +326,7 @@ impl Config {
             working_dir: None,
             sample_interval,
             toggle_signal,
+            paused,
             output,
             dump_signal,
             trace,

@@ -100,6 +100,7 @@ fn is_profiler_function(function: &str) -> bool {
     function.starts_with("memprof::")
         || function.starts_with("<memprof::")
         || function.starts_with("memprof_record_")
+        || function.starts_with("memprof_preload::")
 }
 
 /// The paths of the standard library's crates (and of a crate it vendors).
@@ -165,7 +166,24 @@ pub(crate) fn is_allocator_frame(function: &str) -> bool {
         "hashbrown::raw::",
         "<hashbrown::raw::",
     ];
+    /// The C library's allocation functions, as the preloaded library defines them, and C++'s
+    /// allocation operators, which call them.
+    const C_FUNCTIONS: &[&str] = &[
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "free",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+    ];
     PREFIXES.iter().any(|p| function.starts_with(p))
+        || C_FUNCTIONS.contains(&function)
+        || function.starts_with("operator new")
+        || function.starts_with("operator delete")
 }
 
 /// Whether a frame is in the standard library (`std`, `core`, `alloc` or a crate std vendors, such
@@ -232,7 +250,7 @@ pub(crate) fn program_frames(frames: &[&Frame]) -> Range<usize> {
             let started = rest
                 .iter()
                 .rev()
-                .take_while(|f| is_process_start(name(f)))
+                .take_while(|f| is_process_start(name(f)) || is_unnamed_libc(f))
                 .count();
             rest.len() - started
         }
@@ -249,6 +267,17 @@ pub(crate) fn program_frames(frames: &[&Frame]) -> Range<usize> {
         0
     };
     start + first..start + end
+}
+
+/// Whether a frame is in the C library with no name to tell: at the bottom of a stack, its start
+/// of the process or of a thread (`__libc_start_call_main`, `start_thread`), which a stripped
+/// C library names only in its separate debug information.
+fn is_unnamed_libc(frame: &Frame) -> bool {
+    frame.function.is_none()
+        && frame.file.as_deref().is_some_and(|file| {
+            let name = file.rsplit('/').next().unwrap_or(file);
+            name.starts_with("libc.so") || name.starts_with("libc-")
+        })
 }
 
 /// Whether a function is where Rust's runtime hands a thread to the program: std's

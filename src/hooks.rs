@@ -11,6 +11,8 @@
 pub(crate) mod c_abi;
 mod fork;
 pub(crate) mod global_alloc;
+#[cfg(feature = "preload")]
+pub mod preload;
 mod triggers;
 
 pub use global_alloc::MemProf;
@@ -36,6 +38,9 @@ impl record::Start for Doors {
             .as_deref()
             .is_some_and(crate::export::outputs_need_peak);
         TABLE.set_track_peak(config.peak.unwrap_or(settings.track_peak) || peak_wanted);
+        if config.paused {
+            record::pause();
+        }
         capture::trim::load();
         triggers::install(config);
         fork::install();

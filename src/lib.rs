@@ -161,6 +161,9 @@ pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;
 pub use hooks::MemProf;
+#[cfg(feature = "preload")]
+#[doc(hidden)]
+pub use hooks::preload;
 #[cfg(feature = "http")]
 pub use http::serve_http;
 pub use object_graph::object_size;

@@ -102,6 +102,18 @@ fn recording<S: Start>(_guard: &Guard, settings: Settings) -> Option<&'static Co
     }
 }
 
+/// Starts the profiler now, rather than at the first event: the preloaded library starts it from
+/// its constructor, while the process has one thread and holds no lock, not inside whatever C
+/// library call allocates first.
+#[cfg(feature = "preload")]
+pub(crate) fn start_now<S: Start>(settings: Settings) {
+    if let Some(_guard) = Guard::enter()
+        && STATE.load(Ordering::Acquire) == IDLE
+    {
+        let _ = start::<S>(settings);
+    }
+}
+
 #[cold]
 fn start<S: Start>(settings: Settings) -> Option<&'static Config> {
     if STATE

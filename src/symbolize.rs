@@ -374,7 +374,9 @@ pub(crate) fn frames_at(
                 column,
             },
             None => Frame {
-                file: function.as_ref().map(|_| module_name.to_owned()),
+                // The module, when known, even without a name: `/lib/libc.so.6` says more than
+                // `???`, and marks the C library's start of the process below `main`.
+                file: (!module_name.is_empty()).then(|| module_name.to_owned()),
                 function,
                 line: 0,
                 column: 0,

@@ -99,14 +99,11 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Runs a program that uses memprof with a trace, then prints the trace's summary.
+    /// Runs any program with a trace, then prints the trace's summary: through the preloaded
+    /// library (libmemprof_preload.so) unless the program has memprof built in.
     Run {
-        /// The trace to write (`%p`: the program's pid; `%e`: its name as given, a link's own).
-        #[arg(long, default_value = "memprof-%e-%p.mptrace")]
-        trace: String,
-        /// `MEMPROF_OUTPUT` for the program: exports written at its exit.
-        #[arg(long)]
-        output: Option<String>,
+        #[command(flatten)]
+        options: run::RunOptions,
         /// The program and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
@@ -239,13 +236,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             drop(out);
             return receive::receive(&listen, &output);
         }
-        Command::Run {
-            trace,
-            output,
-            command,
-        } => {
+        Command::Run { options, command } => {
             drop(out);
-            return run::run_program(&trace, output.as_deref(), &command);
+            return run::run_program(&options, &command);
         }
     }
     written(out.flush())

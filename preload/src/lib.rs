@@ -1,0 +1,234 @@
+//! `libmemprof_preload.so`: memprof for a program that was never built with it.
+//!
+//! ```text
+//! LD_PRELOAD=/path/to/libmemprof_preload.so MEMPROF_PRINT_AT_EXIT=1 ./program
+//! memprof run -- ./program            # the same, with a trace and its summary
+//! ```
+//!
+//! The library defines the C library's allocation functions (`malloc`, `calloc`, `realloc`,
+//! `reallocarray`, `free`, `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`,
+//! `malloc_usable_size`), which the dynamic loader then binds every module of the program to, C++'s
+//! `operator new` and `delete` included (libstdc++ calls them). Each forwards to the C library's
+//! own (`__libc_malloc` and its siblings, bound at link time: there is no `dlsym` to bootstrap)
+//! and reports the block to memprof's table, by address: blocks get no header, so a pointer
+//! memprof never recorded (made before the library's constructor ran, by the dynamic loader, or
+//! not sampled) is not found there and goes back to the C library untouched. Everything else is
+//! the crate's: stacks, symbols, reports, exports, trace, sampling, signals, the `MEMPROF_*`
+//! variables (docs/preload.md).
+//!
+//! The library's own allocations (memprof's tables, its reports) go to the C library directly
+//! ([`Forward`]), never through the functions it defines.
+
+mod follow;
+mod forward;
+
+use forward::{
+    __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_pvalloc, __libc_realloc,
+    __libc_valloc,
+};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+#[global_allocator]
+static FORWARD: forward::Forward = forward::Forward;
+
+/// Set by the constructor once memprof started: blocks made before are never recorded.
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Whether any of the functions was called once [`READY`]: a program whose own allocator is linked
+/// into it never calls them, and the library says so at exit.
+static SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Records a block the C library just returned, once the library is ready.
+#[inline(always)]
+fn recorded(block: *mut c_void, size: usize) -> *mut c_void {
+    if !block.is_null() && READY.load(Relaxed) {
+        seen();
+        memprof::preload::alloc(block as usize, size);
+    }
+    block
+}
+
+/// Notes that the program calls these functions.
+#[inline(always)]
+fn seen() {
+    if !SEEN.load(Relaxed) {
+        SEEN.store(true, Relaxed);
+    }
+}
+
+/// `malloc(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: the C library's own `malloc`, which any size may be given.
+    recorded(unsafe { __libc_malloc(size) }, size)
+}
+
+/// `calloc(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    // SAFETY: the C library's own `calloc`, which checks the product for overflow.
+    let block = unsafe { __libc_calloc(count, size) };
+    recorded(block, count.wrapping_mul(size))
+}
+
+/// `free(3)`.
+///
+/// # Safety
+/// `block` is null or a block of the C library's allocator not freed yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn free(block: *mut c_void) {
+    if block.is_null() {
+        return;
+    }
+    // Forgotten before it is freed: once freed, its address may go to another thread at once.
+    if READY.load(Relaxed) {
+        memprof::preload::free(block as usize);
+    }
+    // SAFETY: the caller's block, given back to the allocator that made it.
+    unsafe { __libc_free(block) }
+}
+
+/// `realloc(3)`.
+///
+/// # Safety
+/// `block` is null or a block of the C library's allocator not freed yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
+    if block.is_null() {
+        return malloc(size);
+    }
+    if !READY.load(Relaxed) {
+        // SAFETY: the caller's block.
+        return unsafe { __libc_realloc(block, size) };
+    }
+    seen();
+    if size == 0 {
+        // The C library frees the block and returns null.
+        memprof::preload::free(block as usize);
+        // SAFETY: the caller's block.
+        return unsafe { __libc_realloc(block, 0) };
+    }
+    // SAFETY: the caller's block; memprof forgets it before the call may free it.
+    memprof::preload::realloc(block as usize, size, || unsafe {
+        __libc_realloc(block, size).cast()
+    })
+    .cast()
+}
+
+/// `reallocarray(3)`.
+///
+/// # Safety
+/// As [`realloc`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn reallocarray(
+    block: *mut c_void,
+    count: usize,
+    size: usize,
+) -> *mut c_void {
+    match count.checked_mul(size) {
+        // SAFETY: as the caller's.
+        Some(bytes) => unsafe { realloc(block, bytes) },
+        None => {
+            set_errno(libc::ENOMEM);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `memalign(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: the C library's own `memalign`, which checks `align`.
+    recorded(unsafe { __libc_memalign(align, size) }, size)
+}
+
+/// `aligned_alloc(3)`: the C library's `memalign`, as glibc's own is.
+#[unsafe(no_mangle)]
+pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    memalign(align, size)
+}
+
+/// `posix_memalign(3)`.
+///
+/// # Safety
+/// `out` is valid for a write of a pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    if !align.is_power_of_two() || align % size_of::<*mut c_void>() != 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: a valid alignment, checked above.
+    let block = unsafe { __libc_memalign(align, size) };
+    if block.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller gives a place for the pointer.
+    unsafe { out.write(block) };
+    recorded(block, size);
+    0
+}
+
+/// `valloc(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn valloc(size: usize) -> *mut c_void {
+    // SAFETY: the C library's own `valloc`.
+    recorded(unsafe { __libc_valloc(size) }, size)
+}
+
+/// `pvalloc(3)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    // SAFETY: the C library's own `pvalloc`.
+    recorded(unsafe { __libc_pvalloc(size) }, size)
+}
+
+/// `malloc_usable_size(3)`: the C library's answer, since its blocks are given out unchanged.
+///
+/// # Safety
+/// `block` is null or a live block of the C library's allocator.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
+    // SAFETY: as the caller's.
+    unsafe { forward::malloc_usable_size(block) }
+}
+
+/// Sets the calling thread's `errno`.
+fn set_errno(value: c_int) {
+    // SAFETY: `__errno_location` returns the calling thread's `errno`, valid for the thread's life.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// The constructor: runs when the dynamic loader has loaded the program and its libraries, before
+/// the program's own constructors, while the process has one thread.
+extern "C" fn init() {
+    follow::apply();
+    forward::resolve();
+    memprof::preload::start();
+    READY.store(true, Relaxed);
+    // SAFETY: `unseen` is an `extern "C" fn()` that does not unwind.
+    unsafe { libc::atexit(unseen) };
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;
+
+/// At exit: says so when the program never called the functions (its own allocator is linked
+/// into it, or it allocated nothing), rather than leave an empty profile unexplained.
+extern "C" fn unseen() {
+    if memprof::Config::current().enabled && !SEEN.load(Relaxed) {
+        let own = forward::own_allocator();
+        eprintln!(
+            "memprof: nothing was recorded in process {}: {}",
+            std::process::id(),
+            match own {
+                Some(module) => format!(
+                    "its malloc is {module}'s, not libmemprof_preload.so's (an allocator linked \
+                     into the program)"
+                ),
+                None => "it never called malloc, calloc, realloc or their siblings".to_owned(),
+            }
+        );
+    }
+}
