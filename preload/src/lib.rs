@@ -155,7 +155,7 @@ pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
 /// `out` is valid for a write of a pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if !align.is_power_of_two() || align % size_of::<*mut c_void>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
     // SAFETY: a valid alignment, checked above.
