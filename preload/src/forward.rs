@@ -113,7 +113,7 @@ pub(crate) unsafe fn malloc_usable_size(block: *mut c_void) -> usize {
 pub(crate) fn own_allocator() -> Option<String> {
     // SAFETY: a NUL-terminated name, looked up in the default search order.
     let bound = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    if bound.is_null() || std::ptr::eq(bound, crate::malloc as *const ()) {
+    if bound.is_null() || std::ptr::eq(bound, crate::malloc as *const c_void) {
         return None;
     }
     // SAFETY: `info` is written by `dladdr` before it is read, when it returns non-zero.
