@@ -187,12 +187,16 @@ pub(crate) fn is_allocator_frame(function: &str) -> bool {
 }
 
 /// Whether a frame is in the standard library (`std`, `core`, `alloc` or a crate std vendors, such
-/// as its `hashbrown`): by its source file when known, by its path otherwise.
+/// as its `hashbrown`; or C++'s): by its source file when known, by its path otherwise.
 pub(crate) fn is_std_frame(frame: &Frame) -> bool {
     if let Some(file) = &frame.file
         && frame.line != 0
     {
-        return file.starts_with("/rustc/") || file.starts_with("/rust/deps/");
+        // Rust's standard library, or C++'s (its headers, where its templates are compiled into
+        // the program).
+        return file.starts_with("/rustc/")
+            || file.starts_with("/rust/deps/")
+            || file.contains("/include/c++/");
     }
     is_std_function(frame.function.as_deref().unwrap_or(""))
 }
@@ -483,6 +487,49 @@ mod tests {
             expected.extend(shown);
             assert_eq!(names(context(&frames, 0, 64)), expected, "{program:?}");
         }
+    }
+
+    #[test]
+    fn context_of_a_c_program_starts_at_its_function_and_ends_at_main() {
+        // The preloaded library's `malloc` and C++'s `operator new` above the program, the C
+        // library's start (unnamed in a stripped libc) below `main`; C++'s own templates, by
+        // their headers, collapse to the outermost.
+        let source = |function: &str, file: &str| Frame {
+            function: Some(function.into()),
+            file: Some(file.into()),
+            line: 7,
+            column: 3,
+        };
+        let frames = [
+            frame("memprof::record::alloc_checked"),
+            frame("memprof_preload::recorded"),
+            module_frame("malloc", "/opt/memprof/libmemprof_preload.so"),
+            module_frame("operator new(unsigned long)", "/usr/lib/libstdc++.so.6"),
+            source(
+                "std::__new_allocator<int>::allocate",
+                "/usr/include/c++/12/bits/new_allocator.h",
+            ),
+            source(
+                "std::vector<int>::vector",
+                "/usr/include/c++/12/bits/stl_vector.h",
+            ),
+            source("build(int)", "cxx.cpp"),
+            source("main", "cxx.cpp"),
+            Frame {
+                function: None,
+                file: Some(LIBC.into()),
+                line: 0,
+                column: 0,
+            },
+            module_frame("__libc_start_main", LIBC),
+            module_frame("_start", "/tmp/cxx"),
+        ];
+        let frames: Vec<&Frame> = frames.iter().collect();
+        let names: Vec<&str> = context(&frames, 0, 10)
+            .iter()
+            .map(|f| f.function.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, ["std::vector<int>::vector", "build(int)", "main"]);
     }
 
     #[test]

@@ -356,7 +356,8 @@ pub(crate) fn frames_at(
         if raw.last().is_none_or(|f| f.0.is_none()) {
             symbol = loader
                 .find_symbol(probe)
-                .map(|s| format!("{:#}", rustc_demangle::demangle(s)));
+                // Rust's names, else C++'s (a C++ library's `_Znwm` is `operator new`).
+                .map(|s| addr2line::demangle_auto(s.into(), None).into_owned());
         }
     }
     if raw.is_empty() {
@@ -459,7 +460,8 @@ fn no_debug_info_warning(executable: &Path) -> String {
         "{} has no debug information: frames show no file or line, inlined functions merge into \
          their callers and types read as unknown. Build it with `debug = \"limited\"` (or \
          `\"line-tables-only\"`, or `true`) in the Cargo.toml section of its profile, such as \
-         `[profile.release]`, and no `strip` of the debug information",
+         `[profile.release]`, and no `strip` of the debug information (a C or C++ program: \
+         with `-g`)",
         executable.display()
     )
 }
