@@ -109,23 +109,41 @@ pub(crate) unsafe fn malloc_usable_size(block: *mut c_void) -> usize {
     }
 }
 
-/// The module whose `malloc` the program's symbols are bound to, when it is not this library's.
+/// The module whose `malloc` the program's symbols are bound to, when it is not this library.
 pub(crate) fn own_allocator() -> Option<String> {
     // SAFETY: a NUL-terminated name, looked up in the default search order.
     let bound = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    if bound.is_null() || std::ptr::eq(bound, crate::malloc as *const c_void) {
+    if bound.is_null() {
         return None;
     }
-    // SAFETY: `info` is written by `dladdr` before it is read, when it returns non-zero.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: `bound` is an address; `dladdr` only reads the loader's tables.
-    if unsafe { libc::dladdr(bound, &mut info) } == 0 || info.dli_fname.is_null() {
-        return Some("another module".to_owned());
+    // Compared by module: the address of this library's own `malloc`, taken here, would be the
+    // one the loader bound, like any exported function's.
+    let (module, name) = module_of(bound)?;
+    let (own, _) = module_of(own_allocator as *const c_void)?;
+    if module == own {
+        return None;
     }
-    // SAFETY: `dladdr` gives a NUL-terminated name that lives as long as the module.
-    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
-    Some(match name.as_ref() {
+    Some(match name.as_str() {
         "" => "the program".to_owned(),
         name => name.to_owned(),
     })
+}
+
+/// The base address and file name of the module holding `address`.
+fn module_of(address: *const c_void) -> Option<(usize, String)> {
+    // SAFETY: `info` is written by `dladdr` before it is read, when it returns non-zero.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `dladdr` only reads the loader's tables for `address`.
+    if unsafe { libc::dladdr(address, &mut info) } == 0 {
+        return None;
+    }
+    let name = if info.dli_fname.is_null() {
+        String::new()
+    } else {
+        // SAFETY: `dladdr` gives a NUL-terminated name that lives as long as the module.
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Some((info.dli_fbase as usize, name))
 }

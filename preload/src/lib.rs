@@ -214,21 +214,18 @@ extern "C" fn init() {
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = init;
 
-/// At exit: says so when the program never called the functions (its own allocator is linked
-/// into it, or it allocated nothing), rather than leave an empty profile unexplained.
+/// At exit: says so when the program's `malloc` is not the library's (an allocator linked into
+/// the program), rather than leave an empty profile unexplained. A program that allocated nothing
+/// through the C library (`true`) says nothing.
 extern "C" fn unseen() {
-    if memprof::Config::current().enabled && !SEEN.load(Relaxed) {
-        let own = forward::own_allocator();
+    if memprof::Config::current().enabled
+        && !SEEN.load(Relaxed)
+        && let Some(module) = forward::own_allocator()
+    {
         eprintln!(
-            "memprof: nothing was recorded in process {}: {}",
+            "memprof: nothing was recorded in process {}: its malloc is {module}'s, not \
+             libmemprof_preload.so's (an allocator linked into the program)",
             std::process::id(),
-            match own {
-                Some(module) => format!(
-                    "its malloc is {module}'s, not libmemprof_preload.so's (an allocator linked \
-                     into the program)"
-                ),
-                None => "it never called malloc, calloc, realloc or their siblings".to_owned(),
-            }
         );
     }
 }
