@@ -18,6 +18,13 @@ need_command go golang-go
 need_package golang-github-google-pprof-dev
 need_command chromium chromium
 need_command npm npm
+# The preloaded library's tests build C and C++ programs (a static one among them: libc6-dev's
+# libc.a) and run real programs under it.
+need_command cc gcc
+need_command c++ g++
+need_package libc6-dev
+need_command python3 python3
+need_command git git
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
