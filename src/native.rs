@@ -90,3 +90,47 @@ pub(crate) fn take_pending_sigpipe() {
         libc::sigtimedwait(&set, std::ptr::null_mut(), &now);
     }
 }
+
+/// `count` zeroed words in a fresh anonymous private mapping, never unmapped: memory that does not
+/// come from any allocator, so that the allocation path may take it while the thread holds (or
+/// interrupted a holder of) the C library's allocator's locks. `mmap` is a system call: no lock,
+/// async-signal-safe. `None` when the mapping cannot be made.
+#[cfg(feature = "trace")]
+pub(crate) fn map_words(count: usize) -> Option<&'static [std::sync::atomic::AtomicU64]> {
+    let bytes = count.checked_mul(std::mem::size_of::<u64>())?;
+    // SAFETY: a new anonymous mapping, at an address the kernel chooses, touches no memory of
+    // the program; the result is checked before use.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED || address.is_null() {
+        return None;
+    }
+    // SAFETY: the mapping is `bytes` long, readable and writable, page-aligned (more than an
+    // `AtomicU64` needs) and zero-filled (zero is a valid `AtomicU64`, which has the layout of a
+    // `u64`); nothing else refers to it, and it is never unmapped, so it lives for `'static`. Its
+    // words are only ever accessed atomically.
+    Some(unsafe {
+        std::slice::from_raw_parts(address.cast::<std::sync::atomic::AtomicU64>(), count)
+    })
+}
+
+/// Whether the thread of this process whose operating-system id is `tid` has ended: a signal 0
+/// sent to it finds no such thread. Its id may have been given to a new thread since: then it
+/// reads as running.
+#[cfg(feature = "trace")]
+pub(crate) fn thread_ended(tid: u64) -> bool {
+    let Ok(tid) = libc::pid_t::try_from(tid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the thread exists; `getpid` cannot fail.
+    let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
+    sent == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}

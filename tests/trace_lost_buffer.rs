@@ -2,61 +2,43 @@
 //! not read, every buffer waiting for it) does not stop the trace: the thread keeps its number,
 //! its later events reach the destination while the program runs, and the end record counts what
 //! was dropped. The destination is a FIFO nobody opens yet, so the writer writes nothing and
-//! recycles no buffer; the wrapped allocator refuses new buffers while the child asks it to, as
-//! when the buffers run out.
+//! recycles no buffer; the child's address space is limited while it asks, so that no new buffer
+//! can be mapped, as when the buffers run out.
 
 #![cfg(feature = "trace")]
 
 mod common;
 
 use memprof_trace::{Reader, Record};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The size of a trace buffer (64 Ki words).
-const BUFFER_BYTES: usize = 1 << 19;
-
-/// Set while the child wants new trace buffers refused.
-static REFUSE: AtomicBool = AtomicBool::new(false);
-
-/// The system allocator, refusing blocks of a trace buffer's size while [`REFUSE`] is set.
-struct Refusing;
-
-// SAFETY: forwards to `System`, or returns null, which `GlobalAlloc` allows.
-unsafe impl GlobalAlloc for Refusing {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if REFUSE.load(Ordering::Relaxed) && layout.size() == BUFFER_BYTES {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: the caller's layout, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if REFUSE.load(Ordering::Relaxed) && layout.size() == BUFFER_BYTES {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: the caller's layout, passed on.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: a block of `System`'s, with its layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: a block of `System`'s, with its layout.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: memprof::MemProf<Refusing> = memprof::MemProf::wrap(Refusing);
+static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+
+/// Limits the process's address space to what it maps now and a quarter of a trace buffer more
+/// (`true`), or lifts the limit (`false`): trace buffers are mapped, one at a time, so no new one
+/// can be had while the limit holds, as when the buffers run out; the churn's blocks are reused
+/// from the C library's heap.
+fn refuse_new_buffers(refuse: bool) {
+    let limit = if refuse {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split(' ').next().unwrap().parse().unwrap();
+        // SAFETY: no argument.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+        pages * page + (1 << 17)
+    } else {
+        libc::RLIM_INFINITY
+    };
+    let limit = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid limit, read only.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+}
 
 /// About `buffers` trace buffers' worth of events from this thread.
 #[inline(never)]
@@ -68,9 +50,9 @@ fn churn(buffers: usize) {
 
 fn child() {
     churn(3);
-    REFUSE.store(true, Ordering::Relaxed);
+    refuse_new_buffers(true);
     churn(3);
-    REFUSE.store(false, Ordering::Relaxed);
+    refuse_new_buffers(false);
     memprof::mark("after the loss");
     churn(3);
     println!("ready");

@@ -4,12 +4,24 @@
 //!
 //! Appending is a few plain stores into the thread's buffer and one store of its length: no lock,
 //! no allocation, no system call. A buffer is handed over by a store of its state; the writer
-//! finds full buffers by looking at every buffer's state ([`BUFFERS`], an append-only vector)
-//! and gives them back emptied. A thread whose buffer is full takes an empty one, or makes a new
-//! one inside the reentrancy guard when none is free: the writer is never waited for, since it
-//! may itself wait for what the allocating thread holds (the loader's lock, in `dlopen`). Past
-//! [`MAX_BUFFERS`] (the writer far behind a slow destination) events are dropped and counted; the
-//! thread keeps its number, and its next buffer follows its last one in the writer's order.
+//! finds full buffers by looking at every buffer's state ([`BUFFERS`], a fixed array of
+//! [`MAX_BUFFERS`] slots) and gives them back emptied. A thread whose buffer is full takes an
+//! empty one: the writer is never waited for, since it may itself wait for what the allocating
+//! thread holds (the loader's lock, in `dlopen`). Buffers never come from an allocator: a slot's
+//! words are mapped (`mmap`, a system call without a lock) the first time a thread claims it, and
+//! kept for reuse. Past [`MAX_BUFFERS`] (the writer far behind a slow destination) events are
+//! dropped and counted; the thread keeps its number, and its next buffer follows its last one in
+//! the writer's order.
+//!
+//! A thread's end-of-thread flush is a thread-local destructor, whose registration allocates
+//! (glibc's `__cxa_thread_atexit_impl` calls `calloc`). It is registered at the thread's first
+//! event that is not a free: an allocation, a reallocation or a marker, made inside the allocator
+//! anyway. Never at a free: a free may be made by a signal handler on a thread of C code that only
+//! uses the C library's allocator, interrupted inside `malloc` with its arena's lock held, where
+//! any allocation would wait for that lock forever. Until it registers, a thread appends through
+//! the slow path into a buffer marked as having no flush; the writer hands such a buffer over
+//! itself once the thread has ended (a signal 0 to its id finds no thread), as the flush would
+//! have, so that a thread that only ever frees has its events written while the program runs.
 //!
 //! Events made after a thread's end-of-thread flush (destructors of other thread-locals that free
 //! memory) go to one shared buffer, thread 0, behind a lock: rare, and the thread is ending.
@@ -25,8 +37,8 @@
 use crate::guard::Guard;
 use crate::native;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Words per buffer (512 KiB): a buffer becomes one chunk, and larger chunks compress better;
 /// every thread that traces holds one.
@@ -44,18 +56,19 @@ pub(crate) const REALLOC: u64 = 3;
 /// See [`ALLOC`].
 pub(crate) const MARK: u64 = 4;
 
-/// Nobody uses the buffer.
+/// Nobody uses the buffer (also a slot whose words are not mapped yet).
 const EMPTY: u8 = 0;
 /// A thread appends to it.
 const OWNED: u8 = 1;
 /// Handed to the writer.
 const FULL: u8 = 2;
 
-/// One buffer of events.
+/// One buffer of events: a slot of [`BUFFERS`].
 #[derive(Debug)]
 pub(crate) struct Buffer {
-    /// The events' words; only `..len` are meaningful.
-    words: Box<[AtomicU64]>,
+    /// The events' words, mapped by the first thread that claims the slot; only `..len` are
+    /// meaningful.
+    words: OnceLock<&'static [AtomicU64]>,
     /// Words written: stored (release) after each event, so a reader that loads it (acquire)
     /// reads whole events.
     len: AtomicUsize,
@@ -67,33 +80,23 @@ pub(crate) struct Buffer {
     tid: AtomicU64,
     /// The buffer's place among the thread's buffers: the writer writes them in this order.
     seq: AtomicU64,
+    /// Its owner has no end-of-thread flush: the writer hands it over once the owner has ended.
+    /// Stored (release) by the owner after the fields above, cleared by the owner when it
+    /// registers its flush and by [`Buffer::recycle`].
+    unflushed: AtomicBool,
 }
 
 impl Buffer {
-    fn new() -> Option<Buffer> {
-        let words: Box<[AtomicU64]> = bytemuck::allocation::try_zeroed_slice_box(WORDS).ok()?;
-        Some(Buffer {
-            words,
+    const fn new() -> Buffer {
+        Buffer {
+            words: OnceLock::new(),
             len: AtomicUsize::new(0),
-            state: AtomicU8::new(OWNED),
+            state: AtomicU8::new(EMPTY),
             thread: AtomicU32::new(0),
             tid: AtomicU64::new(0),
             seq: AtomicU64::new(0),
-        })
-    }
-
-    /// Appends `event` when it fits; returns whether it did. Only the owner calls it.
-    #[inline(always)]
-    fn push(&self, event: &[u64]) -> bool {
-        let len = self.len.load(Ordering::Relaxed);
-        let Some(slots) = self.words.get(len..len + event.len()) else {
-            return false;
-        };
-        for (slot, &word) in slots.iter().zip(event) {
-            slot.store(word, Ordering::Relaxed);
+            unflushed: AtomicBool::new(false),
         }
-        self.len.store(len + event.len(), Ordering::Release);
-        true
     }
 
     /// The thread number, OS id and place of the buffer.
@@ -107,8 +110,11 @@ impl Buffer {
 
     /// Calls `f` with the words of the events written so far.
     pub(crate) fn read(&self, mut f: impl FnMut(&[u64])) {
-        let len = self.len.load(Ordering::Acquire).min(WORDS);
-        let mut words = self.words[..len].iter();
+        let Some(words) = self.words.get() else {
+            return;
+        };
+        let len = self.len.load(Ordering::Acquire).min(words.len());
+        let mut words = words[..len].iter();
         let mut event = [0u64; 6];
         while let Some(first) = words.next() {
             let first = first.load(Ordering::Relaxed);
@@ -132,12 +138,50 @@ impl Buffer {
     /// Gives a buffer the writer wrote back for reuse.
     pub(crate) fn recycle(&self) {
         self.len.store(0, Ordering::Relaxed);
+        self.unflushed.store(false, Ordering::Relaxed);
         self.state.store(EMPTY, Ordering::Release);
     }
 }
 
-/// Every buffer ever made; buffers are reused, never freed.
-pub(crate) static BUFFERS: boxcar::Vec<Buffer> = boxcar::Vec::new();
+/// A buffer a thread owns, with its words at hand: what the thread appends through.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    buffer: &'static Buffer,
+    words: &'static [AtomicU64],
+}
+
+impl Held {
+    /// Appends `event` when it fits; returns whether it did. Only the owner calls it.
+    #[inline(always)]
+    fn push(self, event: &[u64]) -> bool {
+        let len = self.buffer.len.load(Ordering::Relaxed);
+        let Some(slots) = self.words.get(len..len + event.len()) else {
+            return false;
+        };
+        for (slot, &word) in slots.iter().zip(event) {
+            slot.store(word, Ordering::Relaxed);
+        }
+        self.buffer.len.store(len + event.len(), Ordering::Release);
+        true
+    }
+
+    /// Hands the buffer to the writer.
+    fn hand_over(self) {
+        self.buffer.state.store(FULL, Ordering::Release);
+    }
+}
+
+/// Every buffer: slots claimed in order, their words mapped at first use, reused, never freed.
+/// Const-initialized, so it takes no memory but the program's zeroed data until used.
+static BUFFERS: [Buffer; MAX_BUFFERS] = [const { Buffer::new() }; MAX_BUFFERS];
+
+/// One past the highest slot ever claimed: the writer looks no further.
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+
+/// The slots claimed at least once.
+fn in_use() -> &'static [Buffer] {
+    &BUFFERS[..IN_USE.load(Ordering::Acquire).min(MAX_BUFFERS)]
+}
 
 /// Events that could not be recorded.
 pub(crate) static LOST: AtomicU64 = AtomicU64::new(0);
@@ -146,12 +190,15 @@ pub(crate) static LOST: AtomicU64 = AtomicU64::new(0);
 static THREADS: AtomicU32 = AtomicU32::new(0);
 
 /// The buffers handed to the writer and, when `closing`, those threads append to now: each with
-/// whether it is full (the writer recycles those).
-pub(crate) fn ready(closing: bool) -> Vec<(&'static Buffer, bool)> {
-    let mut ready: Vec<(&'static Buffer, bool)> = BUFFERS
+/// whether it is full (the writer recycles those). With `ended_threads`, the buffers of threads
+/// without an end-of-thread flush that have ended are handed over first, as their flush would
+/// have (one system call per such buffer: the writer asks for it now and then, not every round).
+pub(crate) fn ready(closing: bool, ended_threads: bool) -> Vec<(&'static Buffer, bool)> {
+    let mut ready: Vec<(&'static Buffer, bool)> = in_use()
         .iter()
-        .filter_map(|(_, b)| match b.state.load(Ordering::Acquire) {
+        .filter_map(|b| match b.state.load(Ordering::Acquire) {
             FULL => Some((b, true)),
+            OWNED if ended_threads && owner_ended(b) => Some((b, true)),
             OWNED if closing => Some((b, false)),
             _ => None,
         })
@@ -163,12 +210,24 @@ pub(crate) fn ready(closing: bool) -> Vec<(&'static Buffer, bool)> {
     ready
 }
 
+/// Whether `buffer`, owned, belongs to a thread without an end-of-thread flush that has ended;
+/// then it is handed over (full) here.
+fn owner_ended(buffer: &Buffer) -> bool {
+    // `unflushed` set means the fields before it are the present owner's.
+    buffer.unflushed.load(Ordering::Acquire)
+        && native::thread_ended(buffer.tid.load(Ordering::Relaxed))
+        && buffer
+            .state
+            .compare_exchange(OWNED, FULL, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+}
+
 /// Events in the buffers not written yet: handed to the writer, or being filled.
 pub(crate) fn unwritten() -> u64 {
-    BUFFERS
+    in_use()
         .iter()
-        .filter(|(_, b)| b.state.load(Ordering::Acquire) != EMPTY)
-        .map(|(_, b)| {
+        .filter(|b| b.state.load(Ordering::Acquire) != EMPTY)
+        .map(|b| {
             let mut events = 0;
             b.read(|_| events += 1);
             events
@@ -178,8 +237,12 @@ pub(crate) fn unwritten() -> u64 {
 
 /// This thread's part.
 struct Local {
-    /// The buffer it appends to.
-    buffer: Cell<Option<&'static Buffer>>,
+    /// The buffer it appends to on the fast path, once its end-of-thread flush is registered.
+    buffer: Cell<Option<Held>>,
+    /// The buffer it appends to, through the slow path, before then (only frees so far).
+    unflushed: Cell<Option<Held>>,
+    /// Its end-of-thread flush is registered.
+    registered: Cell<bool>,
     /// Set while it appends: an event from a signal handler that interrupted it is dropped.
     busy: Cell<bool>,
     /// Its number in the trace; 0 before its first event.
@@ -199,6 +262,8 @@ thread_local! {
     static LOCAL: Local = const {
         Local {
             buffer: Cell::new(None),
+            unflushed: Cell::new(None),
+            registered: Cell::new(false),
             busy: Cell::new(false),
             thread: Cell::new(0),
             tid: Cell::new(0),
@@ -207,8 +272,8 @@ thread_local! {
             pending: Cell::new((0, 0)),
         }
     };
-    /// Hands the thread's buffer over when it ends; touched once, at its first event, inside the
-    /// reentrancy guard (registering the destructor may allocate).
+    /// Hands the thread's buffer over when it ends; touched once, at its first event that is not
+    /// a free, inside the reentrancy guard (registering the destructor allocates).
     static FLUSH: FlushOnExit = const { FlushOnExit };
 }
 
@@ -220,7 +285,10 @@ impl Drop for FlushOnExit {
         let _ = LOCAL.try_with(|local| {
             local.ended.set(true);
             if let Some(buffer) = local.buffer.take() {
-                buffer.state.store(FULL, Ordering::Release);
+                buffer.hand_over();
+            }
+            if let Some(buffer) = local.unflushed.take() {
+                buffer.hand_over();
             }
         });
     }
@@ -264,35 +332,58 @@ pub(crate) fn take_pending() -> Option<(u64, u64)> {
         .flatten()
 }
 
+/// The thread's buffer is full, or it has none, or it has not registered its end-of-thread flush
+/// yet. Nothing here allocates but that registration, made only at an event that is not a free.
 #[cold]
 #[inline(never)]
 fn append_slow(local: &Local, event: &[u64]) {
     if local.ended.get() {
         return append_shared(event);
     }
-    // A new buffer, or this thread's first one, may allocate.
     let _guard = Guard::enter();
-    if let Some(full) = local.buffer.take() {
-        full.state.store(FULL, Ordering::Release);
+    if !local.registered.get() && event[0] & 7 != FREE {
+        // Registering the flush allocates: never at a free ([module docs](self)).
+        if FLUSH.try_with(|_| {}).is_err() {
+            local.ended.set(true);
+            if let Some(buffer) = local.unflushed.take() {
+                buffer.hand_over();
+            }
+            return append_shared(event);
+        }
+        local.registered.set(true);
+        if let Some(buffer) = local.unflushed.take() {
+            buffer.buffer.unflushed.store(false, Ordering::Relaxed);
+            local.buffer.set(Some(buffer));
+        }
+    }
+    let registered = local.registered.get();
+    let cell = if registered {
+        &local.buffer
+    } else {
+        &local.unflushed
+    };
+    if let Some(buffer) = cell.get()
+        && buffer.push(event)
+    {
+        return;
+    }
+    if let Some(full) = cell.take() {
+        full.hand_over();
     }
     // The thread's number is given at its first event, once: a thread left without a buffer
     // (none could be had, its event dropped) keeps its number, and its next buffer follows its
     // last one.
     if local.thread.get() == 0 {
-        if FLUSH.try_with(|_| {}).is_err() {
-            local.ended.set(true);
-            return append_shared(event);
-        }
         local.thread.set(next_thread());
         local.tid.set(native::thread_id());
     }
     let seq = local.seq.get();
-    match take_buffer(local.thread.get(), local.tid.get(), seq) {
+    match take_buffer(local.thread.get(), local.tid.get(), seq, !registered) {
         Some(buffer) => {
             // Counted only once taken: the writer waits for each place in turn.
             local.seq.set(seq + 1);
             buffer.push(event);
-            local.buffer.set(Some(buffer));
+            cell.set(Some(buffer));
         }
         None => {
             LOST.fetch_add(1, Ordering::Relaxed);
@@ -311,29 +402,38 @@ fn next_thread() -> u32 {
     }
 }
 
-/// An empty buffer owned by thread `thread` (operating-system id `tid`) as its `seq`th, made when
-/// none is free.
-fn take_buffer(thread: u32, tid: u64, seq: u64) -> Option<&'static Buffer> {
-    let free = BUFFERS.iter().map(|(_, b)| b).find(|b| {
+/// An empty buffer owned by thread `thread` (operating-system id `tid`) as its `seq`th, marked
+/// `unflushed` when the thread has no end-of-thread flush. Allocates nothing: a slot never used
+/// before has its words mapped.
+fn take_buffer(thread: u32, tid: u64, seq: u64, unflushed: bool) -> Option<Held> {
+    let (index, buffer) = BUFFERS.iter().enumerate().find(|(_, b)| {
         b.state.load(Ordering::Relaxed) == EMPTY
             && b.state
                 .compare_exchange(EMPTY, OWNED, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
-    });
-    let buffer = match free {
-        Some(buffer) => buffer,
-        None if BUFFERS.count() < MAX_BUFFERS => &BUFFERS[BUFFERS.push(Buffer::new()?)],
-        None => return None,
+    })?;
+    IN_USE.fetch_max(index + 1, Ordering::Release);
+    // Only the slot's owner sets its words: the lock is never waited for.
+    let words = match buffer.words.get() {
+        Some(words) => *words,
+        None => match native::map_words(WORDS) {
+            Some(words) => *buffer.words.get_or_init(|| words),
+            None => {
+                buffer.state.store(EMPTY, Ordering::Release);
+                return None;
+            }
+        },
     };
     buffer.len.store(0, Ordering::Relaxed);
     buffer.thread.store(thread, Ordering::Relaxed);
     buffer.tid.store(tid, Ordering::Relaxed);
     buffer.seq.store(seq, Ordering::Relaxed);
-    Some(buffer)
+    buffer.unflushed.store(unflushed, Ordering::Release);
+    Some(Held { buffer, words })
 }
 
 /// The shared buffer of ended threads, and how many it has had.
-static SHARED: Mutex<(Option<&'static Buffer>, u64)> = Mutex::new((None, 0));
+static SHARED: Mutex<(Option<Held>, u64)> = Mutex::new((None, 0));
 
 /// Appends to the shared buffer of ended threads.
 #[cold]
@@ -344,10 +444,10 @@ fn append_shared(event: &[u64]) {
         return;
     }
     if let Some(full) = shared.0.take() {
-        full.state.store(FULL, Ordering::Release);
+        full.hand_over();
     }
     let seq = shared.1;
-    match take_buffer(0, 0, seq) {
+    match take_buffer(0, 0, seq, false) {
         Some(buffer) => {
             shared.1 += 1;
             buffer.push(event);

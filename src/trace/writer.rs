@@ -42,6 +42,10 @@ use std::time::{Duration, Instant, SystemTime};
 /// How often the writer looks for full buffers.
 const POLL: Duration = Duration::from_millis(5);
 
+/// Every how many rounds the writer looks for the buffers of threads that ended without an
+/// end-of-thread flush (one system call per such buffer; see `record::buffer`): 100 ms.
+const ENDED_THREADS_EVERY: u64 = 20;
+
 /// How long the clock's rate is measured over before the first chunk is written.
 const CALIBRATION: Duration = Duration::from_millis(50);
 
@@ -180,6 +184,8 @@ struct Sink {
     next_seq: HashMap<u32, u64>,
     /// Events written.
     events: u64,
+    /// Rounds of [`Sink::drain`] so far.
+    rounds: u64,
 }
 
 /// The trace's state: taken by the writer thread only (and by `start`, before it runs).
@@ -319,6 +325,7 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         build_ids: HashMap::new(),
         next_seq: HashMap::new(),
         events: 0,
+        rounds: 0,
     };
     *STATE.lock().unwrap_or_else(PoisonError::into_inner) = State::Pending(Box::new(sink));
     PHASE.store(RUNNING, Ordering::Release);
@@ -621,7 +628,8 @@ impl Sink {
     fn drain(&mut self, closing: bool) -> io::Result<()> {
         // Labels are written each round, so that few wait for the writer.
         self.define_labels()?;
-        let ready = buffer::ready(closing);
+        self.rounds += 1;
+        let ready = buffer::ready(closing, self.rounds.is_multiple_of(ENDED_THREADS_EVERY));
         if ready.is_empty() {
             return Ok(());
         }
