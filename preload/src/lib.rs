@@ -19,6 +19,7 @@
 //! The library's own allocations (memprof's tables, its reports) go to the C library directly
 //! ([`Forward`]), never through the functions it defines.
 
+mod exec;
 mod follow;
 mod forward;
 
@@ -204,6 +205,7 @@ fn set_errno(value: c_int) {
 extern "C" fn init() {
     follow::apply();
     forward::resolve();
+    exec::resolve();
     memprof::preload::start();
     READY.store(true, Relaxed);
     // SAFETY: `unseen` is an `extern "C" fn()` that does not unwind.
