@@ -46,6 +46,7 @@ mod files;
 mod heap;
 mod model;
 mod moment;
+mod ranges;
 mod records;
 mod replay;
 mod rewrite;
@@ -57,8 +58,9 @@ mod tests;
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use files::{Replacement, check_replaceable};
-pub use heap::{AddressHasher, Block, Heap, LiveBlocks};
+pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping};
 pub use moment::{Moment, Position};
+pub use ranges::RangeMap;
 pub use records::{
     CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkHeader, Codec, Error, ErrorKind, FIRST_SIZED_KIND,
     Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, MINOR, ModuleEntry, Record,
