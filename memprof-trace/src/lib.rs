@@ -15,6 +15,8 @@
 //!   loop that tells a [`Visitor`] what each event means ([`Trace::visit`]); replays to a
 //!   [`Moment`] ([`Trace::replay`]) and to the peak are visitors of that loop, as are the
 //!   command's summary, index, scans, exports and event streams.
+//! - [`RangeMap`]: disjoint address ranges as the kernel keeps mappings (trimmed, split and
+//!   replaced), for the live mappings of the replay ([`Heap::mappings`]) and of the recorder.
 //! - [`write_symbolized`]: a trace written again with a new symbol section.
 //! - [`Replacement`]: a file written under a new temporary name and renamed over its destination,
 //!   never through a link, never over what is not a regular file (what the command writes).

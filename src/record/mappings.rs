@@ -52,10 +52,21 @@ fn record_new(ticks: u64, address: usize, length: usize, mapped: Mapped) {
 /// returns whether it succeeded: what is recorded there leaves the map before it runs.
 #[inline(always)]
 pub(crate) fn munmap<R>(address: usize, length: usize, unmap: impl FnOnce() -> (bool, R)) -> R {
-    let _guard = Guard::enter();
     let ticks = trace_tap::now();
-    let removed = mappings::unmap(address, length);
+    let removed = {
+        let _guard = Guard::enter();
+        mappings::unmap(address, length)
+    };
+    // The system call outside the guard: a signal handler that allocates meanwhile is recorded.
     let (done, result) = unmap();
+    let _guard = Guard::enter();
+    end_unmap(ticks, removed, done);
+    result
+}
+
+/// After the call that was to unmap the pieces `removed` at `ticks`: traces them when it was
+/// `done`, else puts them back. Inside the reentrancy guard.
+fn end_unmap(ticks: u64, removed: Vec<(u64, u64, Mapped)>, done: bool) {
     if done {
         for &(start, len, _) in &removed {
             trace_tap::munmap(ticks, start, len);
@@ -63,7 +74,6 @@ pub(crate) fn munmap<R>(address: usize, length: usize, unmap: impl FnOnce() -> (
     } else {
         mappings::restore(&removed);
     }
-    result
 }
 
 /// Remaps `[old, old + old_length)` to `new_length` bytes through `remap`, which returns the new
@@ -80,37 +90,33 @@ pub(crate) fn mremap<S: Start, R>(
     remap: impl FnOnce() -> (Option<usize>, R),
 ) -> R {
     let entry = capture::fp::frame_pointer();
-    let guard = Guard::enter();
-    let stack = guard
-        .as_ref()
-        .and_then(|guard| mapping_stack::<S>(guard, entry));
-    let ticks = trace_tap::now();
-    let (removed, kind) = if keeps_old {
-        (Vec::new(), mappings::get(old))
-    } else {
-        let removed = mappings::unmap(old, old_length);
-        let kind = removed.first().map(|&(_, _, mapped)| mapped);
-        (removed, kind)
+    let (stack, ticks, removed, kind) = {
+        let guard = Guard::enter();
+        let stack = guard
+            .as_ref()
+            .and_then(|guard| mapping_stack::<S>(guard, entry));
+        let ticks = trace_tap::now();
+        let (removed, kind) = if keeps_old {
+            (Vec::new(), mappings::get(old))
+        } else {
+            let removed = mappings::unmap(old, old_length);
+            let kind = removed.first().map(|&(_, _, mapped)| mapped);
+            (removed, kind)
+        };
+        (stack, ticks, removed, kind)
     };
     let (new, result) = remap();
-    match new {
-        None => mappings::restore(&removed),
-        Some(new) => {
-            for &(start, len, _) in &removed {
-                trace_tap::munmap(ticks, start, len);
-            }
-            if let Some(stack) = stack {
-                let (prot, flags) = kind.map_or((0, 0), |m| (m.prot, m.flags));
-                record_new(
-                    trace_tap::now(),
-                    new,
-                    new_length,
-                    Mapped { stack, prot, flags },
-                );
-            }
-        }
+    let _guard = Guard::enter();
+    end_unmap(ticks, removed, new.is_some());
+    if let (Some(new), Some(stack)) = (new, stack) {
+        let (prot, flags) = kind.map_or((0, 0), |m| (m.prot, m.flags));
+        record_new(
+            trace_tap::now(),
+            new,
+            new_length,
+            Mapped { stack, prot, flags },
+        );
     }
-    drop(guard);
     capture::stay_in_frame();
     result
 }
