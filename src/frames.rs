@@ -166,8 +166,8 @@ pub(crate) fn is_allocator_frame(function: &str) -> bool {
         "hashbrown::raw::",
         "<hashbrown::raw::",
     ];
-    /// The C library's allocation functions, as the preloaded library defines them, and C++'s
-    /// allocation operators, which call them.
+    /// The C library's allocation and mapping functions, as the preloaded library defines them,
+    /// and C++'s allocation operators, which call them.
     const C_FUNCTIONS: &[&str] = &[
         "malloc",
         "calloc",
@@ -179,6 +179,10 @@ pub(crate) fn is_allocator_frame(function: &str) -> bool {
         "memalign",
         "valloc",
         "pvalloc",
+        "mmap",
+        "mmap64",
+        "munmap",
+        "mremap",
     ];
     PREFIXES.iter().any(|p| function.starts_with(p))
         || C_FUNCTIONS.contains(&function)

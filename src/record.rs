@@ -28,6 +28,8 @@
 
 #[cfg(feature = "trace")]
 pub(crate) mod buffer;
+#[cfg(feature = "preload")]
+pub(crate) mod mappings;
 pub(crate) mod scope_tap;
 pub(crate) mod trace_tap;
 
@@ -261,6 +263,26 @@ fn new_block<const HEADED: bool>(
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
     // so totals stay balanced when it is freed.
     recorded.unwrap_or_else(|_| Some(store(&[])))
+}
+
+/// The stack of a mapping the program makes (the preloaded library's `mmap` and `mremap`),
+/// captured and interned as [`new_block`] does, when recording and not paused; `entry` as there.
+#[cfg(feature = "preload")]
+#[inline]
+fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
+    let config = recording::<S>(guard, Settings::default())?;
+    if PAUSED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let depth = config.capture_depth();
+    let captured = FRAMES.try_with(|frames| {
+        let mut frames = frames.try_borrow_mut().ok()?;
+        let budget = capture::Budget::new(config.shown_depth());
+        let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        Some(TABLE.stacks.intern(&frames[..n]))
+    });
+    // The thread is tearing down its locals: the mapping without a stack rather than lost.
+    captured.unwrap_or_else(|_| Some(TABLE.stacks.intern(&[])))
 }
 
 /// Whether the table may hold `block` at `address`, before looking it up: a header says so; for

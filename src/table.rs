@@ -25,6 +25,8 @@
 mod door;
 mod fork;
 mod hold;
+#[cfg(feature = "preload")]
+pub(crate) mod mappings;
 mod nested;
 mod peak;
 mod sampled;

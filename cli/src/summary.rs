@@ -1,12 +1,13 @@
 //! `memprof summary`: what `heaptrack_print` answers first, from one replay of the whole trace
 //! and one to its peak: totals, the peak, what was leaked at the end, the call sites with the
 //! most allocations and the most temporary ones, the largest at the peak, and how long blocks
-//! lived.
+//! lived; and when the trace has any (the preloaded library's), the program's own memory
+//! mappings: made over the run, live at the end, their peak, and the largest live at the end.
 
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::ReportOptions;
-use memprof_trace::{Accumulated, Block, Moment, Timed, Trace, Visitor};
+use memprof_trace::{Accumulated, Block, Mapping, Moment, Timed, Trace, Visitor};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
@@ -38,6 +39,10 @@ pub struct Site {
     pub peak_bytes: u64,
     /// Blocks live at the peak.
     pub peak_blocks: u64,
+    /// Bytes of the program's own mappings made here and live at the end.
+    pub mapped_bytes: u64,
+    /// Those mappings (pieces of one split by a partial unmap count apart).
+    pub mappings: u64,
 }
 
 /// The summary of a trace.
@@ -61,6 +66,17 @@ pub struct Summary {
     leaked_blocks: u64,
     /// Blocks freed per lifetime bucket; the last counts those of 10 s and more.
     lifetimes: [u64; BUCKETS.len() + 1],
+    /// The program's own mappings: made (`mmap`, and `mremap`'s new ranges), their bytes.
+    maps: u64,
+    map_bytes: u64,
+    /// Unmap events (`munmap`, `mremap`'s old ranges, pages replaced) that ended mapped pages.
+    unmaps: u64,
+    /// Most bytes mapped at once, and when.
+    mapped_peak: u64,
+    mapped_peak_time: u64,
+    /// Live at the end: bytes and mappings.
+    mapped_end: u64,
+    mappings_end: u64,
     sites: Vec<Site>,
     top: usize,
 }
@@ -104,9 +120,24 @@ impl Visitor for Counting<'_> {
         self.summary.markers += 1;
     }
 
+    fn map(&mut self, _: &Timed, _: u64, length: u64, _: &Mapping, _: &[(u64, u64, Mapping)]) {
+        self.summary.maps += 1;
+        self.summary.map_bytes += length;
+    }
+
+    fn unmap(&mut self, _: &Timed, _: u64, _: u64, removed: &[(u64, u64, Mapping)]) {
+        if !removed.is_empty() {
+            self.summary.unmaps += 1;
+        }
+    }
+
     fn after(&mut self, timed: &Timed, state: &Accumulated) -> ControlFlow<()> {
         let summary = &mut *self.summary;
         summary.duration = timed.time;
+        if state.heap.mappings.bytes() > summary.mapped_peak {
+            summary.mapped_peak = state.heap.mappings.bytes();
+            summary.mapped_peak_time = timed.time;
+        }
         if state.heap.live_bytes > summary.peak_bytes {
             summary.peak_bytes = state.heap.live_bytes;
             summary.peak_blocks = state.heap.live.len() as u64;
@@ -154,6 +185,15 @@ impl Summary {
         } = counting;
         summary.leaked_bytes = end.heap.live_bytes;
         summary.leaked_blocks = end.heap.live.len() as u64;
+        summary.mapped_end = end.heap.mappings.bytes();
+        summary.mappings_end = end.heap.mappings.len() as u64;
+        let mut mapped_per_stack = vec![(0u64, 0u64); stacks];
+        for (_, length, mapping) in end.heap.mappings.iter() {
+            if let Some(entry) = mapped_per_stack.get_mut(mapping.stack as usize) {
+                entry.0 += 1;
+                entry.1 += length;
+            }
+        }
         drop(end);
 
         let (at_peak, _) = crate::replay(trace, &Moment::Events(peak_events))?;
@@ -171,7 +211,8 @@ impl Summary {
         for (id, frames) in trace.stacks().iter().enumerate() {
             let (allocations, bytes, temporary) = per_stack[id];
             let (peak_blocks, peak_bytes) = peak_per_stack[id];
-            if allocations == 0 && peak_blocks == 0 {
+            let (mappings, mapped_bytes) = mapped_per_stack[id];
+            if allocations == 0 && peak_blocks == 0 && mappings == 0 {
                 continue;
             }
             let addresses: Vec<memprof::ReturnAddress> = frames
@@ -188,6 +229,8 @@ impl Summary {
             site.temporary += temporary;
             site.peak_blocks += peak_blocks;
             site.peak_bytes += peak_bytes;
+            site.mappings += mappings;
+            site.mapped_bytes += mapped_bytes;
         }
         summary.sites = sites.into_values().collect();
         summary.sites.sort_by(|a, b| a.context.cmp(&b.context));
@@ -231,8 +274,25 @@ impl Summary {
             "leaked at end: {} bytes in {} blocks",
             self.leaked_bytes, self.leaked_blocks
         )?;
+        if self.maps > 0 {
+            writeln!(
+                out,
+                "mappings: {} made ({} bytes), {} unmaps; peak: {} bytes mapped at {}",
+                self.maps,
+                self.map_bytes,
+                self.unmaps,
+                self.mapped_peak,
+                seconds(self.mapped_peak_time)
+            )?;
+            writeln!(
+                out,
+                "mapped at end: {} bytes in {} mappings",
+                self.mapped_end, self.mappings_end
+            )?;
+        }
 
-        let mut sites: Vec<&Site> = self.sites.iter().collect();
+        // Sites that only made mappings allocated nothing.
+        let mut sites: Vec<&Site> = self.sites.iter().filter(|s| s.allocations > 0).collect();
         sites.sort_by(|a, b| {
             b.allocations
                 .cmp(&a.allocations)
@@ -258,6 +318,13 @@ impl Summary {
         self.table(out, "largest at the peak", &sites, |s| {
             (s.peak_bytes, format!("bytes in {} blocks", s.peak_blocks))
         })?;
+        if self.maps > 0 {
+            let mut sites: Vec<&Site> = self.sites.iter().filter(|s| s.mappings > 0).collect();
+            sites.sort_by_key(|s| std::cmp::Reverse(s.mapped_bytes));
+            self.table(out, "largest mappings at the end", &sites, |s| {
+                (s.mapped_bytes, format!("bytes in {} mappings", s.mappings))
+            })?;
+        }
 
         writeln!(out, "\nlifetimes of freed blocks:")?;
         let freed: u64 = self.lifetimes.iter().sum();

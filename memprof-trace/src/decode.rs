@@ -292,6 +292,7 @@ impl Chunk {
             chunk: self.offset,
             cursor: Cursor::new(&self.payload),
             time: self.header.first_time,
+            first_time: self.header.first_time,
             model: Model::new(),
             block: None,
             failed: false,
@@ -305,6 +306,8 @@ pub struct Records<'a> {
     chunk: u64,
     cursor: Cursor<'a>,
     time: u64,
+    /// The chunk's `first_time`, which mapping records' times count from.
+    first_time: u64,
     model: Model,
     /// The `EVENTS` record being read: events left, and its columns.
     block: Option<(u64, [Cursor<'a>; 4])>,
@@ -361,6 +364,13 @@ impl<'a> Records<'a> {
         let size = sizes.varint()? ^ *slot;
         *slot = size;
         Ok((stack, size))
+    }
+
+    /// A mapping record's time: its delta from the chunk's `first_time`.
+    fn mapping_time(&self, body: &mut Cursor<'_>) -> Result<u64, Error> {
+        self.first_time
+            .checked_add(body.varint()?)
+            .ok_or_else(|| body.error("time past 2^64 ns"))
     }
 
     /// The next event of the `EVENTS` record being read.
@@ -462,6 +472,19 @@ impl<'a> Records<'a> {
                         text: body.string()?,
                     },
                     kind::SYMBOL => decode_symbol(&mut body)?,
+                    kind::MMAP => Record::Mmap {
+                        time: self.mapping_time(&mut body)?,
+                        address: body.varint()?,
+                        length: body.varint()?,
+                        stack: body.u32()?,
+                        prot: body.u32()?,
+                        flags: body.u32()?,
+                    },
+                    kind::MUNMAP => Record::Munmap {
+                        time: self.mapping_time(&mut body)?,
+                        address: body.varint()?,
+                        length: body.varint()?,
+                    },
                     kind::END => Record::End {
                         events: body.varint()?,
                         lost: body.varint()?,

@@ -77,7 +77,10 @@ pub struct ChunkEncoder {
     thread: u32,
     events: u32,
     first_time: Option<u64>,
+    /// The time of the last event of `EVENTS` records: what the next one's `dt` counts from.
     last_time: u64,
+    /// The time of the last event of any kind (mappings too): no later event goes below it.
+    latest: u64,
     model: Model,
     /// The events not yet put in an `EVENTS` record: their count and their four columns (heads,
     /// addresses, stacks, sizes).
@@ -96,6 +99,7 @@ impl ChunkEncoder {
             events: 0,
             first_time: None,
             last_time: 0,
+            latest: 0,
             model: Model::new(),
             pending: 0,
             columns: Default::default(),
@@ -110,6 +114,7 @@ impl ChunkEncoder {
         self.events = 0;
         self.first_time = None;
         self.last_time = 0;
+        self.latest = 0;
         self.model.reset();
         self.pending = 0;
         for column in &mut self.columns {
@@ -138,8 +143,9 @@ impl ChunkEncoder {
     fn time_delta(&mut self, time: u64) -> u64 {
         let base = *self.first_time.get_or_insert(time);
         let previous = self.last_time.max(base);
-        let time = time.max(previous);
+        let time = time.max(previous).max(self.latest);
         self.last_time = time;
+        self.latest = time;
         self.events += 1;
         self.flags |= flags::EVENTS;
         time - previous
@@ -224,6 +230,7 @@ impl ChunkEncoder {
         let time = self.last_time;
         let new_time = new_time.max(time);
         self.last_time = new_time;
+        self.latest = new_time;
         put_varint(&mut self.columns[HEADS], new_time - time);
         self.put_address(old_address);
         self.put_address(address);
@@ -234,6 +241,48 @@ impl ChunkEncoder {
     pub fn mark(&mut self, time: u64, label: u32) {
         self.head(class::MARK, time);
         put_varint(&mut self.columns[HEADS], u64::from(label));
+    }
+
+    /// The time of a mapping event, as its record stores it: from the chunk's `first_time`, never
+    /// below the chunk's last event. Mapping records leave the `EVENTS` records' chain of time
+    /// deltas alone, so a reader that skips them (version 1.0) still reads the other times right.
+    fn mapping_time(&mut self, time: u64) -> u64 {
+        let base = *self.first_time.get_or_insert(time);
+        let time = time.max(base).max(self.last_time).max(self.latest);
+        self.latest = time;
+        self.flags |= flags::EVENTS;
+        time - base
+    }
+
+    /// A mapping made at `time` (an `MMAP` record).
+    pub fn mmap(
+        &mut self,
+        time: u64,
+        address: u64,
+        length: u64,
+        stack: u32,
+        prot: u32,
+        map_flags: u32,
+    ) {
+        self.body.clear();
+        let dt = self.mapping_time(time);
+        put_varint(&mut self.body, dt);
+        put_varint(&mut self.body, address);
+        put_varint(&mut self.body, length);
+        put_varint(&mut self.body, u64::from(stack));
+        put_varint(&mut self.body, u64::from(prot));
+        put_varint(&mut self.body, u64::from(map_flags));
+        self.sized(kind::MMAP, flags::EVENTS);
+    }
+
+    /// Pages of a recorded mapping unmapped at `time` (an `MUNMAP` record).
+    pub fn munmap(&mut self, time: u64, address: u64, length: u64) {
+        self.body.clear();
+        let dt = self.mapping_time(time);
+        put_varint(&mut self.body, dt);
+        put_varint(&mut self.body, address);
+        put_varint(&mut self.body, length);
+        self.sized(kind::MUNMAP, flags::EVENTS);
     }
 
     /// Puts the events added since the last `EVENTS` record into one.
@@ -378,7 +427,10 @@ impl ChunkEncoder {
             stored_len,
             raw_len: self.payload.len() as u32,
             first_time: self.first_time.unwrap_or(0),
-            last_time: self.last_time.max(self.first_time.unwrap_or(0)),
+            last_time: self
+                .last_time
+                .max(self.latest)
+                .max(self.first_time.unwrap_or(0)),
             crc: 0,
             header_len: CHUNK_HEADER_BYTES as u16,
         };

@@ -1,6 +1,7 @@
 //! What a replay accumulates: the live blocks by address, the live bytes, and each stack's
 //! allocated totals (weighted under sampling as the live table weights them).
 
+use crate::ranges::RangeMap;
 use crate::replay::{Event, Timed};
 use std::collections::HashMap;
 
@@ -14,6 +15,21 @@ pub struct Block {
     /// The trace's number of the thread that allocated it.
     pub thread: u32,
     /// When it was allocated.
+    pub time: u64,
+}
+
+/// A live memory mapping during a replay (its range is the key of [`Heap::mappings`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// Its stack (an index into [`Trace::stacks`](crate::Trace::stacks)).
+    pub stack: u32,
+    /// `mmap`'s `prot`.
+    pub prot: u32,
+    /// `mmap`'s `flags`.
+    pub flags: u32,
+    /// The trace's number of the thread that made it.
+    pub thread: u32,
+    /// When it was made.
     pub time: u64,
 }
 
@@ -58,9 +74,39 @@ pub struct Heap {
     /// Under sampling, the blocks and bytes each stack stands for so far (the recorded ones
     /// weighted as the live table weights them).
     pub estimated: Vec<(f64, f64)>,
+    /// The program's live memory mappings (its own `mmap` calls, not the allocator's), by range;
+    /// a mapping partly unmapped is trimmed or split.
+    pub mappings: RangeMap<Mapping>,
 }
 
 impl Heap {
+    /// Applies a mapping event ([`Event::Map`], [`Event::Unmap`]): returns the pieces of live
+    /// mappings it removed (a `Map` replaces what was at its pages), each with its start and
+    /// length. Other events change nothing here.
+    pub(crate) fn apply_mapping(&mut self, timed: &Timed) -> Vec<(u64, u64, Mapping)> {
+        match timed.event {
+            Event::Map {
+                address,
+                length,
+                stack,
+                prot,
+                flags,
+            } => self.mappings.insert(
+                address,
+                length,
+                Mapping {
+                    stack,
+                    prot,
+                    flags,
+                    thread: timed.thread,
+                    time: timed.time,
+                },
+            ),
+            Event::Unmap { address, length } => self.mappings.remove(address, length),
+            _ => Vec::new(),
+        }
+    }
+
     /// Applies one event. Returns the block it ends: for a free, the freed block when it was
     /// live; for an allocation, the live block at its address whose free went unseen.
     pub(crate) fn apply(&mut self, timed: &Timed) -> Option<Block> {
@@ -104,6 +150,7 @@ impl Heap {
                 Some(block)
             }
             Event::Mark { .. } => None,
+            Event::Map { .. } | Event::Unmap { .. } => None,
         }
     }
 }

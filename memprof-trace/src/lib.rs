@@ -15,6 +15,8 @@
 //!   loop that tells a [`Visitor`] what each event means ([`Trace::visit`]); replays to a
 //!   [`Moment`] ([`Trace::replay`]) and to the peak are visitors of that loop, as are the
 //!   command's summary, index, scans, exports and event streams.
+//! - [`RangeMap`]: disjoint address ranges as the kernel keeps mappings (trimmed, split and
+//!   replaced), for the live mappings of the replay ([`Heap::mappings`]) and of the recorder.
 //! - [`write_symbolized`]: a trace written again with a new symbol section.
 //! - [`Replacement`]: a file written under a new temporary name and renamed over its destination,
 //!   never through a link, never over what is not a regular file (what the command writes).
@@ -46,6 +48,7 @@ mod files;
 mod heap;
 mod model;
 mod moment;
+mod ranges;
 mod records;
 mod replay;
 mod rewrite;
@@ -57,8 +60,9 @@ mod tests;
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use files::{Replacement, check_replaceable};
-pub use heap::{AddressHasher, Block, Heap, LiveBlocks};
+pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping};
 pub use moment::{Moment, Position};
+pub use ranges::RangeMap;
 pub use records::{
     CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkHeader, Codec, Error, ErrorKind, FIRST_SIZED_KIND,
     Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, MINOR, ModuleEntry, Record,

@@ -20,7 +20,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MPTRACE";
 pub const MAJOR: u16 = 1;
 
 /// The minor version this codec writes.
-pub const MINOR: u16 = 0;
+pub const MINOR: u16 = 1;
 
 /// The first 4 bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MPCK";
@@ -66,6 +66,11 @@ pub mod kind {
     pub const END: u8 = 0x45;
     /// Events, stored field by field.
     pub const EVENTS: u8 = 0x46;
+    /// A memory mapping the program made (`mmap`, or the new range of an `mremap`); version 1.1.
+    pub const MMAP: u8 = 0x47;
+    /// A recorded mapping's range unmapped (`munmap`, the old range of an `mremap`, or pages an
+    /// `mmap` with `MAP_FIXED` replaced); version 1.1.
+    pub const MUNMAP: u8 = 0x48;
 }
 
 /// Flags of a chunk header.
@@ -338,6 +343,30 @@ pub enum Record {
         time: u64,
         /// The label's id (a `LABEL` record gives its text).
         label: u32,
+    },
+    /// A memory mapping the program made (`mmap`, or the new range of an `mremap`).
+    Mmap {
+        /// Nanoseconds since the trace started, after the mapping was made.
+        time: u64,
+        /// Its first byte (page-aligned).
+        address: u64,
+        /// Its length in bytes.
+        length: u64,
+        /// The stack it was made from (a `STACK` record defines it).
+        stack: u32,
+        /// `mmap`'s `prot` (`PROT_*`).
+        prot: u32,
+        /// `mmap`'s `flags` (`MAP_*`).
+        flags: u32,
+    },
+    /// Part or all of a recorded mapping unmapped.
+    Munmap {
+        /// Nanoseconds since the trace started, before the pages were given back.
+        time: u64,
+        /// The first byte unmapped.
+        address: u64,
+        /// Bytes unmapped (all of them recorded as mapped).
+        length: u64,
     },
     /// A stack's return addresses, innermost first.
     Stack {

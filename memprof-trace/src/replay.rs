@@ -43,6 +43,27 @@ pub enum Event {
         /// The label's id.
         label: u32,
     },
+    /// A memory mapping the program made (`mmap`, or the new range of an `mremap`); it replaces
+    /// whatever recorded mapping was at its pages.
+    Map {
+        /// Its first byte.
+        address: u64,
+        /// Its length.
+        length: u64,
+        /// Its stack: an index into [`Trace::stacks`].
+        stack: u32,
+        /// `mmap`'s `prot`.
+        prot: u32,
+        /// `mmap`'s `flags`.
+        flags: u32,
+    },
+    /// Pages of recorded mappings unmapped (`munmap`, or the old range of an `mremap`).
+    Unmap {
+        /// The first byte.
+        address: u64,
+        /// Bytes.
+        length: u64,
+    },
 }
 
 /// An event with when and where it happened.
@@ -425,15 +446,45 @@ impl Trace {
                     thread,
                     event: Event::Mark { label },
                 }),
+                Record::Mmap {
+                    time,
+                    address,
+                    length,
+                    stack: id,
+                    prot,
+                    flags,
+                } => events.push(Timed {
+                    time,
+                    thread,
+                    event: Event::Map {
+                        address,
+                        length,
+                        stack: stack(id),
+                        prot,
+                        flags,
+                    },
+                }),
+                Record::Munmap {
+                    time,
+                    address,
+                    length,
+                } => events.push(Timed {
+                    time,
+                    thread,
+                    event: Event::Unmap { address, length },
+                }),
                 _ => {}
             }
         }
         if events.iter().any(|e| {
-            matches!(e.event, Event::Alloc { stack, .. } if stack as usize >= self.stacks.len())
+            matches!(e.event, Event::Alloc { stack, .. } | Event::Map { stack, .. }
+                if stack as usize >= self.stacks.len())
         }) {
             return Err(error_at(
                 info.offset,
-                ErrorKind::Corrupt("an allocation names a stack the trace never defines".into()),
+                ErrorKind::Corrupt(
+                    "an allocation or mapping names a stack the trace never defines".into(),
+                ),
             ));
         }
         Ok(events)

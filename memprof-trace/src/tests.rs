@@ -121,6 +121,9 @@ use defs_clone as end_clone;
 #[test]
 fn newer_major_versions_and_other_files_are_refused() {
     let mut bytes = trace(&[], None);
+    // A 1.0 file (without mapping records) reads as it did.
+    bytes[10] = 0;
+    assert_eq!(Reader::new(&bytes[..]).unwrap().header().minor, 0);
     bytes[8] = 2;
     let error = Reader::new(&bytes[..]).unwrap_err();
     assert!(matches!(
@@ -210,4 +213,53 @@ fn address_deltas_round_trip() {
         })
         .collect();
     assert_eq!(decoded, addresses);
+}
+
+/// Mapping records (version 1.1) keep their own times, and leave the `EVENTS` records' chain of
+/// time deltas as a 1.0 reader, which skips them, reads it.
+#[test]
+fn mapping_records_round_trip_and_leave_event_times_alone() {
+    let mut events = ChunkEncoder::new(1);
+    events.mmap(90, 0x7f00_0000_0000, 3 * 4096, 3, 3, 0x22);
+    events.alloc(100, 0x10, 24, 3);
+    events.munmap(120, 0x7f00_0000_1000, 4096);
+    events.free(150, 0x10);
+    let (header, chunks) = decode(&trace(&[events], Some(3))).unwrap();
+    assert_eq!(header.minor, MINOR);
+    assert_eq!(MINOR, 1);
+    let (chunk, records) = &chunks[0];
+    assert_eq!(
+        (chunk.first_time, chunk.last_time, chunk.events),
+        (90, 150, 2)
+    );
+    assert_eq!(
+        records,
+        &[
+            Record::Mmap {
+                time: 90,
+                address: 0x7f00_0000_0000,
+                length: 3 * 4096,
+                stack: 3,
+                prot: 3,
+                flags: 0x22,
+            },
+            Record::Alloc {
+                time: 100,
+                address: 0x10,
+                size: 24,
+                stack: 3
+            },
+            Record::Munmap {
+                time: 120,
+                address: 0x7f00_0000_1000,
+                length: 4096
+            },
+            Record::Free {
+                time: 150,
+                address: 0x10
+            },
+        ]
+    );
+    // The sized kinds are past FIRST_SIZED_KIND: a 1.0 reader skips them.
+    const { assert!(kind::MMAP >= FIRST_SIZED_KIND && kind::MUNMAP >= FIRST_SIZED_KIND) };
 }

@@ -3,7 +3,7 @@
 //! [`Visitor`]. The summary, the viewer's index and scans, the exports at a moment and the
 //! replays to a moment are visitors of this loop; none walks the events on its own.
 
-use crate::heap::{Block, Heap};
+use crate::heap::{Block, Heap, Mapping};
 use crate::moment::{Moment, Position};
 use crate::replay::{Event, Timed, Trace, TraceError};
 use std::collections::HashMap;
@@ -27,7 +27,8 @@ pub struct Accumulated {
 ///
 /// For each event, in time order: [`before`](Visitor::before) (which may stop the replay there,
 /// the event not applied), then the event applied to [`Accumulated::heap`] and one of
-/// [`alloc`](Visitor::alloc), [`free`](Visitor::free) or [`mark`](Visitor::mark), then
+/// [`alloc`](Visitor::alloc), [`free`](Visitor::free), [`mark`](Visitor::mark),
+/// [`map`](Visitor::map) or [`unmap`](Visitor::unmap), then
 /// [`after`](Visitor::after) (which may stop the replay after it).
 pub trait Visitor {
     /// Before `timed` is applied; `Break` ends the replay without it.
@@ -52,6 +53,25 @@ pub trait Visitor {
     /// A marker with this label id.
     fn mark(&mut self, timed: &Timed, label: u32) {
         let _ = (timed, label);
+    }
+
+    /// A memory mapping made ([`Event::Map`]) at `address`, of `length` bytes. `replaced` are the
+    /// pieces of live mappings it replaced (start, length, mapping), as `MAP_FIXED` does.
+    fn map(
+        &mut self,
+        timed: &Timed,
+        address: u64,
+        length: u64,
+        mapping: &Mapping,
+        replaced: &[(u64, u64, Mapping)],
+    ) {
+        let _ = (timed, address, length, mapping, replaced);
+    }
+
+    /// Pages unmapped ([`Event::Unmap`]): `removed` are the pieces of live mappings that ended
+    /// (start, length, mapping).
+    fn unmap(&mut self, timed: &Timed, address: u64, length: u64, removed: &[(u64, u64, Mapping)]) {
+        let _ = (timed, address, length, removed);
     }
 
     /// After `timed` was applied; `Break` ends the replay here.
@@ -79,6 +99,7 @@ impl Trace {
         self.for_each_event(
             &mut |timed| {
                 visitor.before(timed, &state)?;
+                let removed = state.heap.apply_mapping(timed);
                 let ended = state.heap.apply(timed);
                 state.events += 1;
                 state.time = timed.time;
@@ -106,6 +127,25 @@ impl Trace {
                         visitor.free(timed, address, ended.as_ref(), temporary);
                     }
                     Event::Mark { label } => visitor.mark(timed, label),
+                    Event::Map {
+                        address,
+                        length,
+                        stack,
+                        prot,
+                        flags,
+                    } => {
+                        let mapping = Mapping {
+                            stack,
+                            prot,
+                            flags,
+                            thread: timed.thread,
+                            time: timed.time,
+                        };
+                        visitor.map(timed, address, length, &mapping, &removed);
+                    }
+                    Event::Unmap { address, length } => {
+                        visitor.unmap(timed, address, length, &removed)
+                    }
                 }
                 visitor.after(timed, &state)
             },

@@ -16,12 +16,16 @@
 //! the crate's: stacks, symbols, reports, exports, trace, sampling, signals, the `MEMPROF_*`
 //! variables (docs/preload.md).
 //!
+//! It also defines `mmap`, `mmap64`, `munmap` and `mremap` (`mappings`): the program's own
+//! mappings are recorded with their stacks, listed in the trace and its summary.
+//!
 //! The library's own allocations (memprof's tables, its reports) go to the C library directly
 //! ([`Forward`]), never through the functions it defines.
 
 mod exec;
 mod follow;
 mod forward;
+mod mappings;
 
 use forward::{
     __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_pvalloc, __libc_realloc,
@@ -206,6 +210,7 @@ extern "C" fn init() {
     follow::apply();
     forward::resolve();
     exec::resolve();
+    mappings::init();
     memprof::preload::start();
     READY.store(true, Relaxed);
     // SAFETY: `unseen` is an `extern "C" fn()` that does not unwind.

@@ -56,7 +56,12 @@ fn lock_stages() -> Box<dyn Any> {
     let unwinder = crate::capture::dwarf::lock_for_fork();
     #[cfg(not(target_arch = "x86_64"))]
     let unwinder = ();
-    Box::new((endpoint, symbolizer, inference, tags, unwinder))
+    // Taken by the preloaded library's mapping path, which holds nothing else while it waits.
+    #[cfg(feature = "preload")]
+    let mappings = crate::table::mappings::lock_for_fork();
+    #[cfg(not(feature = "preload"))]
+    let mappings = ();
+    Box::new((endpoint, symbolizer, inference, tags, unwinder, mappings))
 }
 
 extern "C" fn prepare() {

@@ -7,6 +7,10 @@
 //! unsampled) is simply not found, and goes back to the C library as it came: nothing is read in
 //! front of it, so no block is ever misread.
 //!
+//! The library's `mmap`, `munmap` and `mremap` report the program's own mappings here too
+//! ([`mmap`], [`munmap`], [`mremap`]); memprof's own calls, made inside its reentrancy guard,
+//! are not recorded.
+//!
 //! Not part of the crate's interface: hidden from its documentation, and only built with the
 //! feature.
 
@@ -46,4 +50,33 @@ pub fn realloc(old_address: usize, new_size: usize, realloc: impl FnOnce() -> *m
         realloc,
     )
     .map_or(std::ptr::null_mut(), |(new, _)| new)
+}
+
+/// Records a mapping the program's `mmap` just made at `address`, `length` bytes rounded up to
+/// whole pages, with `mmap`'s `prot` and `flags`.
+#[inline(always)]
+pub fn mmap(address: usize, length: usize, prot: i32, flags: i32) {
+    record::mappings::mmap::<Doors>(address, length, prot as u32, flags as u32);
+}
+
+/// Unmaps `[address, address + length)` (`length` rounded up to whole pages) through `unmap`,
+/// which returns whether it succeeded and what the program is to be given: the recorded pages
+/// leave the live mappings before it runs, and come back if it fails.
+#[inline(always)]
+pub fn munmap<R>(address: usize, length: usize, unmap: impl FnOnce() -> (bool, R)) -> R {
+    record::mappings::munmap(address, length, unmap)
+}
+
+/// Remaps `[old, old + old_length)` to `new_length` bytes (both rounded up to whole pages)
+/// through `remap`, which returns the new address (`None`: it failed) and what the program is to
+/// be given. `keeps_old`: the old range stays mapped (`MREMAP_DONTUNMAP`, or an old length of 0).
+#[inline(always)]
+pub fn mremap<R>(
+    old: usize,
+    old_length: usize,
+    new_length: usize,
+    keeps_old: bool,
+    remap: impl FnOnce() -> (Option<usize>, R),
+) -> R {
+    record::mappings::mremap::<Doors, R>(old, old_length, new_length, keeps_old, remap)
 }

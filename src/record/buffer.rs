@@ -30,7 +30,9 @@
 //! - `ALLOC`: address, size, stack id;
 //! - `FREE`: address;
 //! - `REALLOC`: the new address, size, stack id, the old address, the ticks of the new block;
-//! - `MARK`: the label's id.
+//! - `MARK`: the label's id;
+//! - `MMAP`: address, length, stack id, `prot << 32 | flags` (the preloaded library's mappings);
+//! - `MUNMAP`: address, length.
 
 #![forbid(unsafe_code)]
 
@@ -55,6 +57,10 @@ pub(crate) const FREE: u64 = 2;
 pub(crate) const REALLOC: u64 = 3;
 /// See [`ALLOC`].
 pub(crate) const MARK: u64 = 4;
+/// See [`ALLOC`].
+pub(crate) const MMAP: u64 = 5;
+/// See [`ALLOC`].
+pub(crate) const MUNMAP: u64 = 6;
 
 /// Nobody uses the buffer (also a slot whose words are not mapped yet).
 const EMPTY: u8 = 0;
@@ -122,6 +128,8 @@ impl Buffer {
                 ALLOC => 4,
                 FREE | MARK => 2,
                 REALLOC => 6,
+                MMAP => 5,
+                MUNMAP => 3,
                 _ => return,
             };
             event[0] = first;

@@ -3,7 +3,8 @@
 //! pausing and sampling apply to the trace as to the table.
 //!
 //! The path calls [`alloc`], [`free`] and the two halves of a reallocation ([`realloc_start`],
-//! [`realloc_end`]); each costs one relaxed load of [`ON`] when no trace is open. The trace's
+//! [`realloc_end`]), and the preloaded library's mappings [`mmap`] and [`munmap`] (at a time
+//! read with [`now`]); each costs one relaxed load of [`ON`] when no trace is open. The trace's
 //! writer side (`crate::trace`) opens and closes it by setting [`ON`], and reads the buffers.
 
 #![forbid(unsafe_code)]
@@ -86,4 +87,44 @@ pub(crate) fn realloc_end(failed: bool) {
     }
     #[cfg(not(feature = "trace"))]
     let _ = failed;
+}
+
+/// The clock now when a trace is open (0 otherwise): the time of a mapping event, read before or
+/// after the call it records.
+#[cfg(feature = "preload")]
+#[inline]
+pub(crate) fn now() -> u64 {
+    #[cfg(feature = "trace")]
+    if ON.load(Ordering::Relaxed) {
+        return clock::ticks();
+    }
+    0
+}
+
+/// Records a mapping the program made at `ticks` ([`now`]).
+#[cfg(feature = "preload")]
+pub(crate) fn mmap(ticks: u64, address: u64, length: u64, stack: StackId, prot: u32, flags: u32) {
+    #[cfg(feature = "trace")]
+    if ON.load(Ordering::Relaxed) {
+        buffer::append(&[
+            ticks << 3 | buffer::MMAP,
+            address,
+            length,
+            u64::from(stack.0),
+            u64::from(prot) << 32 | u64::from(flags),
+        ]);
+    }
+    #[cfg(not(feature = "trace"))]
+    let _ = (ticks, address, length, stack, prot, flags);
+}
+
+/// Records pages of a recorded mapping unmapped at `ticks` ([`now`]).
+#[cfg(feature = "preload")]
+pub(crate) fn munmap(ticks: u64, address: u64, length: u64) {
+    #[cfg(feature = "trace")]
+    if ON.load(Ordering::Relaxed) {
+        buffer::append(&[ticks << 3 | buffer::MUNMAP, address, length]);
+    }
+    #[cfg(not(feature = "trace"))]
+    let _ = (ticks, address, length);
 }

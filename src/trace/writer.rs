@@ -725,6 +725,18 @@ impl Sink {
                         event[3] as u32,
                     );
                 }
+                buffer::MMAP => {
+                    define(event[3] as u32);
+                    chunk.mmap(
+                        time,
+                        event[1],
+                        event[2],
+                        event[3] as u32,
+                        (event[4] >> 32) as u32,
+                        event[4] as u32,
+                    );
+                }
+                buffer::MUNMAP => chunk.munmap(time, event[1], event[2]),
                 _ => chunk.mark(time, event[1] as u32),
             }
         });

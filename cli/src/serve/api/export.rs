@@ -156,6 +156,7 @@ fn live_heap(
         live_bytes: bytes,
         sample_interval: 0,
         estimated: Vec::new(),
+        mappings: Default::default(),
     };
     Ok((heap, time))
 }
