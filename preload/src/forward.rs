@@ -113,7 +113,7 @@ pub(crate) unsafe fn malloc_usable_size(block: *mut c_void) -> usize {
 pub(crate) fn own_allocator() -> Option<String> {
     // SAFETY: a NUL-terminated name, looked up in the default search order.
     let bound = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    if bound.is_null() || std::ptr::eq(bound, crate::malloc as *const c_void) {
+    if bound.is_null() {
         return None;
     }
     // SAFETY: `info` is written by `dladdr` before it is read, when it returns non-zero.
@@ -121,6 +121,16 @@ pub(crate) fn own_allocator() -> Option<String> {
     // SAFETY: `bound` is an address; `dladdr` only reads the loader's tables.
     if unsafe { libc::dladdr(bound, &mut info) } == 0 || info.dli_fname.is_null() {
         return Some("another module".to_owned());
+    }
+    // This library's own module, found from a function it does not export: `crate::malloc`'s
+    // address, taken here, would be the one the loader binds `malloc` to (the GOT's), which is
+    // the program's own when it defines one, and would compare equal to `bound`.
+    // SAFETY: `own` is written by `dladdr` before it is read, when it returns non-zero.
+    let mut own: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: the address of a function of this library; `dladdr` only reads the loader's tables.
+    let found = unsafe { libc::dladdr(own_allocator as *const c_void, &mut own) };
+    if found != 0 && std::ptr::eq(own.dli_fbase, info.dli_fbase) {
+        return None;
     }
     // SAFETY: `dladdr` gives a NUL-terminated name that lives as long as the module.
     let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
