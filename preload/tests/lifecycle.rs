@@ -218,7 +218,7 @@ fn underscore_exit() {
 
 #[test]
 fn exit_from_a_thread_while_others_allocate() {
-    for round in 0..5 {
+    for round in 0..3 {
         let dir = scratch(&format!("exit_thread_{round}"));
         let program = lifecycle(&dir);
         let output = run_within(

@@ -5,7 +5,9 @@
  * the live set by address (an open-addressing table with linear probing and backward-shift
  * deletion, under a spin lock). At exit (an atexit handler registered by its constructor, which
  * runs before memprof's own at-exit report, registered earlier) it writes
- * "live <blocks> <bytes>\n" to $COUNTER_DIR/counter-<pid>.txt. */
+ * "live <blocks> <bytes> total <blocks> <bytes>\n" to $COUNTER_DIR/counter-<pid>.txt: the live
+ * set, and every block allocated since it started counting (a realloc's new block counts as one;
+ * a realloc to 0 bytes as a free). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,7 +25,7 @@ struct slot {
     size_t size;
 };
 static struct slot table[SLOTS];
-static size_t live_blocks, live_bytes;
+static size_t live_blocks, live_bytes, total_blocks, total_bytes;
 static int counting;
 static volatile int lock_word;
 
@@ -52,6 +54,8 @@ static void add(void *p, size_t size) {
     table[i].size = size;
     live_blocks++;
     live_bytes += size;
+    total_blocks++;
+    total_bytes += size;
     unlock();
 }
 
@@ -177,8 +181,13 @@ void *realloc(void *p, size_t size) {
     void *q = next_realloc(p, size);
     if (q)
         add(q, size);
-    else if (p && size && old != (size_t)-1)
-        add(p, old);
+    else if (p && size && old != (size_t)-1) {
+        add(p, old); /* still the caller's: live again, not a new allocation */
+        lock();
+        total_blocks--;
+        total_bytes -= old;
+        unlock();
+    }
     return q;
 }
 
@@ -235,7 +244,8 @@ static void report(void) {
     char path[4096], line[128];
     snprintf(path, sizeof path, "%s/counter-%d.txt", dir, (int)getpid());
     lock();
-    int n = snprintf(line, sizeof line, "live %zu %zu\n", live_blocks, live_bytes);
+    int n = snprintf(line, sizeof line, "live %zu %zu total %zu %zu\n", live_blocks, live_bytes,
+                     total_blocks, total_bytes);
     unlock();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
