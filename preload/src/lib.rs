@@ -65,6 +65,16 @@ fn seen() {
 /// `malloc(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
+    allocate(size)
+}
+
+/// What [`malloc`] does. The functions defined here call each other through these private
+/// functions, never by their exported names: a call by name goes through the PLT to the first
+/// `malloc` in the loader's search order, which may be another interposer's preloaded before
+/// this library, and that one would see the program's one call twice (`realloc(NULL, n)` as a
+/// `realloc` and a `malloc`).
+#[inline(always)]
+fn allocate(size: usize) -> *mut c_void {
     // SAFETY: the C library's own `malloc`, which any size may be given.
     recorded(unsafe { __libc_malloc(size) }, size)
 }
@@ -100,8 +110,18 @@ pub unsafe extern "C" fn free(block: *mut c_void) {
 /// `block` is null or a block of the C library's allocator not freed yet.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: as the caller's.
+    unsafe { reallocate(block, size) }
+}
+
+/// What [`realloc`] does (see [`allocate`]).
+///
+/// # Safety
+/// As [`realloc`].
+#[inline(always)]
+unsafe fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
     if block.is_null() {
-        return malloc(size);
+        return allocate(size);
     }
     if !READY.load(Relaxed) {
         // SAFETY: the caller's block.
@@ -133,7 +153,7 @@ pub unsafe extern "C" fn reallocarray(
 ) -> *mut c_void {
     match count.checked_mul(size) {
         // SAFETY: as the caller's.
-        Some(bytes) => unsafe { realloc(block, bytes) },
+        Some(bytes) => unsafe { reallocate(block, bytes) },
         None => {
             set_errno(libc::ENOMEM);
             std::ptr::null_mut()
@@ -144,6 +164,12 @@ pub unsafe extern "C" fn reallocarray(
 /// `memalign(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    aligned(align, size)
+}
+
+/// What [`memalign`] does (see [`allocate`]).
+#[inline(always)]
+fn aligned(align: usize, size: usize) -> *mut c_void {
     // SAFETY: the C library's own `memalign`, which checks `align`.
     recorded(unsafe { __libc_memalign(align, size) }, size)
 }
@@ -151,7 +177,7 @@ pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 /// `aligned_alloc(3)`: the C library's `memalign`, as glibc's own is.
 #[unsafe(no_mangle)]
 pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    memalign(align, size)
+    aligned(align, size)
 }
 
 /// `posix_memalign(3)`.
