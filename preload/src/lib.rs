@@ -40,7 +40,7 @@ static FORWARD: forward::Forward = forward::Forward;
 /// Set by the constructor once memprof started: blocks made before are never recorded.
 static READY: AtomicBool = AtomicBool::new(false);
 
-/// Whether any of the functions was called once [`READY`]: a program whose own allocator is linked
+/// Whether any allocation function was called once [`READY`]: a program whose own allocator is linked
 /// into it never calls them, and the library says so at exit.
 static SEEN: AtomicBool = AtomicBool::new(false);
 
@@ -256,7 +256,7 @@ extern "C" fn unseen() {
         && let Some(module) = forward::own_allocator()
     {
         eprintln!(
-            "memprof: nothing was recorded in process {}: its malloc is {module}'s, not \
+            "memprof: no allocation was recorded in process {}: its malloc is {module}'s, not \
              libmemprof_preload.so's (an allocator linked into the program)",
             std::process::id(),
         );

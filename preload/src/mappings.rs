@@ -71,7 +71,6 @@ pub unsafe extern "C" fn mmap(
         return libc::MAP_FAILED;
     }
     if ready() {
-        crate::seen();
         memprof::preload::mmap(mapped as usize, pages(length), prot, flags);
     }
     mapped as *mut c_void
@@ -152,7 +151,6 @@ pub unsafe extern "C" fn mremap(
     if !ready() || !(old as usize).is_multiple_of(page) {
         return call().1;
     }
-    crate::seen();
     let keeps_old = old_length == 0 || flags & libc::MREMAP_DONTUNMAP != 0;
     memprof::preload::mremap(
         old as usize,

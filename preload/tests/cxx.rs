@@ -79,14 +79,10 @@ fn cxx_new_vector_string() {
     assert!(mentioning("app::churn").is_empty(), "{shown}");
 }
 
-/// libstdc++ has no DWARF here, so its frames are named from its symbol table, which memprof
-/// demangles with `rustc_demangle` only (src/symbolize.rs): `operator new` reads `_Znwm`, and the
-/// allocator-frame filter (src/frames.rs, `is_allocator_frame`, which knows `operator new` by its
-/// demangled name) keeps it at the top of every C++ context; other libstdc++ frames read
-/// mangled (`_ZNSt7__cxx1112basic_string...`).
+/// libstdc++ has no DWARF here, so its frames are named from its symbol table, whose C++ names
+/// are demangled (`_Znwm` is `operator new(unsigned long)`, trimmed from the top as an allocation
+/// function).
 #[test]
-#[ignore = "bug: operator new (_Znwm) from a libstdc++ without debug information is neither \
-            demangled nor trimmed from the top (src/symbolize.rs, src/frames.rs)"]
 fn cxx_frames_demangled_and_operator_new_trimmed() {
     let dir = scratch("cxx_trim");
     let program = compile(&dir, &["cxx.cpp"], "cxx", &["-O2", "-g"]);

@@ -21,7 +21,8 @@ use crate::capture::{Budget, fp};
 use addr2line::gimli::UnwindContext;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::{Mutex, TryLockError};
 
 /// framehop's per-thread rule cache and DWARF evaluation scratch space.
 type FramehopCache = CacheX86_64<MustNotAllocateDuringUnwind>;
@@ -53,6 +54,15 @@ thread_local! {
     static THREAD: RefCell<Option<ThreadState>> = const { RefCell::new(None) };
 }
 
+/// The state of threads whose own is gone (see [`unwind`]), made by the first that needs it.
+static ENDED: Mutex<Option<ThreadState>> = Mutex::new(None);
+
+thread_local! {
+    /// Set while this thread walks with [`ENDED`]; without a destructor, so it outlives the
+    /// thread's other locals.
+    static ENDED_HELD: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Walks from the given registers of [`super::walk()`]'s own frame, writing return addresses to
 /// `out` from the one into `walk`'s caller on; with the rule cache, or with framehop alone
 /// (`RULES == false`, for tests that compare the two).
@@ -75,35 +85,70 @@ pub(super) fn unwind<const RULES: bool>(
     let Some(registry) = current() else {
         return 0;
     };
-    THREAD
-        .try_with(|slot| {
-            // A walk interrupted by another walk on this thread (a signal handler that
-            // allocates) finds the state borrowed and captures nothing.
-            let Ok(mut slot) = slot.try_borrow_mut() else {
-                return 0;
-            };
-            let state = slot.get_or_insert_with(|| ThreadState {
-                rules: Rules::new(),
-                context: UnwindContext::new(),
-                framehop: FramehopCache::new_in(),
-                misses: 0,
-            });
-            let mut cursor = Cursor {
-                pc,
-                lookup: pc,
-                sp,
-                bp,
-                low: sp,
-                high,
-                n: 0,
-                limit: out.len(),
-                budget,
-                hint: 0,
-            };
-            walk_frames::<RULES>(registry, state, &mut cursor, out);
-            cursor.n
-        })
-        .unwrap_or(0)
+    // Called once, on this thread's state or the ended threads'.
+    let mut walk = Some(|slot: &mut Option<ThreadState>| {
+        let state = slot.get_or_insert_with(|| ThreadState {
+            rules: Rules::new(),
+            context: UnwindContext::new(),
+            framehop: FramehopCache::new_in(),
+            misses: 0,
+        });
+        let mut cursor = Cursor {
+            pc,
+            lookup: pc,
+            sp,
+            bp,
+            low: sp,
+            high,
+            n: 0,
+            limit: out.len(),
+            budget,
+            hint: 0,
+        };
+        walk_frames::<RULES>(registry, state, &mut cursor, out);
+        cursor.n
+    });
+    let own = THREAD.try_with(|slot| {
+        // A walk interrupted by another walk on this thread (a signal handler that allocates)
+        // finds the state borrowed and captures nothing.
+        match (slot.try_borrow_mut(), walk.take()) {
+            (Ok(mut slot), Some(walk)) => walk(&mut slot),
+            _ => 0,
+        }
+    });
+    match own {
+        Ok(n) => n,
+        // The thread's own state is gone: it is ending, and a destructor that runs after the
+        // thread-locals' (a pthread key's) allocates.
+        Err(_) => match (ended_state(), walk.take()) {
+            (Some(mut slot), Some(walk)) => {
+                let _ = ENDED_HELD.try_with(|held| held.set(true));
+                let n = walk(&mut slot);
+                let _ = ENDED_HELD.try_with(|held| held.set(false));
+                n
+            }
+            _ => 0,
+        },
+    }
+}
+
+/// The state ending threads share ([`ENDED`]). Never waited for without end: another ending
+/// thread holds it for one walk, so it is asked for again, yielding between tries, a bounded
+/// number of times (a `fork` may have left it held in a child for good); a signal handler that
+/// interrupted this thread's own walk with it gets `None` at once.
+#[cold]
+fn ended_state() -> Option<std::sync::MutexGuard<'static, Option<ThreadState>>> {
+    if ENDED_HELD.try_with(Cell::get).unwrap_or(true) {
+        return None;
+    }
+    for _ in 0..1000 {
+        match ENDED.try_lock() {
+            Ok(state) => return Some(state),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+    None
 }
 
 /// Where a walk stands between two frames.
