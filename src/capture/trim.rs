@@ -32,6 +32,7 @@ use crate::frames;
 use crate::modules;
 use std::ops::Range;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Bytes of code per bit, as a power of two: functions start 16-byte aligned on x86-64 and
 /// AArch64, so a granule rarely holds two of them (and is then shown only if both are).
@@ -43,7 +44,17 @@ pub(crate) struct Shown {
     first: usize,
     /// A bit per granule, set where a report shows the code.
     bits: Vec<u64>,
+    /// Whether code outside the module counts as shown ([`count_outside`]).
+    outside: bool,
 }
+
+/// Set by [`count_outside`] before [`load`].
+static OUTSIDE: AtomicBool = AtomicBool::new(false);
+
+/// Frames a walk takes beyond the report's when code outside memprof's module counts as shown:
+/// what a report may still trim of it (C++'s `operator new`, the run of its standard library's
+/// frames it collapses to one).
+const OUTSIDE_MARGIN: usize = 3;
 
 /// What was read when the profiler started; unset until then.
 static SHOWN: OnceLock<Shown> = OnceLock::new();
@@ -57,6 +68,7 @@ impl Shown {
         Shown {
             first: 0,
             bits: Vec::new(),
+            outside: false,
         }
     }
 
@@ -89,17 +101,32 @@ impl Shown {
         for (index, _) in ranks.iter().enumerate().filter(|(_, r)| **r == 1) {
             bits[index / 64] |= 1 << (index % 64);
         }
-        Shown { first, bits }
+        Shown {
+            first,
+            bits,
+            outside: false,
+        }
     }
 
     /// Whether a report shows the code at `address` wherever it stands.
     #[inline(always)]
     fn contains(&self, address: usize) -> bool {
         let index = (address >> GRANULE_BITS).wrapping_sub(self.first);
-        self.bits
-            .get(index / 64)
-            .is_some_and(|word| word >> (index % 64) & 1 != 0)
+        match self.bits.get(index / 64) {
+            Some(word) => word >> (index % 64) & 1 != 0,
+            None => self.outside,
+        }
     }
+}
+
+/// Makes code outside memprof's own module count as shown, for the preloaded library: its module
+/// holds memprof alone, and reports show nearly all the rest (the program's code, the C
+/// library's), so a walk starts counting at the first frame out of it, with a margin
+/// ([`OUTSIDE_MARGIN`]). Without it, no frame of a program that is not memprof's module would
+/// ever count, and every walk would go its full length. Call it before [`load`].
+#[cfg(feature = "preload")]
+pub(crate) fn count_outside() {
+    OUTSIDE.store(true, Ordering::Relaxed);
 }
 
 /// Reads which code of memprof's own module reports show, from its symbol table, once; later
@@ -132,7 +159,9 @@ fn read() -> Option<Shown> {
     if functions.is_empty() {
         return None;
     }
-    Some(Shown::from_functions(code, functions))
+    let mut shown = Shown::from_functions(code, functions);
+    shown.outside = OUTSIDE.load(Ordering::Relaxed);
+    Some(shown)
 }
 
 /// The start of a demangled name, written into a buffer used again for every name: reading a
@@ -178,9 +207,13 @@ impl Budget {
     /// read, it never starts counting and a walk goes to its end.
     #[inline]
     pub(crate) fn new(want: usize) -> Budget {
+        let shown = SHOWN.get().unwrap_or(&NONE);
         Budget {
-            shown: SHOWN.get().unwrap_or(&NONE),
-            want,
+            shown,
+            want: match shown.outside {
+                true => want.saturating_add(OUTSIDE_MARGIN),
+                false => want,
+            },
         }
     }
 

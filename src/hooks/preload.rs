@@ -21,6 +21,7 @@ use crate::record;
 /// Starts the profiler: reads the configuration, opens the trace, installs the signals and the
 /// at-exit report. The library's constructor calls it once, before recording.
 pub fn start() {
+    crate::capture::trim::count_outside();
     record::start_now::<Doors>(Settings::default());
 }
 
