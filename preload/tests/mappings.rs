@@ -3,8 +3,10 @@
 //! splitting one, a grown `mremap` moving another), with stacks that name its functions, and
 //! glibc's allocator's own mappings (a large `malloc`) are not among them.
 
+mod support;
+
 use memprof_trace::{Trace, Visitor};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 const PROGRAM: &str = r#"
@@ -48,13 +50,9 @@ int main(void) {
 }
 "#;
 
-/// `target/<profile>/libmemprof_preload.so`, beside the `deps/` holding this test.
+/// The library under test, built by the tests' support.
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(Path::parent).unwrap();
-    let library = profile.join("libmemprof_preload.so");
-    assert!(library.exists(), "{} not built", library.display());
-    library
+    support::library()
 }
 
 fn temp_dir() -> PathBuf {

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/`, found from this test executable (`target/<profile>/deps/name-hash`).
-pub fn profile_dir() -> PathBuf {
+/// This test executable's `target/<profile>/` (it is `target/<profile>/deps/name-hash`).
+fn test_profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     exe.parent()
         .and_then(Path::parent)
@@ -19,12 +19,24 @@ pub fn profile_dir() -> PathBuf {
         .to_owned()
 }
 
-/// Builds `libmemprof_preload.so` and the `memprof` command into this test's `target/<profile>/`,
-/// once per test process: cargo does not build a `cdylib`-only library for its own package's
-/// integration tests, so without this the tests would run a stale library (or none). The build
-/// is the one CI runs first anyway (`cargo build -p memprof-preload -p memprof-cli`, with
-/// `--release` for the release tests), so here it is normally a no-op that takes cargo's lock
-/// briefly. A failing build fails the test.
+/// Where the library and the command under test are: `target/preload-tests/<profile>/`.
+pub fn profile_dir() -> PathBuf {
+    let tests = test_profile_dir();
+    tests
+        .parent()
+        .unwrap()
+        .join("preload-tests")
+        .join(tests.file_name().unwrap())
+}
+
+/// Builds `libmemprof_preload.so` and the `memprof` command (the tests' profile) into a target
+/// directory of their own, `target/preload-tests/`, once per test process: cargo does not build a
+/// `cdylib`-only library for its own package's integration tests, so without this the tests
+/// would run a stale library (or none). A directory of their own, because a build here selects
+/// other packages and features than the run that built the tests: into the same directory, it
+/// would replace the `memprof` command other packages' tests are running at the same time. After
+/// the first, the build is a no-op that takes cargo's lock briefly. A failing build fails the
+/// test.
 fn build_once() {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
@@ -66,7 +78,8 @@ fn build_once() {
         assert!(
             output.status.success(),
             "{command:?} failed: the tests need libmemprof_preload.so and memprof built \
-             (run `cargo build -p memprof-preload -p memprof-cli` first):\n{}",
+             (`cargo build -p memprof-preload -p memprof-cli --target-dir {}`):\n{}",
+            target.display(),
             String::from_utf8_lossy(&output.stderr)
         );
     });
@@ -78,7 +91,7 @@ pub fn library() -> PathBuf {
     let library = profile_dir().join("libmemprof_preload.so");
     assert!(
         library.is_file(),
-        "{} is missing: build it with `cargo build -p memprof-preload` (with the tests' profile)",
+        "{} is missing after the build",
         library.display()
     );
     library
@@ -90,8 +103,7 @@ pub fn memprof_command() -> PathBuf {
     let command = profile_dir().join("memprof");
     assert!(
         command.is_file(),
-        "{} is missing: build it first with `cargo build -p memprof-cli -p memprof-preload` \
-         (add --release for the release tests)",
+        "{} is missing after the build",
         command.display()
     );
     command
