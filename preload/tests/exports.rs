@@ -9,6 +9,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::common::run;
 use support::*;
 
 const BLOCKS: u64 = 37;
@@ -45,14 +46,6 @@ fn exports_open_in_real_readers() {
     check_dhat(&path(".dhat.json"), &dir);
 }
 
-fn run(command: &mut Command) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    assert!(output.status.success(), "{command:?}: {}", both(&output));
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// The total of the folded lines (`frame;frame cost`) that mention `function`.
 fn folded_total(folded: &str, function: &str) -> u64 {
     folded
@@ -87,38 +80,11 @@ fn check_heaptrack(file: &Path, dir: &Path) {
     assert!(leaks.contains("alloc_functions.c"), "{text}");
 }
 
-/// pprof built from Debian's `golang-github-google-pprof-dev` sources, cached under `target/`
-/// (where the crate's own tests cache it too).
+/// pprof built from Debian's `golang-github-google-pprof-dev` sources, as the crate's tests build
+/// it.
 fn pprof_binary() -> PathBuf {
-    require_tool(
-        "go",
-        &["version"],
-        "apt-get install -y golang-go golang-github-google-pprof-dev",
-    );
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pprof");
-    let binary = dir.join("pprof");
-    if binary.exists() {
-        return binary;
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let building = dir.join(format!("pprof.{}", std::process::id()));
-    let output = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&building)
-        .arg("github.com/google/pprof")
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", dir.join("gocache"))
-        .env("GOFLAGS", "")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "building pprof failed (apt-get install -y golang-go golang-github-google-pprof-dev): {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(&building, &binary).unwrap();
-    binary
+    support::common::pprof_binary()
+        .expect("Go and pprof's sources are required (apt-get install -y golang-go golang-github-google-pprof-dev)")
 }
 
 /// The `cum` column of pprof's `-top` line for `function`.
@@ -174,54 +140,10 @@ fn check_dhat(file: &Path, dir: &Path) {
 }
 
 /// Loads the file in Valgrind's own `dh_view.html` in headless Chromium, as the crate's
-/// tests/export_readers.rs does (the same loader page), and finds the leak in the rendered tree.
+/// tests/export_readers.rs does, and finds the leak in the rendered tree.
 fn check_dhat_viewer(file: &Path, dir: &Path) {
-    let chromium = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|name| Command::new(name).arg("--version").output().is_ok())
+    let dom = support::common::dh_view_dom(file, dir)
         .expect("Chromium is required by this test (apt-get install -y chromium)");
-    let viewer = run(Command::new("sh").args(["-c", "dpkg -L valgrind | grep dh_view.html"]));
-    let viewer = Path::new(viewer.trim());
-    let page_dir = dir.join("dh_view");
-    std::fs::create_dir_all(&page_dir).unwrap();
-    for name in ["dh_view.js", "dh_view.css"] {
-        std::fs::copy(viewer.with_file_name(name), page_dir.join(name)).unwrap();
-    }
-    let data = std::fs::read_to_string(file).unwrap().replace("</", "<\\/");
-    let loader = include_str!("../../tests/tools/dh_view_loader.html").replace("@DATA@", &data);
-    let page = std::fs::read_to_string(viewer)
-        .unwrap()
-        .replace("</head>", &format!("{loader}</head>"));
-    let page_path = page_dir.join("view.html");
-    std::fs::write(&page_path, page).unwrap();
-    let dom = run(Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--allow-file-access-from-files",
-            "--dump-dom",
-            "--virtual-time-budget=10000",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            page_dir.join("profile").display()
-        ))
-        .arg(format!("file://{}", page_path.display()))
-        .env("LANG", "en_US.UTF-8")
-        .env("LANGUAGE", "en_US"));
-    assert!(
-        !dom.contains("id=\"memprof-data\""),
-        "the page did not load the file"
-    );
-    assert!(
-        !dom.contains("class=\"error\""),
-        "the viewer reported an error:\n{dom}"
-    );
     assert!(dom.contains("Invocation {"), "no rendered profile:\n{dom}");
     assert!(
         dom.contains("leak_blocks"),

@@ -6,9 +6,12 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../tests/common/mod.rs"]
+pub mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// This test executable's `target/<profile>/` (it is `target/<profile>/deps/name-hash`).
 fn test_profile_dir() -> PathBuf {
@@ -204,52 +207,10 @@ pub fn run_within(command: &mut Command, deadline: Duration, what: &str) -> Outp
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = command
+    let child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {what} ({command:?}): {e}"));
-    use std::io::Read;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                pipe.read_to_end(&mut bytes).ok();
-            }
-            bytes
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!(
-                "{what} hung for {deadline:?} and was killed\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&stdout.join().unwrap()),
-                String::from_utf8_lossy(&stderr.join().unwrap())
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
+    common::wait_within(child, deadline, what)
 }
 
 /// Runs `command` within two minutes and asserts it exited with status 0; returns its output.
