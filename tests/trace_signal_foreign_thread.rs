@@ -13,7 +13,6 @@ mod common;
 
 use common::trace_replay::replay;
 use memprof_trace::{Reader, Record};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -28,81 +27,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The size of the blocks the handlers free: no other block of the test has it.
 const SIZE: usize = 4321;
 
-/// The block the next handler frees.
-static BLOCK: AtomicPtr<[u8; SIZE]> = AtomicPtr::new(std::ptr::null_mut());
-/// The thread is in its loop.
-static RUNNING: AtomicBool = AtomicBool::new(false);
-/// The handler ran.
-static HANDLED: AtomicBool = AtomicBool::new(false);
-/// The thread may end.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn handler(_: libc::c_int) {
-    let block = BLOCK.swap(std::ptr::null_mut(), SeqCst);
-    if !block.is_null() {
-        // SAFETY: the block was made by `Box::into_raw` and is taken out of `BLOCK` once.
-        drop(unsafe { Box::from_raw(block) });
-    }
-    HANDLED.store(true, SeqCst);
-}
-
-/// The thread: the C library's allocator, in a loop.
-extern "C" fn churn(_: *mut libc::c_void) -> *mut libc::c_void {
-    let mut first = true;
-    while !STOP.load(SeqCst) {
-        // SAFETY: a block of the C library, freed at once.
-        unsafe {
-            let p = libc::malloc(4000);
-            std::hint::black_box(p);
-            let q = libc::malloc(20000);
-            libc::free(p);
-            libc::free(q);
-        }
-        if first {
-            RUNNING.store(true, SeqCst);
-            first = false;
-        }
-    }
-    std::ptr::null_mut()
-}
-
 fn rounds() {
-    // SAFETY: a handler that only frees a Rust block and stores a flag.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = handler as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut action.sa_mask);
-        assert_eq!(
-            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
-            0
-        );
-    }
-    for _ in 0..ROUNDS {
-        BLOCK.store(Box::into_raw(Box::new([7u8; SIZE])), SeqCst);
-        RUNNING.store(false, SeqCst);
-        HANDLED.store(false, SeqCst);
-        STOP.store(false, SeqCst);
-        // SAFETY: a plain thread, joined below.
-        let thread = unsafe {
-            let mut thread: libc::pthread_t = std::mem::zeroed();
-            let made =
-                libc::pthread_create(&mut thread, std::ptr::null(), churn, std::ptr::null_mut());
-            assert_eq!(made, 0);
-            thread
-        };
-        while !RUNNING.load(SeqCst) {
-            std::hint::spin_loop();
-        }
-        // SAFETY: the thread runs until `STOP`.
-        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
-        while !HANDLED.load(SeqCst) {
-            std::hint::spin_loop();
-        }
-        STOP.store(true, SeqCst);
-        // SAFETY: the thread made above, joined once.
-        let joined = unsafe { libc::pthread_join(thread, std::ptr::null_mut()) };
-        assert_eq!(joined, 0);
-    }
+    common::foreign_thread::run(ROUNDS, SIZE);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 mod golden;
 pub mod c_library;
+pub mod foreign_thread;
 #[cfg(feature = "trace")]
 pub mod trace_replay;
 
