@@ -3,20 +3,23 @@
 //! A stack is a path in a tree of nodes, each a return address below its parent (pprof's
 //! locations, heaptrack's trace tree). The tree's roots are outermost frames: stacks share their
 //! outer frames (`main`, the program's loops) and differ at the inner end, so a new stack costs
-//! the nodes of its new inner frames only, and its record names its innermost node. Nodes and
-//! records sit in append-only concurrent vectors, so both are read by id without a lock, and a
-//! record's counters are plain atomics. What the first million stacks allocate is counted per
-//! thread instead (see [`super::writers`]), without a locked instruction.
+//! the nodes of its new inner frames only, and its record names its innermost node. Nodes,
+//! records and the records' counters sit in append-only arrays of zeroed buckets, read by id
+//! without a lock; a bucket's pages cost nothing until used, so the counters, which only stacks
+//! counted outside the threads' writers and a tracked peak use, mostly cost nothing. What the
+//! first million stacks allocate is counted per thread (see [`super::writers`]), without a
+//! locked instruction.
 //!
 //! Finding the id of a stack: first the thread's cache of recent stacks, by the whole stack's
 //! hash, without a lock; past a miss, node by node from the outermost frame, each child of a node
 //! through a small hash index of (parent, return address) sharded by that pair's hash. The thread
-//! keeps the nodes of the last stack it walked, so a walk starts below the frames it shares with
-//! that stack.
+//! keeps the nodes of the last stacks it walked (one per outermost frame, of a few), so a walk
+//! starts below the frames it shares with the last stack that began at the same frame.
 
 use crate::address::{ReturnAddress, StackId};
 use crate::config::MAX_STACK_DEPTH;
 use std::cell::RefCell;
+use std::sync::OnceLock;
 use std::sync::atomic::{
     AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
@@ -31,12 +34,13 @@ const RECENT: usize = 512;
 /// The parent of the outermost frames' nodes, and the leaf of the empty stack.
 const ROOT: u32 = u32::MAX;
 
-/// A node's stack before it is the innermost node of an interned stack.
-const NO_STACK: u32 = u32::MAX;
+/// Outer frames a remembered walk keeps: as many as the deepest stack memprof keeps.
+const PATH: usize = MAX_STACK_DEPTH;
 
-/// Frames of the longest stack the thread's last walk remembers: the deepest walk memprof makes,
-/// with room for the frames it trims.
-const PATH: usize = MAX_STACK_DEPTH * 2;
+/// Walks a thread remembers, by their outermost frame; a power of two. Stacks cut at their
+/// depth in a deep recursion start at a different outer frame from one recursion level to the
+/// next, so one remembered walk would miss from level to level.
+const PATHS: usize = 4;
 
 /// Tags of stack tables; 0 is never one.
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
@@ -80,59 +84,130 @@ thread_local! {
         })
     };
 
-    /// The nodes of the stack this thread last walked: a new stack usually shares most of its
-    /// outer frames with the one before (a recursion one level deeper, a sibling call).
-    static LAST_PATH: RefCell<LastPath> = const {
-        RefCell::new(LastPath {
-            owner: 0,
-            len: 0,
-            nodes: [(0, ROOT); PATH],
-        })
+    /// The nodes of the stacks this thread last walked, by their outermost frame: a new stack
+    /// usually shares most of its outer frames with the one before (a recursion one level
+    /// deeper, a sibling call).
+    static LAST_PATHS: RefCell<[LastPath; PATHS]> = const {
+        RefCell::new(
+            [const {
+                LastPath {
+                    owner: 0,
+                    len: 0,
+                    nodes: [(0, ROOT); PATH],
+                }
+            }; PATHS],
+        )
     };
 }
 
 /// A shard of the node index, held.
 pub(super) type HeldShard<'a> = MutexGuard<'a, hashbrown::HashTable<u32>>;
 
-/// One node of the tree: a return address called from its parent's.
-#[derive(Debug)]
-struct Node {
-    /// The return address.
-    address: usize,
-    /// The node of the next frame out; [`ROOT`] for an outermost frame.
-    parent: u32,
-    /// The stack whose innermost frame this node is; [`NO_STACK`] while there is none.
-    stack: AtomicU32,
+/// Entries in the first bucket of an [`Array`]; bucket `b` holds `FIRST << b`.
+const FIRST: usize = 1 << 10;
+
+/// Buckets of an [`Array`]: enough for every 32-bit id.
+const BUCKETS: usize = 23;
+
+/// The bucket of entry `i`, and its place there.
+fn locate(i: u32) -> (usize, usize) {
+    let q = i as usize / FIRST + 1;
+    let bucket = (usize::BITS - 1 - q.leading_zeros()) as usize;
+    (bucket, i as usize - FIRST * ((1 << bucket) - 1))
 }
 
-/// One distinct stack and its counters.
-#[derive(Debug)]
-pub(crate) struct StackRecord {
-    /// The node of the innermost frame; [`ROOT`] for the empty stack.
-    leaf: u32,
-    /// Blocks allocated from this stack over the run, where threads do not count them in their
-    /// own writers (stack ids from 2^20 on); see [`super::Table::allocated`].
-    pub allocated_blocks: AtomicU64,
-    /// Bytes likewise.
-    pub allocated_bytes: AtomicU64,
-    /// Blocks from this stack live now; kept only while the table tracks its peak.
-    pub live_blocks: AtomicU64,
-    /// Bytes from this stack live now; kept only while the table tracks its peak.
-    pub live_bytes: AtomicU64,
+/// An array of zeroed entries by 32-bit id, in buckets made on first use.
+struct Array<T> {
+    buckets: [OnceLock<Box<[T]>>; BUCKETS],
 }
 
-impl StackRecord {
-    /// Counts a block of `bytes` live (`true`) or gone (`false`), for the peak table.
-    #[inline]
-    pub(super) fn on_live(&self, live: bool, bytes: u64) {
-        if live {
-            self.live_blocks.fetch_add(1, Relaxed);
-            self.live_bytes.fetch_add(bytes, Relaxed);
-        } else {
-            self.live_blocks.fetch_sub(1, Relaxed);
-            self.live_bytes.fetch_sub(bytes, Relaxed);
+impl<T: bytemuck::Zeroable> Array<T> {
+    const fn new() -> Array<T> {
+        Array {
+            buckets: [const { OnceLock::new() }; BUCKETS],
         }
     }
+
+    /// Entry `i`, when its bucket is made.
+    #[inline]
+    fn get(&self, i: u32) -> Option<&T> {
+        let (bucket, index) = locate(i);
+        self.buckets.get(bucket)?.get()?.get(index)
+    }
+
+    /// Entry `i`, its bucket made if need be; `None` when the allocation failed.
+    #[inline]
+    fn make(&self, i: u32) -> Option<&T> {
+        if let Some(entry) = self.get(i) {
+            return Some(entry);
+        }
+        self.make_bucket(i)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_bucket(&self, i: u32) -> Option<&T> {
+        let (bucket, index) = locate(i);
+        let cell = self.buckets.get(bucket)?;
+        if cell.get().is_none() {
+            // Zeroed memory: its pages stay untouched, and cost nothing, until entries are used.
+            let entries = bytemuck::allocation::try_zeroed_slice_box::<T>(FIRST << bucket).ok()?;
+            let _ = cell.set(entries);
+        }
+        cell.get()?.get(index)
+    }
+}
+
+/// A node of the tree: a return address called from its parent's. Word 0: the return address.
+/// Word 1: the parent node + 1 (0 for an outermost frame) in the low half, and the stack whose
+/// innermost frame the node is + 1 (0 while there is none) in the high half.
+type Node = [AtomicU64; 2];
+
+/// A stack's counters: blocks and bytes allocated over the run, where threads do not count them
+/// in their own writers (stack ids from 2^20 on, see [`super::Table::allocated`]); blocks and
+/// bytes live now, kept only while the table tracks its peak.
+type Counters = [AtomicU64; 4];
+
+/// Where counts go when the counters' bucket could not be allocated: lost.
+static SPARE: Counters = [const { AtomicU64::new(0) }; 4];
+
+/// One distinct stack's counters, for counting.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StackRecord<'a>(&'a Counters);
+
+impl StackRecord<'_> {
+    /// Counts a block of `bytes` allocated from this stack.
+    #[inline]
+    pub(super) fn on_allocated(self, blocks: u64, bytes: u64) {
+        self.0[0].fetch_add(blocks, Relaxed);
+        self.0[1].fetch_add(bytes, Relaxed);
+    }
+
+    /// Counts a block of `bytes` live (`true`) or gone (`false`), for the peak table.
+    #[inline]
+    pub(super) fn on_live(self, live: bool, bytes: u64) {
+        if live {
+            self.0[2].fetch_add(1, Relaxed);
+            self.0[3].fetch_add(bytes, Relaxed);
+        } else {
+            self.0[2].fetch_sub(1, Relaxed);
+            self.0[3].fetch_sub(bytes, Relaxed);
+        }
+    }
+}
+
+/// One distinct stack's counts, read.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StackCounts {
+    /// Blocks allocated from this stack over the run, where threads do not count them in their
+    /// own writers (stack ids from 2^20 on); see [`super::Table::allocated`].
+    pub allocated_blocks: u64,
+    /// Bytes likewise.
+    pub allocated_bytes: u64,
+    /// Blocks from this stack live now; kept only while the table tracks its peak.
+    pub live_blocks: u64,
+    /// Bytes from this stack live now; kept only while the table tracks its peak.
+    pub live_bytes: u64,
 }
 
 /// Hashes a raw stack: four independent multiply lanes, so the hash of a 30-frame stack is not one
@@ -163,22 +238,32 @@ fn node_hash(parent: u32, address: usize) -> u64 {
     (h ^ (h >> 29)).wrapping_mul(K)
 }
 
-/// The index shard of a node's key hash.
+/// The index shard of a node's key hash, from bits the shard's table does not use (it takes the
+/// low bits for the bucket and the top 7 for the tag it compares first): sharding by the top bits
+/// left each shard's tags 3 bits, so they matched other nodes' 16 times as often, each match a
+/// load of the node from memory.
 #[inline]
 fn shard_of(hash: u64) -> usize {
-    (hash >> 60) as usize % INDEX_SHARDS
+    (hash >> 40) as usize % INDEX_SHARDS
 }
 
 /// The stack table.
 pub(crate) struct Stacks {
-    /// Records by stack id.
-    records: boxcar::Vec<StackRecord>,
+    /// The innermost node + 1 of each stack by stack id (0 for the empty stack).
+    leaves: Array<AtomicU32>,
+    /// Stacks interned, whose entries in `leaves` are written. Ids are given in order under the
+    /// lock of the index's first shard, which `fork` holds with the others.
+    len: AtomicU32,
+    /// Counters by stack id.
+    counters: Array<Counters>,
     /// Nodes of the tree by node id.
-    nodes: boxcar::Vec<Node>,
+    nodes: Array<Node>,
+    /// Nodes in the tree; node ids are given under the lock of the node's index shard.
+    node_count: AtomicU32,
     /// Node ids by the hash of (parent, return address), sharded by the hash's top bits.
     index: [Mutex<hashbrown::HashTable<u32>>; INDEX_SHARDS],
-    /// The id of the empty stack; [`NO_STACK`] until it is interned.
-    empty: AtomicU32,
+    /// The id of the empty stack + 1; 0 until it is interned.
+    empty: AtomicU64,
     /// This table's tag for the threads' caches of recent ids; 0 until first needed.
     tag: AtomicU64,
 }
@@ -186,10 +271,13 @@ pub(crate) struct Stacks {
 impl Stacks {
     pub(super) const fn new() -> Stacks {
         Stacks {
-            records: boxcar::Vec::new(),
-            nodes: boxcar::Vec::new(),
+            leaves: Array::new(),
+            len: AtomicU32::new(0),
+            counters: Array::new(),
+            nodes: Array::new(),
+            node_count: AtomicU32::new(0),
             index: [const { Mutex::new(hashbrown::HashTable::new()) }; INDEX_SHARDS],
-            empty: AtomicU32::new(NO_STACK),
+            empty: AtomicU64::new(0),
             tag: AtomicU64::new(0),
         }
     }
@@ -261,21 +349,31 @@ impl Stacks {
     /// past the frames shared with the thread's last walk, then its stack.
     #[cold]
     fn intern_walked(&self, frames: &[ReturnAddress], tag: u64) -> StackId {
-        let leaf = match LAST_PATH.try_with(|last| match last.try_borrow_mut() {
-            Ok(mut last) => Some(self.walk_from(&mut last, frames, tag)),
+        let path = frames.last().map_or(0, |outermost| {
+            ((outermost.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % PATHS
+        });
+        let leaf = match LAST_PATHS.try_with(|last| match last.try_borrow_mut() {
+            Ok(mut last) => Some(self.walk_from(&mut last[path], frames, tag)),
             Err(_) => None,
         }) {
             Ok(Some(leaf)) => leaf,
-            _ => frames
-                .iter()
-                .rev()
-                .fold(ROOT, |node, f| self.child(node, f.0)),
+            _ => {
+                let mut node = ROOT;
+                for frame in frames.iter().rev() {
+                    match self.child(node, frame.0) {
+                        Some(child) => node = child,
+                        None => break,
+                    }
+                }
+                node
+            }
         };
         self.stack_of(leaf)
     }
 
     /// The innermost node of `frames`, walked below the frames it shares with `last`, which then
-    /// holds the nodes of `frames`.
+    /// holds the nodes of `frames`. Should a node's memory run out, the stack ends at the frames
+    /// found so far.
     fn walk_from(&self, last: &mut LastPath, frames: &[ReturnAddress], tag: u64) -> u32 {
         if last.owner != tag {
             last.owner = tag;
@@ -293,7 +391,10 @@ impl Stacks {
         };
         last.len = shared;
         for address in outward.skip(shared) {
-            node = self.child(node, address);
+            match self.child(node, address) {
+                Some(child) => node = child,
+                None => break,
+            }
             if last.len < PATH {
                 last.nodes[last.len] = (address, node);
                 last.len += 1;
@@ -302,60 +403,73 @@ impl Stacks {
         node
     }
 
-    /// The node of `address` below `parent`, added on first sight.
-    fn child(&self, parent: u32, address: usize) -> u32 {
+    /// The return address and parent of node `id`, which is in the tree.
+    #[inline]
+    fn node(&self, id: u32) -> (usize, u32) {
+        match self.nodes.get(id) {
+            Some(node) => (
+                node[0].load(Relaxed) as usize,
+                (node[1].load(Relaxed) as u32).wrapping_sub(1),
+            ),
+            None => (0, ROOT),
+        }
+    }
+
+    /// The node of `address` below `parent`, added on first sight; `None` when its memory could
+    /// not be allocated.
+    fn child(&self, parent: u32, address: usize) -> Option<u32> {
         let hash = node_hash(parent, address);
         let mut index = self.index[shard_of(hash)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let same = |id: &u32| {
-            let node = &self.nodes[*id as usize];
-            node.parent == parent && node.address == address
-        };
-        if let Some(&id) = index.find(hash, same) {
-            return id;
+        if let Some(&id) = index.find(hash, |id| self.node(*id) == (address, parent)) {
+            return Some(id);
         }
-        let id = self.nodes.push(Node {
-            address,
-            parent,
-            stack: AtomicU32::new(NO_STACK),
-        }) as u32;
-        index.insert_unique(hash, id, |id| {
-            let node = &self.nodes[*id as usize];
-            node_hash(node.parent, node.address)
-        });
-        id
+        // Every id below `node_count` is given once; the node is written before the index, or
+        // this thread's last path, or a stack's leaf hands it out.
+        let id = self.node_count.fetch_add(1, Relaxed);
+        let node = self.nodes.make(id)?;
+        node[0].store(address as u64, Relaxed);
+        node[1].store(u64::from(parent.wrapping_add(1)), Relaxed);
+        if index.try_reserve(1, |id| self.node_hash_of(*id)).is_err() {
+            return None;
+        }
+        index.insert_unique(hash, id, |id| self.node_hash_of(*id));
+        Some(id)
     }
 
-    /// The stack whose innermost node is `leaf`, interned on first sight under the lock of the
-    /// node's index shard (the empty stack's under the first shard's).
+    /// The index hash of node `id`.
+    fn node_hash_of(&self, id: u32) -> u64 {
+        let (address, parent) = self.node(id);
+        node_hash(parent, address)
+    }
+
+    /// The stack whose innermost node is `leaf`, interned on first sight. Should its memory run
+    /// out, the stack is counted as the first one.
     fn stack_of(&self, leaf: u32) -> StackId {
-        let (slot, shard) = match leaf {
-            ROOT => (&self.empty, 0),
-            _ => {
-                let node = &self.nodes[leaf as usize];
-                (&node.stack, shard_of(node_hash(node.parent, node.address)))
-            }
+        let slot = match leaf {
+            ROOT => &self.empty,
+            _ => match self.nodes.get(leaf) {
+                Some(node) => &node[1],
+                None => return StackId(0),
+            },
         };
-        match slot.load(Acquire) {
-            NO_STACK => {}
-            id => return StackId(id),
+        match slot.load(Acquire) >> 32 {
+            0 => {}
+            id => return StackId(id as u32 - 1),
         }
-        let _held = self.index[shard]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match slot.load(Acquire) {
-            NO_STACK => {}
-            id => return StackId(id),
+        let _adding = self.index[0].lock().unwrap_or_else(PoisonError::into_inner);
+        match slot.load(Acquire) >> 32 {
+            0 => {}
+            id => return StackId(id as u32 - 1),
         }
-        let id = self.records.push(StackRecord {
-            leaf,
-            allocated_blocks: AtomicU64::new(0),
-            allocated_bytes: AtomicU64::new(0),
-            live_blocks: AtomicU64::new(0),
-            live_bytes: AtomicU64::new(0),
-        }) as u32;
-        slot.store(id, Release);
+        let id = self.len.load(Relaxed);
+        let Some(entry) = self.leaves.make(id) else {
+            return StackId(0);
+        };
+        entry.store(leaf.wrapping_add(1), Relaxed);
+        self.len.store(id + 1, Release);
+        slot.fetch_or(u64::from(id + 1) << 32, Release);
         StackId(id)
     }
 
@@ -377,21 +491,43 @@ impl Stacks {
         Some(shards.map(|shard| shard.expect("every shard is held")))
     }
 
-    /// The record of an interned stack.
+    /// The counters of an interned stack, to count in.
     #[inline]
-    pub(crate) fn record(&self, id: StackId) -> &StackRecord {
-        // Ids are handed out only after their record is written, and records are never removed.
-        &self.records[id.0 as usize]
+    pub(crate) fn record(&self, id: StackId) -> StackRecord<'_> {
+        StackRecord(self.counters.make(id.0).unwrap_or(&SPARE))
+    }
+
+    /// The counters of an interned stack, to count a free in: never allocates (a free may come
+    /// from a signal handler), so counts go nowhere while the stack's counters are not made (no
+    /// allocation from it was counted in them).
+    #[inline]
+    pub(crate) fn made_record(&self, id: StackId) -> StackRecord<'_> {
+        StackRecord(self.counters.get(id.0).unwrap_or(&SPARE))
+    }
+
+    /// The counts of an interned stack.
+    fn counts(&self, id: u32) -> StackCounts {
+        self.counters
+            .get(id)
+            .map_or_else(StackCounts::default, |c| StackCounts {
+                allocated_blocks: c[0].load(Relaxed),
+                allocated_bytes: c[1].load(Relaxed),
+                live_blocks: c[2].load(Relaxed),
+                live_bytes: c[3].load(Relaxed),
+            })
     }
 
     /// The return addresses of an interned stack, innermost first, appended to `out`. A walk up
     /// the tree: for reports, snapshots and the trace's definitions, not the allocation path.
     pub(crate) fn frames_into(&self, id: StackId, out: &mut Vec<ReturnAddress>) {
-        let mut node = self.record(id).leaf;
+        let mut node = self
+            .leaves
+            .get(id.0)
+            .map_or(ROOT, |leaf| leaf.load(Relaxed).wrapping_sub(1));
         while node != ROOT {
-            let n = &self.nodes[node as usize];
-            out.push(ReturnAddress(n.address));
-            node = n.parent;
+            let (address, parent) = self.node(node);
+            out.push(ReturnAddress(address));
+            node = parent;
         }
     }
 
@@ -403,25 +539,24 @@ impl Stacks {
     }
 
     /// Number of interned stacks; ids run from 0 to this.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.records.count()
+        self.len.load(Acquire) as usize
     }
 
     /// Number of nodes in the tree.
     #[cfg(test)]
     pub(crate) fn nodes(&self) -> usize {
-        self.nodes.count()
+        self.node_count.load(Relaxed) as usize
     }
 
     /// Whether no stack was interned yet.
     pub(crate) fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.len() == 0
     }
 
-    /// Every record, by id.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (StackId, &StackRecord)> {
-        self.records.iter().map(|(id, r)| (StackId(id as u32), r))
+    /// Every stack's counts, by id.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (StackId, StackCounts)> {
+        (0..self.len() as u32).map(|id| (StackId(id), self.counts(id)))
     }
 }
 
@@ -491,7 +626,11 @@ mod tests {
     /// The resident set of this process, in bytes.
     fn resident() -> usize {
         let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
-        let pages: usize = statm.split(' ').nth(1).and_then(|p| p.parse().ok()).expect("rss");
+        let pages: usize = statm
+            .split(' ')
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("rss");
         pages * 4096
     }
 
@@ -509,8 +648,9 @@ mod tests {
                 }
             }
         }
-        let mut frames: Vec<ReturnAddress> =
-            (0..outer).map(|i| ReturnAddress(0x1000 + i * 0x10)).collect();
+        let mut frames: Vec<ReturnAddress> = (0..outer)
+            .map(|i| ReturnAddress(0x1000 + i * 0x10))
+            .collect();
         let mut count = 0;
         visit(table, &mut frames, levels, &mut count);
         count
