@@ -125,7 +125,7 @@ impl Scope {
                 let mut groups: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
                 let mut listed = (0, 0);
                 for (stack, (blocks, bytes)) in per_stack {
-                    let frames = TABLE.stacks.record(stack).frames.clone();
+                    let frames = TABLE.stacks.frames(stack);
                     let context = report::context_of(&frames, symbolizer, &options);
                     let group = groups.entry(context).or_default();
                     group.0 += blocks;

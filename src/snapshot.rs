@@ -48,10 +48,10 @@ pub(crate) fn stacks_of(table: &Table) -> Vec<StackSummary> {
     table
         .stacks
         .iter()
-        .map(|(id, record)| {
+        .map(|(id, _)| {
             let (blocks, bytes) = allocated.get(id.0 as usize).copied().unwrap_or((0, 0));
             StackSummary {
-                frames: record.frames.to_vec(),
+                frames: table.stacks.frames(id),
                 allocated_blocks: blocks,
                 allocated_bytes: bytes,
                 ..StackSummary::default()

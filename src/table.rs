@@ -166,12 +166,7 @@ impl Table {
         let mut allocated: Vec<(u64, u64)> = self
             .stacks
             .iter()
-            .map(|(_, r)| {
-                (
-                    r.allocated_blocks.load(Relaxed),
-                    r.allocated_bytes.load(Relaxed),
-                )
-            })
+            .map(|(_, r)| (r.allocated_blocks, r.allocated_bytes))
             .collect();
         for w in self.all_writers() {
             w.add_stacks(&mut allocated);

@@ -118,7 +118,7 @@ impl Table {
             if self.peak.due.load(Relaxed) {
                 self.capture_peak();
             }
-            self.stacks.record(stack).on_live(false, bytes);
+            self.stacks.made_record(stack).on_live(false, bytes);
         }
         self.peak_change(writer, -(bytes as i64), mode);
     }
@@ -144,12 +144,11 @@ impl Table {
         }
         peak.live_bytes = live;
         peak.stacks.clear();
-        peak.stacks.extend(self.stacks.iter().map(|(_, record)| {
-            (
-                record.live_blocks.load(Relaxed),
-                record.live_bytes.load(Relaxed),
-            )
-        }));
+        peak.stacks.extend(
+            self.stacks
+                .iter()
+                .map(|(_, record)| (record.live_blocks, record.live_bytes)),
+        );
     }
 
     /// The table of the heap's peak, when tracked: `None` otherwise.

@@ -355,8 +355,7 @@ impl Table {
             writer.count_stack(stack.0, blocks, bytes);
         } else {
             let record = self.stacks.record(stack);
-            record.allocated_blocks.fetch_add(blocks, Relaxed);
-            record.allocated_bytes.fetch_add(bytes, Relaxed);
+            record.on_allocated(blocks, bytes);
         }
         bump(&writer.total_blocks, blocks);
         bump(&writer.total_bytes, bytes);

@@ -158,8 +158,8 @@ fn table_matches_model() {
         assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         // Per-stack counters: live ones from the snapshot, allocated ones from the threads' counters.
         let allocated_per_stack = table.allocated();
-        for (id, record) in table.stacks.iter() {
-            let stack = (record.frames.len() - 1) as u8;
+        for (id, _) in table.stacks.iter() {
+            let stack = (table.stacks.frames(id).len() - 1) as u8;
             let live: Vec<_> = model.values().filter(|m| m.1 == stack).collect();
             let summary = snapshot.stack(id);
             assert_eq!(summary.live_blocks, live.len() as u64);
@@ -508,4 +508,85 @@ fn side_tables_shrink_when_blocks_go() {
     assert_eq!(live(&table), kept);
     let stats = table.stats();
     assert_eq!((stats.live_blocks, stats.live_bytes), (100, 3200));
+}
+
+/// A random stack of 0 to 40 frames, innermost first, over a few return addresses, so that
+/// stacks share their outer frames, differ at the inner end, and repeat.
+fn random_stack(rng: &mut Rng) -> Vec<ReturnAddress> {
+    let prefix = rng.below(4) as usize;
+    let len = rng.below(41) as usize;
+    (0..len)
+        .map(|i| {
+            // The outer frames (high `i`) come from `prefix` alone; the inner ones vary.
+            let outer = i >= len / 2;
+            let variety = if outer { prefix as u64 } else { rng.below(3) };
+            ReturnAddress(0x4000 + (i % 7) * 0x10 + variety as usize)
+        })
+        .collect()
+}
+
+#[test]
+fn stack_tree_matches_a_naive_interner() {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let first = var("MEMPROF_TABLE_SEED").unwrap_or(1);
+    for seed in first..first + var("MEMPROF_TABLE_CASES").unwrap_or(CASES) {
+        let mut rng = Rng(seed);
+        let stacks = stacks::Stacks::new();
+        // The oracle: each distinct stack, in the order first seen, is its id.
+        let mut oracle: Vec<Vec<ReturnAddress>> = Vec::new();
+        for _ in 0..1 + rng.below(300) {
+            let frames = random_stack(&mut rng);
+            let expected = match oracle.iter().position(|s| *s == frames) {
+                Some(at) => at,
+                None => {
+                    oracle.push(frames.clone());
+                    oracle.len() - 1
+                }
+            };
+            let id = stacks.intern(&frames);
+            assert_eq!(id, StackId(expected as u32), "seed {seed}: {frames:?}");
+            assert_eq!(stacks.frames(id), frames, "seed {seed}");
+        }
+        assert_eq!(stacks.len(), oracle.len(), "seed {seed}");
+        for (id, _) in stacks.iter() {
+            assert_eq!(stacks.frames(id), oracle[id.0 as usize], "seed {seed}");
+        }
+        // No more nodes than the distinct non-empty prefixes, counted from the outer end.
+        let mut prefixes = std::collections::BTreeSet::new();
+        for stack in &oracle {
+            for n in 1..=stack.len() {
+                prefixes.insert(stack[stack.len() - n..].to_vec());
+            }
+        }
+        assert_eq!(stacks.nodes(), prefixes.len(), "seed {seed}");
+    }
+}
+
+#[test]
+fn stacks_interned_on_many_threads_agree() {
+    let table = stacks::Stacks::new();
+    let stack = |i: usize| -> Vec<ReturnAddress> {
+        (0..20)
+            .map(|depth| ReturnAddress(0x5000 + depth * 0x10 + if depth < 3 { i % 50 } else { 0 }))
+            .collect()
+    };
+    let ids: Vec<Vec<StackId>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let table = &table;
+                scope.spawn(move || {
+                    (0..200)
+                        .map(|i| table.intern(&stack((i * 7 + t * 13) % 200)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(table.len(), 50);
+    for (t, ids) in ids.iter().enumerate() {
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(table.frames(*id), stack((i * 7 + t * 13) % 200));
+        }
+    }
 }

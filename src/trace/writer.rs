@@ -693,6 +693,7 @@ impl Sink {
             &mut self.stacks,
             &mut self.stack_list,
         );
+        let mut scratch = Vec::new();
         let mut define = |id: u32| {
             let (word, bit) = (id as usize / 64, id % 64);
             if stacks.len() <= word {
@@ -701,8 +702,9 @@ impl Sink {
             if stacks[word] & (1 << bit) == 0 {
                 stacks[word] |= 1 << bit;
                 new_stack = true;
-                let frames = &TABLE.stacks.record(StackId(id)).frames;
-                defs.stack(id, frames.iter().map(|f| f.0 as u64));
+                scratch.clear();
+                TABLE.stacks.frames_into(StackId(id), &mut scratch);
+                defs.stack(id, scratch.iter().map(|f| f.0 as u64));
                 stack_list.push(id);
             }
         };
@@ -799,12 +801,13 @@ impl Sink {
 
     /// Writes the frames of every return address of every stack defined.
     fn symbols(&mut self) -> io::Result<()> {
-        let mut addresses: Vec<u64> = self
-            .stack_list
-            .iter()
-            .flat_map(|&id| TABLE.stacks.record(StackId(id)).frames.iter())
-            .map(|f| f.0 as u64)
-            .collect();
+        let mut addresses: Vec<u64> = Vec::new();
+        let mut frames = Vec::new();
+        for &id in &self.stack_list {
+            frames.clear();
+            TABLE.stacks.frames_into(StackId(id), &mut frames);
+            addresses.extend(frames.iter().map(|f| f.0 as u64));
+        }
         addresses.sort_unstable();
         addresses.dedup();
         let mut resolved = Vec::with_capacity(addresses.len());
