@@ -257,7 +257,12 @@ fn new_block<const HEADED: bool>(
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = capture::Budget::new(config.shown_depth());
-        let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        let mut n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        if capture::trim::read_when_due(n == depth) && n == depth {
+            // The walk reached its margin before the symbol table was read, now: again with it.
+            let budget = capture::Budget::new(config.shown_depth());
+            n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        }
         Some(store(&frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
@@ -278,7 +283,11 @@ fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
     let captured = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = capture::Budget::new(config.shown_depth());
-        let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        let mut n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        if capture::trim::read_when_due(n == depth) && n == depth {
+            let budget = capture::Budget::new(config.shown_depth());
+            n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        }
         Some(TABLE.stacks.intern(&frames[..n]))
     });
     // The thread is tearing down its locals: the mapping without a stack rather than lost.
