@@ -236,12 +236,28 @@ const HIDDEN_CRATES: [&[u8]; 6] = [
 fn in_hidden_crate(name: &str) -> bool {
     let name = name.as_bytes();
     if let Some(rest) = name.strip_prefix(b"_ZN") {
-        legacy_crate(rest).is_some_and(|c| HIDDEN_CRATES.contains(&c))
+        legacy_crate(rest).is_some_and(|c| HIDDEN_CRATES.contains(&c) || mentions_std_legacy(c))
     } else if let Some(rest) = name.strip_prefix(b"_R") {
         v0_crate(rest).is_some_and(|c| HIDDEN_CRATES.contains(&c))
     } else {
         false
     }
+}
+
+/// Whether a legacy-mangled path segment (such as `_$LT$$RF$T$u20$as$u20$core..fmt..Debug$GT$`,
+/// an `impl`'s) names a path of the standard library after a character that cannot end an
+/// identifier (`..`, or one of the escapes of `<`, `>`, `&`, `*`, `(`, `)`, `,`, `@`, a space, a
+/// bracket, a brace or `;`): what [`frames::is_shown_by_name`] finds in it once demangled.
+fn mentions_std_legacy(segment: &[u8]) -> bool {
+    const BEFORE: [&[u8]; 16] = [
+        b"..", b"$LT$", b"$GT$", b"$RF$", b"$BP$", b"$LP$", b"$RP$", b"$C$", b"$SP$", b"$u20$",
+        b"$u5b$", b"$u5d$", b"$u7b$", b"$u7d$", b"$u3b$", b"$u7e$",
+    ];
+    const PATHS: [&[u8]; 4] = [b"core..", b"alloc..", b"std..", b"hashbrown.."];
+    (1..segment.len()).any(|at| {
+        let (head, tail) = segment.split_at(at);
+        PATHS.iter().any(|p| tail.starts_with(p)) && BEFORE.iter().any(|b| head.ends_with(b))
+    })
 }
 
 /// A decimal number at the start of `s`, and what follows it.
@@ -533,12 +549,15 @@ mod tests {
             "_RNvCsAbC_7memprof4main",
             "_RNvNtC5alloc3vec3new",
             "_RINvNtC4core3ptr13drop_in_placeNtC3app3FooEB4_",
+            "_ZN47_$LT$app..Foo$u20$as$u20$core..fmt..Display$GT$3fmt17h0123456789abcdefE",
+            "_ZN42_$LT$$RF$T$u20$as$u20$core..fmt..Debug$GT$3fmt17h0123456789abcdefE",
         ];
         let undecided = [
             "_ZN3app4main17h0123456789abcdefE",
             "_ZN4core17h0123456789abcdefE",
             "_ZN4core3fooEv",
-            "_ZN50_$LT$app..Foo$u20$as$u20$core..fmt..Display$GT$3fmt17h0123456789abcdefE",
+            "_ZN41_$LT$app..Foo$u20$as$u20$app..Display$GT$3fmt17h0123456789abcdefE",
+            "_ZN23_$LT$app..mycore..x$GT$3fmt17h0123456789abcdefE",
             "_RNvCs1234_3app4main",
             "_RINvMNtC4core3stre18trim_start_matchesReECs1_3app",
             "_RNvMNtC4core3fmtNtB2_9Formatter3pad",
