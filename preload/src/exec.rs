@@ -34,10 +34,11 @@ pub(crate) fn resolve() {
 
 /// Closes the trace before the process's image is replaced, in the process that started it.
 fn before_exec() {
-    if memprof::is_tracing() && std::process::id() == ORIGIN.load(Relaxed) {
-        if let Err(error) = memprof::close_trace() {
-            eprintln!("memprof: closing the trace before exec: {error}");
-        }
+    if memprof::is_tracing()
+        && std::process::id() == ORIGIN.load(Relaxed)
+        && let Err(error) = memprof::close_trace()
+    {
+        eprintln!("memprof: closing the trace before exec: {error}");
     }
 }
 
