@@ -301,11 +301,7 @@ fn legacy_crate(mut rest: &[u8]) -> Option<&[u8]> {
     let is_hash =
         |s: &[u8]| s.len() == 17 && s[0] == b'h' && s[1..].iter().all(u8::is_ascii_hexdigit);
     let named = segments.iter().filter(|s| !is_hash(s)).count();
-    (named >= 2
-        && segments[0]
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'_'))
-    .then_some(segments[0])
+    (named >= 2).then_some(segments[0])
 }
 
 /// The crate of a v0-mangled path (`_R` taken off) that is nested paths (`N`) around a crate
