@@ -18,7 +18,10 @@
 //! while paused and freed later, or recorded before and freed while paused, causes no error.
 //!
 //! The path allocates nothing outside the reentrancy guard, takes no lock that allocates, and
-//! never panics, prints or reads the environment. In unoptimized builds every real frame between
+//! never panics, prints or reads the environment. Once in the process, after its first walks, one
+//! walking thread reads the symbol table that tells where walks may stop (`capture::trim`), inside
+//! the guard and without making any other thread wait, as the first walk builds the DWARF
+//! unwinder's registry. In unoptimized builds every real frame between
 //! the program's allocating function and the stack walk costs the walk's margin
 //! (`tests/stack_trim.rs`), so the functions on the way are inlined even there
 //! (`#[inline(always)]`), and the realloc path records its new block through [`alloc`] itself, not
