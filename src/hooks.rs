@@ -41,7 +41,7 @@ impl record::Start for Doors {
         if config.paused {
             record::pause();
         }
-        capture::trim::load();
+        capture::trim::start();
         triggers::install(config);
         fork::install();
         if let Some(spec) = config.trace.as_deref().or(settings.trace) {

@@ -18,7 +18,10 @@
 //! while paused and freed later, or recorded before and freed while paused, causes no error.
 //!
 //! The path allocates nothing outside the reentrancy guard, takes no lock that allocates, and
-//! never panics, prints or reads the environment. In unoptimized builds every real frame between
+//! never panics, prints or reads the environment. Once in the process, after its first walks, one
+//! walking thread reads the symbol table that tells where walks may stop (`capture::trim`), inside
+//! the guard and without making any other thread wait, as the first walk builds the DWARF
+//! unwinder's registry. In unoptimized builds every real frame between
 //! the program's allocating function and the stack walk costs the walk's margin
 //! (`tests/stack_trim.rs`), so the functions on the way are inlined even there
 //! (`#[inline(always)]`), and the realloc path records its new block through [`alloc`] itself, not
@@ -257,7 +260,12 @@ fn new_block<const HEADED: bool>(
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = capture::Budget::new(config.shown_depth());
-        let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        let mut n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        if capture::trim::read_when_due(n == depth) && n == depth {
+            // The walk reached its margin before the symbol table was read, now: again with it.
+            let budget = capture::Budget::new(config.shown_depth());
+            n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        }
         Some(store(&frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
@@ -278,7 +286,11 @@ fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
     let captured = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let budget = capture::Budget::new(config.shown_depth());
-        let n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        let mut n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        if capture::trim::read_when_due(n == depth) && n == depth {
+            let budget = capture::Budget::new(config.shown_depth());
+            n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
+        }
         Some(TABLE.stacks.intern(&frames[..n]))
     });
     // The thread is tearing down its locals: the mapping without a stack rather than lost.

@@ -8,9 +8,16 @@
 //! margin deeper ([`TRIMMED_FRAMES`](crate::config::TRIMMED_FRAMES)) on every allocation, though
 //! most stacks need only a few of them, and every frame walked costs time and table memory.
 //!
-//! So when the profiler starts, the symbol table of memprof's own module (the program, for a
-//! crate linked in) tells which of its functions a report shows wherever they are
-//! ([`frames::is_shown_by_name`]), kept as a bit per 16 bytes of code. From the first such
+//! So the symbol table of memprof's own module (the program, for a crate linked in) tells which
+//! of its functions a report shows wherever they are ([`frames::is_shown_by_name`]), kept as a
+//! bit per 16 bytes of code. It is read once the program has made [`WALKS_BEFORE_READING`] walks,
+//! or at the first walk that reaches the margin, whichever comes first ([`read_when_due`]), not
+//! when the profiler starts: a short-lived program (one that makes a few allocations, or none
+//! after its runtime's) never pays for it, and in an unoptimized build reading and demangling a
+//! large table takes much longer than the walks it shortens. Walks before it go their full
+//! length (to the end of the stack or the margin), as they do without a table, and a walk that
+//! reached the margin before it is walked again with it. The preloaded library reads it when it
+//! starts ([`start`]), from its constructor, where no lock of the C library is held. From the first such
 //! frame on, a walk counts down the frames it still wants (`depth + skip`, that one included),
 //! without looking at any more bits: a frame's cost on the way down stays what it was without the
 //! table. It ends there, or at the margin.
@@ -32,7 +39,7 @@ use crate::frames;
 use crate::modules;
 use std::ops::Range;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Bytes of code per bit, as a power of two: functions start 16-byte aligned on x86-64 and
 /// AArch64, so a granule rarely holds two of them (and is then shown only if both are).
@@ -56,8 +63,19 @@ static OUTSIDE: AtomicBool = AtomicBool::new(false);
 /// frames it collapses to one).
 const OUTSIDE_MARGIN: usize = 3;
 
-/// What was read when the profiler started; unset until then.
+/// What was read from the symbol table; unset until then (and for good when there is none).
 static SHOWN: OnceLock<Shown> = OnceLock::new();
+
+/// Walks made before the symbol table is read, unless one reaches the margin first: a few
+/// hundred microseconds of longer walks at most in an optimized build, against the few
+/// milliseconds (more in a large program, a hundred times more unoptimized) that reading costs.
+pub(crate) const WALKS_BEFORE_READING: usize = 256;
+
+/// Whether the symbol table is still to be read: cleared by the one thread that reads it.
+static PENDING: AtomicBool = AtomicBool::new(true);
+
+/// Walks made while [`PENDING`].
+static WALKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Nothing known: every frame is one a report may hide.
 static NONE: Shown = Shown::nothing();
@@ -123,17 +141,51 @@ impl Shown {
 /// holds memprof alone, and reports show nearly all the rest (the program's code, the C
 /// library's), so a walk starts counting at the first frame out of it, with a margin
 /// ([`OUTSIDE_MARGIN`]). Without it, no frame of a program that is not memprof's module would
-/// ever count, and every walk would go its full length. Call it before [`load`].
+/// ever count, and every walk would go its full length. Call it before [`start`].
 #[cfg(feature = "preload")]
 pub(crate) fn count_outside() {
     OUTSIDE.store(true, Ordering::Relaxed);
 }
 
-/// Reads which code of memprof's own module reports show, from its symbol table, once; later
-/// calls do nothing. Allocates and reads a file: call it where the profiler starts, inside the
-/// reentrancy guard.
-pub(crate) fn load() {
-    SHOWN.get_or_init(|| read().unwrap_or(Shown::nothing()));
+/// What the profiler's start does here: the preloaded library ([`count_outside`]) reads the
+/// symbol table now, from its constructor; a Rust program leaves it to [`read_when_due`].
+/// Call it inside the reentrancy guard.
+pub(crate) fn start() {
+    if OUTSIDE.load(Ordering::Relaxed) {
+        read_once();
+    }
+}
+
+/// Called after each walk of the allocation path, inside the reentrancy guard, with whether the
+/// walk filled its buffer (reached the margin): reads the symbol table when it is due (see the
+/// module's documentation). Returns whether it was read by this call and tells something, so
+/// that a walk that reached the margin is made again with it. Never waits for another thread:
+/// walks on other threads while one reads go their full length.
+#[inline(always)]
+pub(crate) fn read_when_due(reached_margin: bool) -> bool {
+    PENDING.load(Ordering::Relaxed) && count_walk(reached_margin)
+}
+
+/// [`read_when_due`] while the table is still to be read.
+#[cold]
+#[inline(never)]
+fn count_walk(reached_margin: bool) -> bool {
+    let walks = WALKS.fetch_add(1, Ordering::Relaxed) + 1;
+    (reached_margin || walks >= WALKS_BEFORE_READING) && read_once()
+}
+
+/// Reads which code of memprof's own module reports show, from its symbol table, unless another
+/// thread did or is doing it; returns whether this call read it and it tells something.
+/// Allocates and reads a file: call it inside the reentrancy guard.
+fn read_once() -> bool {
+    if PENDING
+        .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    // Only the thread that cleared `PENDING` sets it, so this never waits.
+    read().is_some_and(|shown| SHOWN.set(shown).is_ok())
 }
 
 /// The code of the module holding this function that reports show, from the symbol table of its
@@ -150,10 +202,11 @@ fn read() -> Option<Shown> {
             return;
         };
         let start = (value as usize).wrapping_add(module.bias);
-        let shown = match rustc_demangle::try_demangle(name) {
-            Ok(name) => demangled.is_shown(name),
-            Err(_) => frames::is_shown_by_name(name),
-        };
+        let shown = !in_hidden_crate(name)
+            && match rustc_demangle::try_demangle(name) {
+                Ok(name) => demangled.is_shown(name),
+                Err(_) => frames::is_shown_by_name(name),
+            };
         functions.push((start..start.saturating_add(size as usize), shown));
     })?;
     if functions.is_empty() {
@@ -162,6 +215,118 @@ fn read() -> Option<Shown> {
     let mut shown = Shown::from_functions(code, functions);
     shown.outside = OUTSIDE.load(Ordering::Relaxed);
     Some(shown)
+}
+
+/// The crates whose functions a report never shows ([`frames::is_shown_by_name`]): a name in
+/// one of them demangles to one that starts with its path.
+const HIDDEN_CRATES: [&[u8]; 6] = [
+    b"core",
+    b"alloc",
+    b"std",
+    b"hashbrown",
+    b"memprof",
+    b"memprof_preload",
+];
+
+/// Whether the mangled `name` is that of a function in one of [`HIDDEN_CRATES`], told from its
+/// first path segment without demangling it: most of a program's symbols are the standard
+/// library's, and demangling them all was most of the time spent reading the table. `false`
+/// where the name does not settle it (another crate, a name that starts with an `impl` or a
+/// generic, a name of one segment), and the name is then demangled.
+fn in_hidden_crate(name: &str) -> bool {
+    let name = name.as_bytes();
+    if let Some(rest) = name.strip_prefix(b"_ZN") {
+        legacy_crate(rest).is_some_and(|c| HIDDEN_CRATES.contains(&c) || mentions_std_legacy(c))
+    } else if let Some(rest) = name.strip_prefix(b"_R") {
+        v0_crate(rest).is_some_and(|c| HIDDEN_CRATES.contains(&c))
+    } else {
+        false
+    }
+}
+
+/// Whether a legacy-mangled path segment (such as `_$LT$$RF$T$u20$as$u20$core..fmt..Debug$GT$`,
+/// an `impl`'s) names a path of the standard library after a character that cannot end an
+/// identifier (`..`, or one of the escapes of `<`, `>`, `&`, `*`, `(`, `)`, `,`, `@`, a space, a
+/// bracket, a brace or `;`): what [`frames::is_shown_by_name`] finds in it once demangled.
+fn mentions_std_legacy(segment: &[u8]) -> bool {
+    const BEFORE: [&[u8]; 16] = [
+        b"..", b"$LT$", b"$GT$", b"$RF$", b"$BP$", b"$LP$", b"$RP$", b"$C$", b"$SP$", b"$u20$",
+        b"$u5b$", b"$u5d$", b"$u7b$", b"$u7d$", b"$u3b$", b"$u7e$",
+    ];
+    const PATHS: [&[u8]; 4] = [b"core..", b"alloc..", b"std..", b"hashbrown.."];
+    (1..segment.len()).any(|at| {
+        let (head, tail) = segment.split_at(at);
+        PATHS.iter().any(|p| tail.starts_with(p)) && BEFORE.iter().any(|b| head.ends_with(b))
+    })
+}
+
+/// A decimal number at the start of `s`, and what follows it.
+fn decimal(s: &[u8]) -> Option<(usize, &[u8])> {
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 9 || (digits > 1 && s[0] == b'0') {
+        return None;
+    }
+    let n = s[..digits]
+        .iter()
+        .fold(0, |n, d| n * 10 + usize::from(d - b'0'));
+    Some((n, &s[digits..]))
+}
+
+/// The first segment of a legacy-mangled path (`_ZN` taken off), when the whole name is one
+/// (`<len><ident>`... `E`, then nothing or a `.` suffix) of at least two segments besides the
+/// hash, so that it demangles to `crate::...`.
+fn legacy_crate(mut rest: &[u8]) -> Option<&[u8]> {
+    let mut segments: Vec<&[u8]> = Vec::new();
+    while rest.first()?.is_ascii_digit() {
+        let (len, after) = decimal(rest)?;
+        segments.push(after.get(..len)?);
+        rest = &after[len..];
+        if segments.len() == 3 {
+            // Enough to know the name has two segments besides the hash; the rest is checked
+            // for its end only.
+            break;
+        }
+    }
+    while let Some(&b) = rest.first() {
+        if b == b'E' {
+            break;
+        }
+        let (len, after) = decimal(rest)?;
+        rest = after.get(len..)?;
+    }
+    let end = rest.strip_prefix(b"E")?;
+    if !(end.is_empty() || end.starts_with(b".")) {
+        return None;
+    }
+    let is_hash =
+        |s: &[u8]| s.len() == 17 && s[0] == b'h' && s[1..].iter().all(u8::is_ascii_hexdigit);
+    let named = segments.iter().filter(|s| !is_hash(s)).count();
+    (named >= 2).then_some(segments[0])
+}
+
+/// The crate of a v0-mangled path (`_R` taken off) that is nested paths (`N`) around a crate
+/// root (`C`), perhaps with generic arguments after it (`I`), so that it demangles to
+/// `crate::...`.
+fn v0_crate(rest: &[u8]) -> Option<&[u8]> {
+    let rest = rest.strip_prefix(b"I").unwrap_or(rest);
+    let nested = rest
+        .chunks(2)
+        .take_while(|c| c[0] == b'N' && c.len() == 2)
+        .count();
+    if nested == 0 {
+        return None;
+    }
+    let mut rest = rest[2 * nested..].strip_prefix(b"C")?;
+    if let Some(after) = rest.strip_prefix(b"s") {
+        let digits = after
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric())
+            .count();
+        rest = after[digits..].strip_prefix(b"_")?;
+    }
+    let (len, after) = decimal(rest)?;
+    let after = after.strip_prefix(b"_").unwrap_or(after);
+    after.get(..len)
 }
 
 /// The start of a demangled name, written into a buffer used again for every name: reading a
@@ -203,8 +368,8 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// A budget of `want` frames, with what was read when the profiler started; with nothing
-    /// read, it never starts counting and a walk goes to its end.
+    /// A budget of `want` frames, with what was read from the symbol table; with nothing read
+    /// (yet), it never starts counting and a walk goes to its end.
     #[inline]
     pub(crate) fn new(want: usize) -> Budget {
         let shown = SHOWN.get().unwrap_or(&NONE);
@@ -338,6 +503,70 @@ mod tests {
             want: 1,
         };
         assert!((1..1000).all(|r| budget.end_after(r, r * 8).is_none()));
+    }
+
+    /// The names told without demangling are hidden when demangled too, on every function of
+    /// this test binary, and they are most of them.
+    #[test]
+    fn names_of_hidden_crates_agree_with_their_demangling() {
+        let own = read as fn() -> Option<Shown> as usize;
+        let module = modules::loaded()
+            .into_iter()
+            .find(|m| m.contains(own))
+            .unwrap();
+        let (mut told, mut all) = (0, 0);
+        let mut demangled = Prefix::default();
+        modules::for_each_function(&module.path, false, |_, _, name| {
+            let Ok(name) = std::str::from_utf8(name) else {
+                return;
+            };
+            all += 1;
+            if in_hidden_crate(name) {
+                told += 1;
+                let shown = match rustc_demangle::try_demangle(name) {
+                    Ok(name) => demangled.is_shown(name),
+                    Err(_) => frames::is_shown_by_name(name),
+                };
+                assert!(!shown, "{name} is shown");
+            }
+        })
+        .unwrap();
+        assert!(told * 2 > all, "{told} of {all} told without demangling");
+    }
+
+    #[test]
+    fn mangled_crates() {
+        let hidden = [
+            "_ZN4core3fmt5write17h0123456789abcdefE",
+            "_ZN4core3fmt5write17h0123456789abcdefE.llvm.1234",
+            "_ZN3std2rt10lang_start17h0123456789abcdefE",
+            "_ZN7memprof6record5alloc17h0123456789abcdefE",
+            "_RNvNtCs1234_4core3fmt5write",
+            "_RNvCsAbC_7memprof4main",
+            "_RNvNtC5alloc3vec3new",
+            "_RINvNtC4core3ptr13drop_in_placeNtC3app3FooEB4_",
+            "_ZN47_$LT$app..Foo$u20$as$u20$core..fmt..Display$GT$3fmt17h0123456789abcdefE",
+            "_ZN42_$LT$$RF$T$u20$as$u20$core..fmt..Debug$GT$3fmt17h0123456789abcdefE",
+        ];
+        let undecided = [
+            "_ZN3app4main17h0123456789abcdefE",
+            "_ZN4core17h0123456789abcdefE",
+            "_ZN4core3fooEv",
+            "_ZN41_$LT$app..Foo$u20$as$u20$app..Display$GT$3fmt17h0123456789abcdefE",
+            "_ZN23_$LT$app..mycore..x$GT$3fmt17h0123456789abcdefE",
+            "_RNvCs1234_3app4main",
+            "_RINvMNtC4core3stre18trim_start_matchesReECs1_3app",
+            "_RNvMNtC4core3fmtNtB2_9Formatter3pad",
+            "main",
+            "_ZN",
+            "_R",
+        ];
+        for name in hidden {
+            assert!(in_hidden_crate(name), "{name}");
+        }
+        for name in undecided {
+            assert!(!in_hidden_crate(name), "{name}");
+        }
     }
 
     #[test]
