@@ -259,18 +259,27 @@ fn new_block<const HEADED: bool>(
     };
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
-        let budget = capture::Budget::new(config.shown_depth());
-        let mut n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
-        if capture::trim::read_when_due(n == depth) && n == depth {
-            // The walk reached its margin before the symbol table was read, now: again with it.
-            let budget = capture::Budget::new(config.shown_depth());
-            n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
-        }
+        let n = walk(config, &mut frames[..depth], entry);
         Some(store(&frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
     // so totals stay balanced when it is freed.
     recorded.unwrap_or_else(|_| Some(store(&[])))
+}
+
+/// Captures the current stack into `frames` (`config`'s capture depth long); returns how many
+/// frames it holds. `entry` as for [`new_block`]. A walk that reached its margin before the symbol
+/// table that tells where a walk may stop was read, and made it due, is made again with it.
+#[inline(always)]
+fn walk(config: &Config, frames: &mut [ReturnAddress], entry: usize) -> usize {
+    let depth = frames.len();
+    let budget = capture::Budget::new(config.shown_depth());
+    let n = capture::capture(config.unwinder, frames, budget, entry);
+    if capture::trim::read_when_due(n == depth) && n == depth {
+        let budget = capture::Budget::new(config.shown_depth());
+        return capture::capture(config.unwinder, frames, budget, entry);
+    }
+    n
 }
 
 /// The stack of a mapping the program makes (the preloaded library's `mmap` and `mremap`),
@@ -285,12 +294,7 @@ fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
     let depth = config.capture_depth();
     let captured = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
-        let budget = capture::Budget::new(config.shown_depth());
-        let mut n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
-        if capture::trim::read_when_due(n == depth) && n == depth {
-            let budget = capture::Budget::new(config.shown_depth());
-            n = capture::capture(config.unwinder, &mut frames[..depth], budget, entry);
-        }
+        let n = walk(config, &mut frames[..depth], entry);
         Some(TABLE.stacks.intern(&frames[..n]))
     });
     // The thread is tearing down its locals: the mapping without a stack rather than lost.
