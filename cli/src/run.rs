@@ -159,12 +159,31 @@ impl Kind {
     /// holds tells that memprof is built in; an ELF file without an interpreter is statically
     /// linked. A script (`#!`) runs its interpreter, which the library is preloaded into.
     fn of(executable: &Path) -> Result<Kind, Failure> {
-        let bytes = std::fs::read(executable)
-            .map_err(|e| Failure(format!("{}: cannot read: {e}", executable.display()), 1))?;
-        if memchr::memmem::find(&bytes, b"MEMPROF_TRACE_MIN_COUNT").is_some() {
-            return Ok(Kind::BuiltIn);
+        let fail = |e: io::Error| Failure(format!("{}: cannot read: {e}", executable.display()), 1);
+        let mut file = std::fs::File::open(executable).map_err(fail)?;
+        // Read a piece at a time (a program with its debug information may be gigabytes), each
+        // piece after the last bytes of the one before, where the name may have begun.
+        const MARKER: &[u8] = b"MEMPROF_TRACE_MIN_COUNT";
+        let finder = memchr::memmem::Finder::new(MARKER);
+        let mut window = vec![0u8; (1 << 20) + MARKER.len()];
+        let (mut kept, mut first) = (0, None);
+        loop {
+            let read = io::Read::read(&mut file, &mut window[kept..]).map_err(fail)?;
+            if read == 0 {
+                break;
+            }
+            let filled = kept + read;
+            if first.is_none() {
+                // The ELF header and program headers are at the start.
+                first = Some(window[..filled].to_vec());
+            }
+            if finder.find(&window[..filled]).is_some() {
+                return Ok(Kind::BuiltIn);
+            }
+            kept = filled.min(MARKER.len() - 1);
+            window.copy_within(filled - kept..filled, 0);
         }
-        if is_static_elf(&bytes) {
+        if first.as_deref().is_some_and(is_static_elf) {
             return Ok(Kind::Static);
         }
         Ok(Kind::Preloaded)

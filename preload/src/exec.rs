@@ -38,7 +38,7 @@ fn before_exec() {
         && std::process::id() == ORIGIN.load(Relaxed)
         && let Err(error) = memprof::close_trace()
     {
-        eprintln!("memprof: closing the trace before exec: {error}");
+        memprof::preload::warn(format_args!("closing the trace before exec: {error}"));
     }
 }
 

@@ -14,11 +14,11 @@ pub(crate) fn apply() {
     {
         None | Some(b"1") => {}
         Some(b"0") => forget_self(),
-        Some(other) => eprintln!(
-            "memprof: MEMPROF_FOLLOW_EXEC={:?} is neither 1 nor 0; using the default 1 (programs \
-             the process runs are profiled too)",
+        Some(other) => memprof::preload::warn(format_args!(
+            "MEMPROF_FOLLOW_EXEC={:?} is neither 1 nor 0; using the default 1 (programs the \
+             process runs are profiled too)",
             String::from_utf8_lossy(other)
-        ),
+        )),
     }
 }
 

@@ -255,10 +255,10 @@ extern "C" fn unseen() {
         && !SEEN.load(Relaxed)
         && let Some(module) = forward::own_allocator()
     {
-        eprintln!(
-            "memprof: no allocation was recorded in process {}: its malloc is {module}'s, not \
+        memprof::preload::warn(format_args!(
+            "no allocation was recorded in process {}: its malloc is {module}'s, not \
              libmemprof_preload.so's (an allocator linked into the program)",
             std::process::id(),
-        );
+        ));
     }
 }

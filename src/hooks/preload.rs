@@ -81,3 +81,9 @@ pub fn mremap<R>(
 ) -> R {
     record::mappings::mremap::<Doors, R>(old, old_length, new_length, keeps_old, remap)
 }
+
+/// Writes `memprof: ` and `message` on stderr, as memprof's own warnings do: a failed write is
+/// ignored, where `eprintln!` would panic (and abort, in a function the C library calls).
+pub fn warn(message: std::fmt::Arguments<'_>) {
+    crate::config::warn(message);
+}
