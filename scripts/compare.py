@@ -33,6 +33,9 @@ What it measures (all in the same run, so the ratios hold on a noisy machine):
    every 512 KiB, with `MEMPROF_HTTP` and its heap profile fetched every second, against the
    same sampled run without the endpoint and against no profiler, in triples of runs one after
    the other (7 triples, quick 3): the time ratios' medians.
+8. Debug builds (`--only debug`): nanoseconds memprof adds per allocation on churn in a debug
+   build with Cargo's defaults, in one with the quick start's `opt-level = 3` for memprof, and
+   in the release build, each paired with the same build without a profiler (7 pairs, quick 3).
 
 Each measurement runs `--runs` times (5 by default; the tools take turns) and the median is
 shown. A tool that is not installed is skipped with a note in the table. The builds go to
@@ -92,9 +95,10 @@ def wait_for_quiet(threshold, max_wait):
 # builds
 
 
-def build(target_dir, frame_pointers, examples=EXAMPLES, bench=True):
+def build(target_dir, frame_pointers, examples=EXAMPLES, bench=True, profile=("--release",)):
     """Builds the workload examples (with the `http` feature, which costs nothing until
-    `MEMPROF_HTTP` asks for the endpoint) and the peers bench; returns {name: executable}."""
+    `MEMPROF_HTTP` asks for the endpoint) and the peers bench; returns {name: executable}.
+    `profile`: Cargo's arguments choosing the build profile (`()` for a debug build)."""
     env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir))
     if frame_pointers:
         env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " -C force-frame-pointers=yes").strip()
@@ -102,7 +106,7 @@ def build(target_dir, frame_pointers, examples=EXAMPLES, bench=True):
     # The frame-pointer build can also trace (cargo feature `trace`), for the trace-mode rows.
     features = ["--features", "trace"] if frame_pointers else []
     commands = [
-        ["cargo", "build", "--release", "-p", "memprof-bench", "--features", "http",
+        ["cargo", "build", *profile, "-p", "memprof-bench", "--features", "http",
          "--message-format=json"]
         + features + [a for e in examples for a in ("--example", e)],
     ]
@@ -604,6 +608,57 @@ def print_paired(sampling_rows, overhead_rows, allocs):
 
 
 # ------------------------------------------------------------------------------------------------
+# 8. debug builds
+
+# The quick start's fix for debug builds: memprof alone compiled with optimization.
+OPTIMIZED_MEMPROF = ("--config", "profile.dev.package.memprof.opt-level=3")
+
+
+def debug_builds(target_dir, release_exes, size, pairs, tmpdir):
+    """Nanoseconds added per allocation on churn by memprof in a debug build (Cargo's defaults:
+    memprof unoptimized), in a debug build with the quick start's `opt-level = 3` for memprof, and
+    in a release build, each paired with the same build's run without a profiler."""
+    builds = [
+        ("debug build, Cargo's defaults", build(target_dir / "debug-default", False,
+                                                ["workload", "workload_plain"], False, ())),
+        ("debug build, memprof at `opt-level = 3`",
+         build(target_dir / "debug-opt", False, ["workload", "workload_plain"], False,
+               OPTIMIZED_MEMPROF)),
+        ("release build", release_exes),
+    ]
+    rows = []
+    for label, exes in builds:
+        plain = Tool("plain", exes["workload_plain"])
+        profiled = Tool(label, exes["workload"], baseline="plain")
+        _, fields = profiled.run_once("churn", size, tmpdir)
+        allocs = int(fields["allocs"])
+        runs = paired_runs({"plain": plain, label: profiled}, label, "churn", size, pairs, tmpdir)
+        rows.append((label, allocs, ns_added(runs, allocs)))
+    return rows
+
+
+def measure_debug(target_dir, release_exes, quick, tmpdir):
+    log(f"debug builds (load {load()})")
+    size = 20_000 if quick else 50_000
+    rows = debug_builds(target_dir, release_exes, size, 3 if quick else 7, tmpdir)
+    print_debug_builds(rows, size)
+
+
+def print_debug_builds(rows, size):
+    print("### Debug builds\n")
+    print(f"Churn ({size:,}) in each build, memprof's default build (DWARF unwinder), paired with "
+          "the same build without a profiler as in *Paired runs*: nanoseconds memprof adds per "
+          "allocation. The second row is the quick start's `[profile.dev.package.memprof] "
+          "opt-level = 3`.\n")
+    print("| build | allocations | pairs | median ns added | lowest | highest |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, allocs, added in rows:
+        print(f"| {label} | {allocs:,} | {len(added)} | {statistics.median(added):,.0f} | "
+              f"{min(added):,.0f} | {max(added):,.0f} |")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------
 # 7. the HTTP endpoint, scraped
 
 
@@ -826,17 +881,20 @@ def main():
                              "load to fall to LOAD")
     parser.add_argument("--max-wait", type=float, default=600)
     parser.add_argument("--only",
-                        default="alloc,process,paired,sampling,threads,memory,reports,scraped",
+                        default="alloc,process,paired,sampling,threads,memory,reports,scraped,"
+                                "debug",
                         help="comma-separated sections to run")
     args = parser.parse_args()
     runs = args.runs or (1 if args.quick else 5)
     fp_dir = args.fp_target_dir or args.target_dir / "fp"
     only = set(args.only.split(","))
 
-    if only == {"scraped"}:
-        exes = {}
-        exes_fp = build(fp_dir, frame_pointers=True, examples=["workload", "workload_plain"],
-                        bench=False)
+    # The sections that need only the workloads run without the others' builds.
+    few = ["workload", "workload_plain"]
+    alone = only <= {"scraped", "debug"}
+    if alone:
+        exes = build(args.target_dir, False, few, bench=False) if "debug" in only else {}
+        exes_fp = build(fp_dir, True, few, bench=False) if "scraped" in only else {}
     else:
         exes = build(args.target_dir, frame_pointers=False)
         exes_fp = build(fp_dir, frame_pointers=True)
@@ -860,8 +918,11 @@ def main():
 
     tmpdir = tempfile.mkdtemp(prefix="memprof-compare-")
     quick = args.quick
-    if only == {"scraped"}:
-        measure_scraped(exes_fp, quick)
+    if alone:
+        if "scraped" in only:
+            measure_scraped(exes_fp, quick)
+        if "debug" in only:
+            measure_debug(args.target_dir, exes, quick, tmpdir)
         print(f"1-minute load at the end: {load()}.")
         shutil.rmtree(tmpdir, ignore_errors=True)
         return 0
@@ -958,6 +1019,8 @@ def main():
         print_reports(times, fields)
     if "scraped" in only:
         measure_scraped(exes_fp, quick)
+    if "debug" in only:
+        measure_debug(args.target_dir, exes, quick, tmpdir)
     if any(m is None and note.startswith("FAILED")
            for measured, _ in whole.values() for _, m, note in measured.values()):
         status = 1

@@ -104,7 +104,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if !is_headed(layout, &self.settings) {
-            let _ = record::free(ptr as usize, BlockRef::Headless);
+            let _ = path::free(ptr as usize, BlockRef::Headless);
             // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
             unsafe { release_table_memory(ptr, layout.size()) };
             // SAFETY: `ptr` was allocated by `inner` with `layout`, as `alloc` forwarded it.
@@ -112,7 +112,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
         }
         // SAFETY: `ptr` is a live headed block of `layout` the caller gives up (or a stranger).
         let headed = unsafe { read_header(ptr, layout) };
-        if !headed.is_some_and(|headed| record::free(ptr as usize, BlockRef::Headed(headed))) {
+        if !headed.is_some_and(|headed| path::free(ptr as usize, BlockRef::Headed(headed))) {
             // SAFETY: as for `dealloc`: not this allocator's block, but the wrapped one's.
             return unsafe { self.free_stranger(ptr, layout) };
         }
@@ -134,7 +134,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             is_headed(new_layout, &self.settings),
         ) {
             (false, false) => {
-                let reallocated = record::realloc::<Self>(
+                let reallocated = path::realloc::<A>(
                     ptr as usize,
                     BlockRef::Headless,
                     BlockRef::Headless,
@@ -187,7 +187,7 @@ impl<A: GlobalAlloc> MemProf<A> {
         if !is_headed(layout, &self.settings) {
             let ptr = get(layout);
             if !ptr.is_null() {
-                let _ = record::alloc::<Self>(
+                let _ = path::alloc::<A>(
                     ptr as usize,
                     layout.size(),
                     BlockRef::Headless,
@@ -215,7 +215,7 @@ impl<A: GlobalAlloc> MemProf<A> {
         let reallocated = match old {
             None => None,
             Some(old) => {
-                record::realloc::<Self>(
+                path::realloc::<A>(
                     ptr as usize,
                     BlockRef::Headed(old),
                     BlockRef::NEW_HEADED,
@@ -279,7 +279,7 @@ impl<A: GlobalAlloc> MemProf<A> {
         // A `match`, not a closure: one frame fewer for a walk to pass in unoptimized builds.
         let reallocated = match old {
             None => None,
-            Some(old) => record::realloc::<Self>(
+            Some(old) => path::realloc::<A>(
                 ptr as usize,
                 BlockRef::Headed(old),
                 BlockRef::Headless,
@@ -335,7 +335,7 @@ impl<A: GlobalAlloc> MemProf<A> {
         new_layout: Layout,
     ) -> *mut u8 {
         let new_size = new_layout.size();
-        let reallocated = record::realloc::<Self>(
+        let reallocated = path::realloc::<A>(
             ptr as usize,
             BlockRef::Headless,
             BlockRef::NEW_HEADED,
@@ -383,7 +383,7 @@ impl<A: GlobalAlloc> MemProf<A> {
         }
         // SAFETY: the block is `HEADER` bytes larger than the caller's size.
         let ptr = unsafe { base.add(HEADER) };
-        let recorded = record::alloc::<Self>(
+        let recorded = path::alloc::<A>(
             ptr as usize,
             layout.size(),
             BlockRef::NEW_HEADED,
@@ -432,9 +432,131 @@ impl<A: GlobalAlloc> MemProf<A> {
     #[cold]
     #[inline(never)]
     unsafe fn free_stranger(&self, ptr: *mut u8, layout: Layout) {
-        let _ = record::free(ptr as usize, BlockRef::Headless);
+        let _ = path::free(ptr as usize, BlockRef::Headless);
         // SAFETY: the caller's block, from `inner`, with its layout.
         unsafe { self.inner.dealloc(ptr, layout) }
+    }
+}
+
+/// The allocation path as the allocator's entries call it.
+///
+/// In release builds, the path's own instances for this allocator ([`MemProf`] is its
+/// [`record::Start`]): the program's crate compiles them with its code, where thread-local
+/// accesses are the cheapest and the table's functions are inlined into the path.
+///
+/// In builds with debug assertions (Cargo's `dev` profile), the library's own instances, out of
+/// line: the program's crate compiles whatever it instantiates with its own optimization, none in
+/// a debug build, so the path's instances there stayed unoptimized even with
+/// `[profile.dev.package.memprof] opt-level = 3`, and each allocation cost ten times its release
+/// figure (`python3 scripts/compare.py --only debug`). Called out of line, the path is compiled
+/// where the library is, with the library's optimization.
+mod path {
+    #[cfg(debug_assertions)]
+    use super::Doors;
+    use crate::header::{BlockRef, Settings};
+    use crate::record;
+
+    /// [`record::alloc`] for the allocator over `A`.
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    pub(super) fn alloc<A>(
+        address: usize,
+        size: usize,
+        block: BlockRef,
+        settings: Settings,
+    ) -> BlockRef {
+        record::alloc::<super::MemProf<A>>(address, size, block, settings)
+    }
+
+    /// [`record::free`].
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    pub(super) fn free(address: usize, block: BlockRef) -> bool {
+        record::free(address, block)
+    }
+
+    /// [`record::realloc`] for the allocator over `A`.
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    pub(super) fn realloc<A>(
+        old_address: usize,
+        block: BlockRef,
+        new_kind: BlockRef,
+        new_size: usize,
+        settings: Settings,
+        realloc: impl FnOnce() -> *mut u8,
+    ) -> Option<(*mut u8, BlockRef)> {
+        record::realloc::<super::MemProf<A>>(
+            old_address,
+            block,
+            new_kind,
+            new_size,
+            settings,
+            realloc,
+        )
+    }
+
+    /// [`record::alloc`], the library's instance.
+    #[cfg(debug_assertions)]
+    #[inline(always)]
+    pub(super) fn alloc<A>(
+        address: usize,
+        size: usize,
+        block: BlockRef,
+        settings: Settings,
+    ) -> BlockRef {
+        alloc_outlined(address, size, block, settings)
+    }
+
+    #[cfg(debug_assertions)]
+    #[inline(never)]
+    fn alloc_outlined(
+        address: usize,
+        size: usize,
+        block: BlockRef,
+        settings: Settings,
+    ) -> BlockRef {
+        record::alloc::<Doors>(address, size, block, settings)
+    }
+
+    /// [`record::free`], the library's instance.
+    #[cfg(debug_assertions)]
+    #[inline(never)]
+    pub(super) fn free(address: usize, block: BlockRef) -> bool {
+        record::free(address, block)
+    }
+
+    /// [`record::realloc`], the library's instance.
+    #[cfg(debug_assertions)]
+    #[inline(always)]
+    pub(super) fn realloc<A>(
+        old_address: usize,
+        block: BlockRef,
+        new_kind: BlockRef,
+        new_size: usize,
+        settings: Settings,
+        realloc: impl FnOnce() -> *mut u8,
+    ) -> Option<(*mut u8, BlockRef)> {
+        let mut realloc = Some(realloc);
+        let mut call = || {
+            realloc
+                .take()
+                .map_or(std::ptr::null_mut(), |realloc| realloc())
+        };
+        realloc_outlined(old_address, block, new_kind, new_size, settings, &mut call)
+    }
+
+    #[cfg(debug_assertions)]
+    #[inline(never)]
+    fn realloc_outlined(
+        old_address: usize,
+        block: BlockRef,
+        new_kind: BlockRef,
+        new_size: usize,
+        settings: Settings,
+        realloc: &mut dyn FnMut() -> *mut u8,
+    ) -> Option<(*mut u8, BlockRef)> {
+        record::realloc::<Doors>(old_address, block, new_kind, new_size, settings, realloc)
     }
 }
 
