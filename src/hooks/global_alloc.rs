@@ -499,6 +499,10 @@ mod path {
     /// [`record::alloc`], the library's instance.
     #[cfg(debug_assertions)]
     #[inline(always)]
+    #[expect(
+        clippy::extra_unused_type_parameters,
+        reason = "the signature of the release builds' function"
+    )]
     pub(super) fn alloc<A>(
         address: usize,
         size: usize,
@@ -529,6 +533,10 @@ mod path {
     /// [`record::realloc`], the library's instance.
     #[cfg(debug_assertions)]
     #[inline(always)]
+    #[expect(
+        clippy::extra_unused_type_parameters,
+        reason = "the signature of the release builds' function"
+    )]
     pub(super) fn realloc<A>(
         old_address: usize,
         block: BlockRef,
