@@ -31,6 +31,13 @@ pub(super) const INDEX_SHARDS: usize = 16;
 /// Entries of the per-thread cache of recently interned stacks; a power of two.
 const RECENT: usize = 512;
 
+/// Entries of the stack table's shared cache of recent stacks, beside the threads' own; a power
+/// of two.
+const SHARED: usize = 1 << 18;
+
+/// Bits of a shared cache entry that hold its stack id + 1; the others hold the top of its hash.
+const SHARED_ID_BITS: u32 = 24;
+
 /// The parent of the outermost frames' nodes, and the leaf of the empty stack.
 const ROOT: u32 = u32::MAX;
 
@@ -266,6 +273,11 @@ pub(crate) struct Stacks {
     empty: AtomicU64,
     /// This table's tag for the threads' caches of recent ids; 0 until first needed.
     tag: AtomicU64,
+    /// Recently interned stacks of every thread, [`SHARED`] entries by the stack's hash, made on
+    /// first use: the ids a thread's own cache misses when its stacks are more than it holds (a
+    /// deep recursion, many call paths at a large depth). An entry is one word, the top of the
+    /// hash over the id + 1, so that a reader never sees one stack's hash with another's id.
+    shared: OnceLock<Box<[AtomicU64]>>,
 }
 
 impl Stacks {
@@ -279,6 +291,7 @@ impl Stacks {
             index: [const { Mutex::new(hashbrown::HashTable::new()) }; INDEX_SHARDS],
             empty: AtomicU64::new(0),
             tag: AtomicU64::new(0),
+            shared: OnceLock::new(),
         }
     }
 
@@ -332,7 +345,14 @@ impl Stacks {
     #[cold]
     #[inline(never)]
     fn intern_missed(&self, frames: &[ReturnAddress], hash: u64, tag: u64) -> StackId {
-        let id = self.intern_walked(frames, tag);
+        let id = match self.shared_get(hash) {
+            Some(id) => id,
+            None => {
+                let id = self.intern_walked(frames, tag);
+                self.shared_put(hash, id);
+                id
+            }
+        };
         let _ = RECENT_IDS.try_with(|recent| {
             if let Ok(mut recent) = recent.try_borrow_mut() {
                 if recent.owner != tag {
@@ -343,6 +363,45 @@ impl Stacks {
             }
         });
         id
+    }
+
+    /// The id of the stack of `hash` in the shared cache, when there. As in the threads' caches
+    /// a hit is trusted on its hash: 56 of its bits (the entry's place and the top 40 kept in it),
+    /// about one chance in 2^56 per lookup that two distinct stacks collide.
+    #[inline]
+    fn shared_get(&self, hash: u64) -> Option<StackId> {
+        let entry = self.shared.get()?[hash as usize % SHARED].load(Acquire);
+        let id = entry & ((1 << SHARED_ID_BITS) - 1);
+        (id != 0 && entry >> SHARED_ID_BITS == hash >> SHARED_ID_BITS)
+            .then(|| StackId(id as u32 - 1))
+    }
+
+    /// Keeps `id`, the stack of `hash`, in the shared cache (made on first use), in place of the
+    /// stack there; ids past what an entry holds are not kept.
+    fn shared_put(&self, hash: u64, id: StackId) {
+        let Some(plus_one) = u64::from(id.0).checked_add(1) else {
+            return;
+        };
+        if plus_one >> SHARED_ID_BITS != 0 {
+            return;
+        }
+        let entries = match self.shared.get() {
+            Some(entries) => entries,
+            None => {
+                // Zeroed: untouched pages cost nothing. Without the memory, nothing is cached.
+                let Ok(made) = bytemuck::allocation::try_zeroed_slice_box::<AtomicU64>(SHARED)
+                else {
+                    return;
+                };
+                let _ = self.shared.set(made);
+                match self.shared.get() {
+                    Some(entries) => entries,
+                    None => return,
+                }
+            }
+        };
+        let entry = (hash >> SHARED_ID_BITS << SHARED_ID_BITS) | plus_one;
+        entries[hash as usize % SHARED].store(entry, Release);
     }
 
     /// The id of `frames` from the tree: the innermost node, found from the outermost frame in,
