@@ -78,6 +78,7 @@
 //! | [`pretty_log_object_graph`] | a mermaid graph of who points to the live objects of a type |
 //! | [`log_object_tallies`], [`log_trace_target`] | objects created per type over the run; the contexts that created one type |
 //! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
+//! | [`log_labels`] | TSV: live and allocated blocks and bytes per label set ([`with_labels`], `docs/labels.md`) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
@@ -134,6 +135,7 @@ mod frames;
 mod files;
 mod guard;
 mod header;
+mod labels;
 mod modules;
 mod native;
 mod sampling;
@@ -161,6 +163,9 @@ pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;
 pub use hooks::MemProf;
+#[cfg(feature = "tracing")]
+pub use labels::LabelsLayer;
+pub use labels::{Labels, LabelsGuard, dropped_label_sets, with_labels};
 #[cfg(feature = "preload")]
 #[doc(hidden)]
 pub use hooks::preload;
@@ -170,6 +175,7 @@ pub use object_graph::object_size;
 pub use record::{is_paused, pause, resume};
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
+    log_labels,
     log_object_counts, log_object_sizes, log_object_tallies, log_trace_target, log_type_contexts,
     pretty_log_allocations, pretty_log_diff, pretty_log_object_graph, pretty_log_object_graph_of,
 };
