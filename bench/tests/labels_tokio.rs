@@ -4,9 +4,10 @@
 //! allocated bytes per label set are exact, whichever thread polled a task and whichever task
 //! freed a block; a nested `with_labels` inside a task adds its key to the task's labels.
 //!
-//! The tasks only wait on channels their senders fill from the test's own thread, so the
-//! wake-ups go through the runtime's shared queue and any worker may pick a task up; tokio
-//! itself allocates nothing while a task is polled, so only the tasks' own blocks carry labels.
+//! The tasks only wait on channels their senders fill from the test's own thread (ten times
+//! each), so the wake-ups go through the runtime's shared queue and any worker may pick a task
+//! up; the test checks that some did move. tokio itself allocates nothing while a task is
+//! polled, so only the tasks' own blocks carry labels.
 
 use memprof::Labels;
 use std::cell::Cell;
@@ -61,29 +62,31 @@ fn allocate(kept: &[usize], handed: &[usize]) {
     drop(other);
 }
 
-/// A request: allocates in three polls, waiting on `first` and `second` in between; returns the
-/// worker threads that polled it.
-async fn request(
-    upload: bool,
-    first: tokio::sync::oneshot::Receiver<()>,
-    second: tokio::sync::oneshot::Receiver<()>,
-) -> u64 {
+/// Times a request waits to be woken from outside the runtime, each a chance to move.
+const WAITS: usize = 10;
+
+/// A request: allocates in its first polls, waiting on `wakes` in between; returns the worker
+/// threads that polled it.
+async fn request(upload: bool, wakes: Vec<tokio::sync::oneshot::Receiver<()>>) -> u64 {
     let mut workers = worker_bit();
     if upload {
         allocate(&[1000, 70_000], &[800]);
     } else {
         allocate(&[500], &[300]);
     }
-    first.await.unwrap();
-    workers |= worker_bit();
-    if upload {
-        allocate(&[24], &[800]);
-    } else {
-        allocate(&[500], &[100_000]);
-        memprof::with_labels(&[("phase", "parse")], || allocate(&[64], &[]));
+    for (i, wake) in wakes.into_iter().enumerate() {
+        wake.await.unwrap();
+        workers |= worker_bit();
+        if i == 0 {
+            if upload {
+                allocate(&[24], &[800]);
+            } else {
+                allocate(&[500], &[100_000]);
+                memprof::with_labels(&[("phase", "parse")], || allocate(&[64], &[]));
+            }
+        }
     }
-    second.await.unwrap();
-    workers | worker_bit()
+    workers
 }
 
 /// `(live blocks, live bytes, allocated blocks, allocated bytes)` of the label set written
@@ -109,21 +112,27 @@ fn live_bytes_per_label_are_exact_across_workers_and_tasks() {
     let upload = Labels::new(&[("kind", "upload")]);
     let query = Labels::new(&[("kind", "query")]);
     let mut handles = Vec::new();
-    let mut senders = Vec::new();
+    let mut rounds: Vec<Vec<tokio::sync::oneshot::Sender<()>>> =
+        (0..WAITS).map(|_| Vec::new()).collect();
     for i in 0..2 * TASKS {
-        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
-        let (second_tx, second_rx) = tokio::sync::oneshot::channel();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..WAITS).map(|_| tokio::sync::oneshot::channel()).unzip();
+        for (round, sender) in rounds.iter_mut().zip(senders) {
+            round.push(sender);
+        }
         let is_upload = i % 2 == 0;
         let labels = if is_upload { upload } else { query };
-        handles.push(runtime.spawn(labels.attach(request(is_upload, first_rx, second_rx))));
-        senders.push((first_tx, second_tx));
+        handles.push(runtime.spawn(labels.attach(request(is_upload, receivers))));
     }
-    let (firsts, seconds): (Vec<_>, Vec<_>) = senders.into_iter().unzip();
-    for tx in firsts {
-        tx.send(()).unwrap();
-    }
-    for tx in seconds {
-        tx.send(()).unwrap();
+    // Each round wakes every task from this thread, in turns from either end.
+    for (r, round) in rounds.into_iter().enumerate() {
+        let mut round = round;
+        if r % 2 == 1 {
+            round.reverse();
+        }
+        for tx in round {
+            tx.send(()).unwrap();
+        }
     }
     let workers: Vec<u64> = runtime.block_on(async {
         let mut workers = Vec::new();

@@ -98,7 +98,11 @@ impl LabelSets {
                 .collect();
             pairs.extend(i.iter().cloned());
             pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let id = table.id(pairs.into(), &self.dropped);
+            // A full table keeps the outer labels.
+            let id = match table.id(pairs.into(), &self.dropped) {
+                0 => return outer,
+                id => id,
+            };
             if table.merged.len() >= MAX_MERGED {
                 table.merged.clear();
             }
