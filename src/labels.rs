@@ -104,15 +104,13 @@ impl Labels {
     /// Wraps `future` so that these labels are current (merged over those of the polling
     /// thread) while it is polled, on whichever thread polls it: a task keeps its labels when
     /// it moves between an executor's worker threads.
-    pub fn attach<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
-        async move {
-            let mut future = std::pin::pin!(future);
-            std::future::poll_fn(move |cx| {
-                let _labels = self.enter();
-                future.as_mut().poll(cx)
-            })
-            .await
-        }
+    pub async fn attach<F: Future>(self, future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        std::future::poll_fn(move |cx| {
+            let _labels = self.enter();
+            future.as_mut().poll(cx)
+        })
+        .await
     }
 }
 
@@ -169,7 +167,10 @@ mod tests {
             let outer = Labels::current();
             assert_eq!(
                 outer.pairs(),
-                [("kind".into(), "read".into()), ("tenant".into(), "acme".into())]
+                [
+                    ("kind".into(), "read".into()),
+                    ("tenant".into(), "acme".into())
+                ]
             );
             with_labels(&[("kind", "write")], || {
                 assert_eq!(

@@ -297,7 +297,11 @@ fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
     let captured = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let n = walk(config, &mut frames[..depth], entry);
-        Some(TABLE.stacks.intern_labelled(&frames[..n], labels::current()))
+        Some(
+            TABLE
+                .stacks
+                .intern_labelled(&frames[..n], labels::current()),
+        )
     });
     // The thread is tearing down its locals: the mapping without a stack rather than lost.
     captured.unwrap_or_else(|_| Some(TABLE.stacks.intern_labelled(&[], 0)))

@@ -96,7 +96,11 @@ fn logged(log: &str, labels: &str) -> [u64; 4] {
         .lines()
         .find(|l| l.ends_with(&format!("\t{labels}")))
         .unwrap_or_else(|| panic!("no {labels} in\n{log}"));
-    let n: Vec<u64> = line.split('\t').take(4).map(|f| f.parse().unwrap()).collect();
+    let n: Vec<u64> = line
+        .split('\t')
+        .take(4)
+        .map(|f| f.parse().unwrap())
+        .collect();
     [n[0], n[1], n[2], n[3]]
 }
 
@@ -146,7 +150,10 @@ fn live_bytes_per_label_are_exact_across_workers_and_tasks() {
     HANDED.lock().unwrap().clear();
 
     let moved = workers.iter().filter(|w| w.count_ones() > 1).count();
-    assert!(moved > 0, "no task ran on more than one worker: {workers:?}");
+    assert!(
+        moved > 0,
+        "no task ran on more than one worker: {workers:?}"
+    );
     assert_eq!(Labels::current(), Labels::NONE);
 
     let mut out = Vec::new();
@@ -170,5 +177,8 @@ fn live_bytes_per_label_are_exact_across_workers_and_tasks() {
         [n, 64 * n, n, 64 * n],
         "{log}"
     );
-    eprintln!("{moved} of {} tasks ran on more than one worker", workers.len());
+    eprintln!(
+        "{moved} of {} tasks ran on more than one worker",
+        workers.len()
+    );
 }

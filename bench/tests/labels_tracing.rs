@@ -53,14 +53,18 @@ fn logged(log: &str, labels: &str) -> [u64; 4] {
         .lines()
         .find(|l| l.ends_with(&format!("\t{labels}")))
         .unwrap_or_else(|| panic!("no {labels} in\n{log}"));
-    let n: Vec<u64> = line.split('\t').take(4).map(|f| f.parse().unwrap()).collect();
+    let n: Vec<u64> = line
+        .split('\t')
+        .take(4)
+        .map(|f| f.parse().unwrap())
+        .collect();
     [n[0], n[1], n[2], n[3]]
 }
 
 #[test]
 fn spans_label_what_they_allocate() {
-    let subscriber = tracing_subscriber::registry()
-        .with(memprof::LabelsLayer::new().with_fields(&["tenant"]));
+    let subscriber =
+        tracing_subscriber::registry().with(memprof::LabelsLayer::new().with_fields(&["tenant"]));
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let other = std::thread::spawn(|| serve("zeta"));

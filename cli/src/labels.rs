@@ -30,7 +30,12 @@ pub fn write_label_sets(trace: &Trace, out: &mut impl Write) -> Result<(), Failu
         .filter(|(_, row)| row[2] > 0 || row[0] > 0)
         .map(|(id, row)| (text(snapshot.label_set(id)), row))
         .collect();
-    rows.sort_by(|a, b| b.1[1].cmp(&a.1[1]).then(b.1[3].cmp(&a.1[3])).then(a.0.cmp(&b.0)));
+    rows.sort_by(|a, b| {
+        b.1[1]
+            .cmp(&a.1[1])
+            .then(b.1[3].cmp(&a.1[3]))
+            .then(a.0.cmp(&b.0))
+    });
     let mut text_out = String::from(
         "\nlabel sets (live at the end, allocated over the run):\n  \
          live blocks  live bytes  allocated blocks  allocated bytes  labels\n",

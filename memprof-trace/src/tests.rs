@@ -286,7 +286,5 @@ fn label_records_round_trip() {
             }
         ]
     );
-    const {
-        assert!(kind::LABEL_SET >= FIRST_SIZED_KIND && kind::STACK_LABELS >= FIRST_SIZED_KIND)
-    };
+    const { assert!(kind::LABEL_SET >= FIRST_SIZED_KIND && kind::STACK_LABELS >= FIRST_SIZED_KIND) };
 }

@@ -156,17 +156,19 @@ impl CallSites {
                 key.push(id);
             }
             let labels = if by_labels { stack.labels } else { 0 };
-            let site = *site_ids.entry((labels, key)).or_insert_with_key(|(labels, key)| {
-                sites.push((
-                    CallSite {
-                        locations: key.clone(),
-                        labels: *labels,
-                        ..CallSite::default()
-                    },
-                    stack_index,
-                ));
-                sites.len() - 1
-            });
+            let site = *site_ids
+                .entry((labels, key))
+                .or_insert_with_key(|(labels, key)| {
+                    sites.push((
+                        CallSite {
+                            locations: key.clone(),
+                            labels: *labels,
+                            ..CallSite::default()
+                        },
+                        stack_index,
+                    ));
+                    sites.len() - 1
+                });
             let entry = &mut sites[site].0;
             entry.stacks.push(StackId(stack_index as u32));
             entry.allocated_blocks = entry

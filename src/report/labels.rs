@@ -106,13 +106,21 @@ mod tests {
         };
         let mut snapshot = Snapshot::from_parts(
             vec![block(0x10, 100, 0), block(0x20, 300, 1), block(0x30, 50, 2)],
-            vec![stack(1, 2, 200), stack(2, 1, 300), stack(0, 4, 80), stack(1, 1, 7)],
+            vec![
+                stack(1, 2, 200),
+                stack(2, 1, 300),
+                stack(0, 4, 80),
+                stack(1, 1, 7),
+            ],
             0,
         );
         snapshot.label_sets = vec![
             vec![],
             vec![("tenant".into(), "acme".into())],
-            vec![("kind".into(), "a b".into()), ("tenant".into(), "zeta".into())],
+            vec![
+                ("kind".into(), "a b".into()),
+                ("tenant".into(), "zeta".into()),
+            ],
         ];
         let rows = rows(&snapshot);
         let mut out = Vec::new();

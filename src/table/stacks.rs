@@ -358,13 +358,7 @@ impl Stacks {
     /// builds its whole array).
     #[cold]
     #[inline(never)]
-    fn intern_missed(
-        &self,
-        frames: &[ReturnAddress],
-        labels: u32,
-        hash: u64,
-        tag: u64,
-    ) -> StackId {
+    fn intern_missed(&self, frames: &[ReturnAddress], labels: u32, hash: u64, tag: u64) -> StackId {
         let id = self.intern_walked(frames, labels, tag);
         let _ = RECENT_IDS.try_with(|recent| {
             if let Ok(mut recent) = recent.try_borrow_mut() {

@@ -840,11 +840,7 @@ impl Sink {
 
 /// Defines the label set of stack `id` when it has one (a `LABEL_SET` record the first time the
 /// set is named, then a `STACK_LABELS` record).
-fn define_labels(
-    defs: &mut ChunkEncoder,
-    defined: &mut std::collections::HashSet<u32>,
-    id: u32,
-) {
+fn define_labels(defs: &mut ChunkEncoder, defined: &mut std::collections::HashSet<u32>, id: u32) {
     let labels = TABLE.stacks.labels(StackId(id));
     if labels == 0 {
         return;
