@@ -142,6 +142,41 @@ fn the_viewer_groups_by_label() {
     assert_eq!(inuse_with("tenant", "acme"), 4000);
     assert_eq!(inuse_with("tenant", "zeta"), 7300);
     assert_eq!(inuse_with("kind", "batch"), 7300);
+
+    // The page's Labels view, in headless Chromium.
+    match common::chromium() {
+        Some(chromium) => {
+            let dom = common::run(
+                Command::new(chromium)
+                    .args([
+                        "--headless",
+                        "--no-sandbox",
+                        "--disable-gpu",
+                        "--no-first-run",
+                        "--disable-background-networking",
+                        "--disable-component-update",
+                        "--disable-sync",
+                        "--dump-dom",
+                        "--virtual-time-budget=10000",
+                    ])
+                    .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+                    .arg(format!("http://{address}/?view=labels&at=end")),
+            );
+            let table = dom
+                .split("<table id=\"labels\">")
+                .nth(1)
+                .unwrap_or_else(|| panic!("no labels table in\n{dom}"));
+            let rows: Vec<&str> = table.split("<tr>").skip(2).collect();
+            assert_eq!(rows.len(), 3, "{table}");
+            for (row, labels) in
+                rows.iter()
+                    .zip(["kind=batch, tenant=zeta", "tenant=acme", "(no labels)"])
+            {
+                assert!(row.contains(&format!(">{labels}<")), "{labels}: {row}");
+            }
+        }
+        None => common::missing_tool("the viewer's Labels view", "apt-get install -y chromium"),
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
