@@ -1,5 +1,6 @@
 //! `memprof serve` on a trace with labels (format 1.2): `/api/labels` groups the heap at a
-//! moment by label set, and `/api/export/pprof` carries the labels as sample labels.
+//! moment by label set, `label=KEY=VALUE` filters every view, `/api/export/pprof` carries the
+//! labels as sample labels, and the page's Labels tab shows them (headless Chromium).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -143,6 +144,25 @@ fn the_viewer_groups_by_label() {
     assert_eq!(inuse_with("tenant", "zeta"), 7300);
     assert_eq!(inuse_with("kind", "batch"), 7300);
 
+    // `label=KEY=VALUE` filters every view, from the index and from scans alike.
+    let acme: Value =
+        serde_json::from_slice(&get(&address, "/api/labels?label=tenant%3Dacme")).unwrap();
+    assert_eq!(
+        acme["label_sets"],
+        json!([set(json!({"tenant": "acme"}), [1, 4000], [2, 4500])])
+    );
+    let sites = String::from_utf8(get(&address, "/api/sites?label=tenant%3Dzeta")).unwrap();
+    assert!(sites.contains("app::zeta"), "{sites}");
+    assert!(
+        !sites.contains("app::acme") && !sites.contains("app::plain"),
+        "{sites}"
+    );
+    let zeta = common::decode_pprof(&get(&address, "/api/export/pprof?label=kind%3Dbatch"));
+    let inuse: i64 = zeta.sample.iter().map(|sample| sample.value[3]).sum();
+    assert_eq!(inuse, 7300);
+    let (status, _) = get_status(&address, "/api/labels?label=tenant");
+    assert_eq!(status, 400);
+
     // The page's Labels view, in headless Chromium.
     match common::chromium() {
         Some(chromium) => {
@@ -184,6 +204,18 @@ fn the_viewer_groups_by_label() {
 
 /// One GET that must answer 200; its body.
 fn get(address: &str, path: &str) -> Vec<u8> {
+    let (status, body) = get_status(address, path);
+    assert_eq!(
+        status,
+        200,
+        "GET {path}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    body
+}
+
+/// One GET: its status and body.
+fn get_status(address: &str, path: &str) -> (u16, Vec<u8>) {
     let mut stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
@@ -200,10 +232,14 @@ fn get(address: &str, path: &str) -> Vec<u8> {
         .position(|w| w == b"\r\n\r\n")
         .unwrap_or_else(|| panic!("GET {path}: {}", String::from_utf8_lossy(&response)));
     let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
-    assert!(head.starts_with("http/1.1 200"), "GET {path}: {head}");
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("GET {path}: {head}"));
     let body = &response[split + 4..];
     if !head.contains("transfer-encoding: chunked") {
-        return body.to_vec();
+        return (status, body.to_vec());
     }
     let (mut body, mut out) = (body, Vec::new());
     loop {
@@ -212,7 +248,7 @@ fn get(address: &str, path: &str) -> Vec<u8> {
         let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
         body = &body[line + 2..];
         if size == 0 {
-            return out;
+            return (status, out);
         }
         out.extend_from_slice(&body[..size]);
         body = &body[size + 2..];

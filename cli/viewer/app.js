@@ -10,7 +10,7 @@
 
 // The filters every endpoint takes, with the same names in the URL and in the API.
 const FILTERS = ["size_min", "size_max", "life_min", "life_max", "life", "thread", "func",
-  "nofunc", "file", "nofile", "marker_from", "marker_to"];
+  "nofunc", "file", "nofile", "label", "marker_from", "marker_to"];
 const MOMENTS = ["at", "from", "to"];
 const VIEWS = ["timeline", "sites", "flame", "diff", "labels"];
 const MAX_POINTS = 10000;
