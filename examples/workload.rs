@@ -11,6 +11,9 @@
 //! cargo run --release -p memprof-bench --example workload -- report 1000000
 //! ```
 //!
+//! With `WORKLOAD_LABELS=1` in the environment, the scenario runs under one label set
+//! (`memprof::with_labels`): what labels cost when they are in use (`docs/overhead.md`).
+//!
 //! Besides the scenarios of `examples/workload/mod.rs`, this one has `report [blocks]`: `blocks`
 //! live blocks over 10,000 distinct stacks, then the time to take a snapshot, render the Markdown
 //! report (with a cold symbolizer, then a warm one) and write each export format (cold, warm).
@@ -60,6 +63,9 @@ fn main() {
             .map(|s| s.parse().expect("the size is a whole number"))
             .unwrap_or(1_000_000);
         report_scenario(blocks)
+    } else if std::env::var_os("WORKLOAD_LABELS").is_some() {
+        // What labels cost when they are in use: the whole run under one label set.
+        memprof::with_labels(&[("workload", "labelled")], || workload::run(&TOOL))
     } else {
         workload::run(&TOOL)
     };

@@ -57,6 +57,7 @@ pub enum Unwinder {
 /// | `MEMPROF_PAUSED` | `0` | `1` starts with recording paused (frees are still applied) until `MEMPROF_TOGGLE_SIGNAL` arrives or the program calls `memprof::resume`: a long-running process profiled from a moment on |
 /// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 /// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
+/// | `MEMPROF_LABEL` | unset | `key=value`: the allocation reports (`log_allocations`, `pretty_log_allocations`, the at-exit and dump reports) keep only the blocks allocated with that label (`with_labels`, `docs/labels.md`) |
 /// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -100,6 +101,8 @@ pub struct Config {
     pub trace_min_count: u64,
     /// Where the HTTP endpoint listens (`MEMPROF_HTTP`); `None`: nowhere.
     pub http: Option<SocketAddr>,
+    /// The label (key, value) the allocation reports keep (`MEMPROF_LABEL`); `None`: all blocks.
+    pub label: Option<(String, String)>,
 }
 
 impl Default for Config {
@@ -128,6 +131,7 @@ impl Default for Config {
             trace_target: None,
             trace_min_count: 1,
             http: None,
+            label: None,
         }
     }
 }
@@ -215,6 +219,17 @@ impl Config {
         let trace_target = lookup("MEMPROF_TRACE_TARGET")
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty());
+        let label = lookup("MEMPROF_LABEL").and_then(|raw| match raw.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Some((key.trim().to_owned(), value.trim().to_owned()))
+            }
+            _ => {
+                warn(format!(
+                    "MEMPROF_LABEL={raw:?} is not key=value; the reports keep every block"
+                ));
+                None
+            }
+        });
         let sample_interval = lookup("MEMPROF_SAMPLE_INTERVAL").and_then(|raw| {
             let parsed = parse_sample_interval(&raw);
             if parsed.is_none() {
@@ -336,6 +351,7 @@ impl Config {
             trace_target,
             trace_min_count,
             http,
+            label,
         }
     }
 }

@@ -95,6 +95,22 @@ pub(crate) fn is_profiler_frame(frame: &Frame) -> bool {
             .is_some_and(|f| f.starts_with(OWN_SOURCE))
 }
 
+/// Whether a frame of memprof's is one that calls the program's code back (the closure given to
+/// `with_labels`, the future given to `Labels::attach`): what the program allocates below it is
+/// the program's, so it does not mark where memprof's frames end.
+pub(crate) fn calls_program(frame: &Frame) -> bool {
+    match frame.function.as_deref() {
+        Some(function) => {
+            function.starts_with("memprof::labels::with_labels")
+                || function.starts_with("memprof::labels::Labels::attach")
+        }
+        None => frame
+            .file
+            .as_deref()
+            .is_some_and(|f| f == concat!(env!("CARGO_MANIFEST_DIR"), "/src/labels.rs")),
+    }
+}
+
 /// Whether a function, by its name, is memprof's own.
 fn is_profiler_function(function: &str) -> bool {
     function.starts_with("memprof::")
@@ -235,7 +251,7 @@ pub(crate) fn program_frames(frames: &[&Frame]) -> Range<usize> {
     }
     let after_profiler = frames
         .iter()
-        .rposition(|f| is_profiler_frame(f))
+        .rposition(|f| is_profiler_frame(f) && !calls_program(f))
         .map_or(0, |last| last + 1);
     let start = frames[after_profiler..]
         .iter()
@@ -666,6 +682,20 @@ mod tests {
         );
         // The frame itself keeps the path: std's frames are told by it.
         assert!(is_std_frame(&frame));
+    }
+
+    #[test]
+    fn code_called_back_under_labels_is_the_programs() {
+        let frames = [
+            frame("memprof::record::alloc_checked"),
+            frame("__rustc::__rust_alloc"),
+            frame("app::build"),
+            frame("app::main::{{closure}}"),
+            frame("memprof::labels::with_labels<alloc::vec::Vec<u8>, app::main::{{closure}}>"),
+            frame("app::main"),
+        ];
+        let refs: Vec<&Frame> = frames.iter().collect();
+        assert_eq!(program_frames(&refs), 2..6);
     }
 
     #[test]

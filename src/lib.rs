@@ -6,9 +6,9 @@
 //! alive.
 //!
 //! This page is the short manual. The full one is in the repository's `docs/` directory, one page
-//! per topic: `docs/reports.md`, `docs/exports.md`, `docs/configuration.md`, `docs/trace-mode.md`,
-//! `docs/viewer.md`, `docs/services.md`, `docs/heap-assertions.md`, `docs/builds-and-stacks.md`,
-//! `docs/overhead.md`, `docs/guarantees.md`.
+//! per topic: `docs/reports.md`, `docs/labels.md`, `docs/exports.md`, `docs/configuration.md`,
+//! `docs/trace-mode.md`, `docs/viewer.md`, `docs/services.md`, `docs/heap-assertions.md`,
+//! `docs/builds-and-stacks.md`, `docs/overhead.md`, `docs/guarantees.md`.
 //!
 //! # Quick start
 //!
@@ -78,6 +78,7 @@
 //! | [`pretty_log_object_graph`] | a mermaid graph of who points to the live objects of a type |
 //! | [`log_object_tallies`], [`log_trace_target`] | objects created per type over the run; the contexts that created one type |
 //! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
+//! | [`log_labels`] | TSV: live and allocated blocks and bytes per label set ([`with_labels`], `docs/labels.md`) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
@@ -96,6 +97,16 @@
 //! for weeks, record a sample ([`MemProf::sample_interval`], `MEMPROF_SAMPLE_INTERVAL=bytes:524288`):
 //! the profiles carry the interval as their period, with values already scaled to unbiased
 //! estimates. `docs/services.md` has the paths and the scrapers' configurations.
+//!
+//! # Labels: which request, task or tenant holds the heap
+//!
+//! [`with_labels`]`(&[("tenant", "acme")], || ...)` labels what its closure allocates on the
+//! thread; [`Labels::enter`] is the guard form and [`Labels::attach`] wraps a future, so a task
+//! keeps its labels on whichever worker thread polls it. A block carries its labels for its whole
+//! life; [`log_labels`] sums the live and allocated bytes per label set, `MEMPROF_LABEL=key=value`
+//! keeps one label's blocks in the reports, and the pprof exports and the HTTP endpoint carry the
+//! labels as sample labels (`go tool pprof -tagfocus=tenant=acme`). With the cargo feature
+//! `tracing`, `LabelsLayer` makes the entered span the labels. `docs/labels.md` has the rules.
 //!
 //! # Configuration
 //!
@@ -134,6 +145,7 @@ mod frames;
 mod files;
 mod guard;
 mod header;
+mod labels;
 mod modules;
 mod native;
 mod sampling;
@@ -166,12 +178,16 @@ pub use hooks::MemProf;
 pub use hooks::preload;
 #[cfg(feature = "http")]
 pub use http::serve_http;
+#[cfg(feature = "tracing")]
+pub use labels::LabelsLayer;
+pub use labels::{Labels, LabelsGuard, dropped_label_sets, with_labels};
 pub use object_graph::object_size;
 pub use record::{is_paused, pause, resume};
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
-    log_object_counts, log_object_sizes, log_object_tallies, log_trace_target, log_type_contexts,
-    pretty_log_allocations, pretty_log_diff, pretty_log_object_graph, pretty_log_object_graph_of,
+    log_labels, log_object_counts, log_object_sizes, log_object_tallies, log_trace_target,
+    log_type_contexts, pretty_log_allocations, pretty_log_diff, pretty_log_object_graph,
+    pretty_log_object_graph_of,
 };
 pub use scope::{Scope, ScopeStats};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};

@@ -41,6 +41,7 @@ use crate::capture;
 use crate::config::{self, Config, MAX_FRAMES};
 use crate::guard::{self, Guard};
 use crate::header::{BlockRef, Headed, Settings};
+use crate::labels;
 use crate::sampling;
 use crate::table::{self, Block, Stranger, TABLE};
 use std::cell::RefCell;
@@ -230,8 +231,8 @@ thread_local! {
 }
 
 /// Records a new block in the table (`HEADED`: one with a header), capturing the current stack;
-/// returns its stack and what its header must hold ([`Headed::UNRECORDED`] for a block without
-/// one). `entry` is the frame pointer of one of the
+/// returns its stack (labelled with the thread's current labels) and what its header must hold
+/// ([`Headed::UNRECORDED`] for a block without one). `entry` is the frame pointer of one of the
 /// callers, where a frame-pointer walk starts (see [`capture::capture`]).
 #[inline]
 fn new_block<const HEADED: bool>(
@@ -242,8 +243,9 @@ fn new_block<const HEADED: bool>(
     entry: usize,
 ) -> Option<(StackId, Headed)> {
     let depth = config.capture_depth();
+    let labels = labels::current();
     let store = |frames: &[ReturnAddress]| {
-        let stack = TABLE.stacks.intern(frames);
+        let stack = TABLE.stacks.intern_labelled(frames, labels);
         // The kind, a constant here, so the table's match on it is decided before anything is
         // inlined into this closure.
         let block = match HEADED {
@@ -295,10 +297,14 @@ fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
     let captured = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
         let n = walk(config, &mut frames[..depth], entry);
-        Some(TABLE.stacks.intern(&frames[..n]))
+        Some(
+            TABLE
+                .stacks
+                .intern_labelled(&frames[..n], labels::current()),
+        )
     });
     // The thread is tearing down its locals: the mapping without a stack rather than lost.
-    captured.unwrap_or_else(|_| Some(TABLE.stacks.intern(&[])))
+    captured.unwrap_or_else(|_| Some(TABLE.stacks.intern_labelled(&[], 0)))
 }
 
 /// Whether the table may hold `block` at `address`, before looking it up: a header says so; for

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod contexts;
+pub(crate) mod labels;
 pub(crate) mod markdown;
 pub(crate) mod mermaid;
 pub(crate) mod tsv;
@@ -24,7 +25,7 @@ use crate::config::Config;
 use crate::frames;
 use crate::guard::untracked;
 use crate::object_graph::Heap;
-use crate::snapshot::{Snapshot, SnapshotDiff};
+use crate::snapshot::{Snapshot, SnapshotDiff, StackSummary};
 use crate::symbolize::{self, Resolve};
 use crate::types::Typing;
 use contexts::{ContextKey, Contexts};
@@ -41,6 +42,9 @@ pub struct ReportOptions {
     pub skip: usize,
     /// Groups below this many bytes are left out (default 1024, `MEMPROF_MIN_BYTES`).
     pub min_bytes: u64,
+    /// Only the blocks allocated with this label (key, value) are grouped (default: all,
+    /// `MEMPROF_LABEL=key=value`).
+    pub label: Option<(String, String)>,
 }
 
 impl Default for ReportOptions {
@@ -55,6 +59,7 @@ impl From<&Config> for ReportOptions {
             depth: config.stack_depth,
             skip: config.stack_skip,
             min_bytes: config.min_bytes,
+            label: config.label.clone(),
         }
     }
 }
@@ -74,6 +79,12 @@ impl ReportOptions {
     /// These options with another `depth`.
     pub fn depth(mut self, depth: usize) -> Self {
         self.depth = depth;
+        self
+    }
+
+    /// These options keeping only the blocks allocated with the label `key` = `value`.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.label = Some((key.to_owned(), value.to_owned()));
         self
     }
 }
@@ -122,7 +133,15 @@ impl Report {
         // Grouped by numbered contexts; strings only for the groups kept.
         let mut contexts = Contexts::new(resolver, options);
         let mut groups: HashMap<ContextKey, (u64, u64)> = HashMap::new();
-        for stack in snapshot.stacks.iter().filter(|s| s.live_blocks > 0) {
+        let labelled = |stack: &StackSummary| match &options.label {
+            Some((key, value)) => snapshot.has_label(stack, key, value),
+            None => true,
+        };
+        for stack in snapshot
+            .stacks
+            .iter()
+            .filter(|s| s.live_blocks > 0 && labelled(s))
+        {
             let group = groups.entry(contexts.key(&stack.frames)).or_default();
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;
@@ -282,6 +301,22 @@ pub fn log_diff<W: Write + ?Sized>(diff: &SnapshotDiff, out: &mut W) -> io::Resu
 
 fn current_diff(diff: &SnapshotDiff) -> DiffReport {
     symbolize::with_symbolizer(|s| DiffReport::new(diff, s, &ReportOptions::from_env()))
+}
+
+/// Writes the live and allocated blocks and bytes per label set ([`with_labels`](crate::with_labels)):
+/// the number of lines, then `live_blocks \t live_bytes \t allocated_blocks \t allocated_bytes
+/// \t labels` per set, most live bytes first, the labels as `key=value,key=value` (`(none)` for
+/// the blocks allocated without labels); then, when label sets were dropped because their table
+/// was full, `# dropped label sets: N`.
+pub fn log_labels<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
+    untracked(|| {
+        let snapshot = Snapshot::take();
+        labels::write(
+            &labels::rows(&snapshot),
+            crate::labels::dropped_label_sets(),
+            out,
+        )
+    })
 }
 
 /// Writes the live objects of each type: the number of lines, then `count \t TypeName` per type,

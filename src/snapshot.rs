@@ -52,6 +52,7 @@ pub(crate) fn stacks_of(table: &Table) -> Vec<StackSummary> {
             let (blocks, bytes) = allocated.get(id.0 as usize).copied().unwrap_or((0, 0));
             StackSummary {
                 frames: table.stacks.frames(id),
+                labels: table.stacks.labels(id),
                 allocated_blocks: blocks,
                 allocated_bytes: bytes,
                 ..StackSummary::default()
@@ -77,6 +78,9 @@ pub struct StackSummary {
     pub peak_blocks: u64,
     /// Bytes from this stack live at the heap's peak (when [`Snapshot::peak_known`]).
     pub peak_bytes: u64,
+    /// The label set its blocks were allocated with: an index into [`Snapshot::label_sets`];
+    /// 0 for none. The same frames with another label set are another stack.
+    pub labels: u32,
 }
 
 /// A copy of the live table at one moment.
@@ -96,6 +100,9 @@ pub struct Snapshot {
     /// ([`MemProf::track_peak`](crate::MemProf::track_peak), `MEMPROF_PEAK=1`). They describe a
     /// moment within 1/64 of the peak's live bytes.
     pub peak_known: bool,
+    /// The label sets the stacks name ([`StackSummary::labels`]), by id, each as (key, value)
+    /// pairs sorted by key; index 0 is the empty set. Empty when no labels were ever set.
+    pub label_sets: Vec<Vec<(String, String)>>,
 }
 
 impl Snapshot {
@@ -124,11 +131,13 @@ impl Snapshot {
         };
         let held = start.elapsed();
         let stacks = stacks_of(table);
+        let label_sets = crate::labels::sets::SETS.all();
         let peak = table.peak_table();
         let mut snapshot =
             Snapshot::sampled(blocks, stacks, stats.peak_bytes, table.sample_interval());
         snapshot.stats.total_blocks = stats.total_blocks;
         snapshot.stats.total_bytes = stats.total_bytes;
+        snapshot.label_sets = label_sets;
         if let Some(peak) = peak {
             // The heap is at (or above) its captured peak now: the peak is this very moment.
             let now = peak.live_bytes <= snapshot.stats.live_bytes;
@@ -197,12 +206,26 @@ impl Snapshot {
             stats,
             sample_interval,
             peak_known: false,
+            label_sets: Vec::new(),
         }
     }
 
     /// The stack a block was allocated from.
     pub fn stack(&self, id: StackId) -> &StackSummary {
         &self.stacks[id.0 as usize]
+    }
+
+    /// The (key, value) pairs of label set `id` ([`StackSummary::labels`]), sorted by key;
+    /// empty for 0 or an id the snapshot does not have.
+    pub fn label_set(&self, id: u32) -> &[(String, String)] {
+        self.label_sets.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the stack `stack` was labelled with `key` = `value`.
+    pub fn has_label(&self, stack: &StackSummary, key: &str, value: &str) -> bool {
+        self.label_set(stack.labels)
+            .iter()
+            .any(|(k, v)| k == key && v == value)
     }
 
     /// What changed per stack since `earlier` (a snapshot of the same process taken before):

@@ -28,6 +28,9 @@ pub fn report_options(trace: &Trace, args: &ReportArgs) -> ReportOptions {
     if let Some(min_bytes) = args.min_bytes {
         options = options.min_bytes(min_bytes);
     }
+    if let Some((key, value)) = &args.label {
+        options = options.label(key, value);
+    }
     options
 }
 

@@ -67,6 +67,11 @@ pub fn convert(
             crate::moment::snapshot_with_peak(trace, &heap, &at_peak)
         }
     };
+    // `--label`: every format shows only that label's blocks.
+    let snapshot = match &options.label {
+        Some((key, value)) => crate::moment::keep_label(snapshot, key, value),
+        None => snapshot,
+    };
     replace(output, |out| {
         write(trace, format, &snapshot, &position, options, out)
             .map_err(|e| Failure(format!("{}: cannot write: {e}", output.display()), 1))

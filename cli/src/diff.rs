@@ -14,8 +14,13 @@ pub fn diff(
     options: &ReportOptions,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let (earlier, _) = snapshot_at(trace, from)?;
-    let (later, _) = snapshot_at(trace, to)?;
+    let (mut earlier, _) = snapshot_at(trace, from)?;
+    let (mut later, _) = snapshot_at(trace, to)?;
+    // `--label`: only the blocks allocated with that label, at both moments.
+    if let Some((key, value)) = &options.label {
+        earlier = crate::moment::keep_label(earlier, key, value);
+        later = crate::moment::keep_label(later, key, value);
+    }
     let diff = later.diff(&earlier);
     let report_of = DiffReport::new(&diff, &mut crate::moment::resolver(trace), options);
     written(match format {

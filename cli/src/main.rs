@@ -10,6 +10,7 @@ mod alys;
 mod common;
 mod convert;
 mod diff;
+mod labels;
 mod moment;
 mod receive;
 mod report;
@@ -142,6 +143,18 @@ struct ReportArgs {
     /// Frames per context (default: the recording's `MEMPROF_STACK_DEPTH`).
     #[arg(long)]
     depth: Option<usize>,
+    /// Only the blocks allocated with this label, `KEY=VALUE` (`memprof::with_labels`; default
+    /// `MEMPROF_LABEL`, else every block).
+    #[arg(long, value_parser = parse_label)]
+    label: Option<(String, String)>,
+}
+
+/// A `--label` value: `KEY=VALUE`.
+fn parse_label(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{raw:?} is not KEY=VALUE")),
+    }
 }
 
 impl Default for ReportArgs {
@@ -150,6 +163,7 @@ impl Default for ReportArgs {
             format: Style::Md,
             min_bytes: None,
             depth: None,
+            label: None,
         }
     }
 }
@@ -198,6 +212,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             let summary = summary::Summary::of(&trace, &options, top, &bar)?;
             written(summary.write(&mut out))?;
+            labels::write_label_sets(&trace, &mut out)?;
         }
         Command::Convert {
             trace,

@@ -24,11 +24,27 @@ pub fn resolver(trace: &Trace) -> HashMap<ReturnAddress, Vec<Frame>> {
 /// peak to state, when known.
 pub fn snapshot(trace: &Trace, heap: &Heap, peak_bytes: u64) -> Snapshot {
     let interval = trace.header().sample_interval;
+    // The trace's label sets, numbered densely from 1 in the order the stacks name them.
+    let mut label_sets: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    let mut label_ids: HashMap<&[(String, String)], u32> = HashMap::new();
+    let stack_labels: Vec<u32> = trace
+        .stack_label_sets()
+        .into_iter()
+        .map(|pairs| match pairs {
+            [] => 0,
+            pairs => *label_ids.entry(pairs).or_insert_with(|| {
+                label_sets.push(pairs.to_vec());
+                label_sets.len() as u32 - 1
+            }),
+        })
+        .collect();
     let mut stacks: Vec<StackSummary> = trace
         .stacks()
         .iter()
-        .map(|frames| StackSummary {
+        .zip(&stack_labels)
+        .map(|(frames, &labels)| StackSummary {
             frames: frames.iter().map(|&a| ReturnAddress(a as usize)).collect(),
+            labels,
             ..StackSummary::default()
         })
         .collect();
@@ -52,7 +68,56 @@ pub fn snapshot(trace: &Trace, heap: &Heap, peak_bytes: u64) -> Snapshot {
             tag: 0,
         })
         .collect();
-    Snapshot::sampled(blocks, stacks, peak_bytes, interval)
+    let mut snapshot = Snapshot::sampled(blocks, stacks, peak_bytes, interval);
+    if label_sets.len() > 1 {
+        snapshot.label_sets = label_sets;
+    }
+    snapshot
+}
+
+/// `snapshot` with only the blocks and stacks allocated with the label `key` = `value`: the
+/// other stacks keep their place (stack ids stay) with every count at 0.
+pub fn keep_label(snapshot: Snapshot, key: &str, value: &str) -> Snapshot {
+    let keep: Vec<bool> = snapshot
+        .stacks
+        .iter()
+        .map(|stack| snapshot.has_label(stack, key, value))
+        .collect();
+    let Snapshot {
+        blocks,
+        mut stacks,
+        sample_interval,
+        peak_known,
+        label_sets,
+        ..
+    } = snapshot;
+    let blocks: Vec<LiveBlock> = blocks
+        .into_iter()
+        .filter(|b| keep.get(b.stack.0 as usize).copied().unwrap_or(false))
+        .collect();
+    for (stack, &keep) in stacks.iter_mut().zip(&keep) {
+        if !keep {
+            stack.allocated_blocks = 0;
+            stack.allocated_bytes = 0;
+            stack.peak_blocks = 0;
+            stack.peak_bytes = 0;
+        }
+    }
+    let peaks: Vec<(u64, u64)> = stacks
+        .iter()
+        .map(|s| (s.peak_blocks, s.peak_bytes))
+        .collect();
+    let peak_bytes = match peak_known {
+        true => peaks.iter().map(|p| p.1).sum(),
+        false => 0,
+    };
+    let mut kept = Snapshot::sampled(blocks, stacks, peak_bytes, sample_interval);
+    for (stack, (blocks, bytes)) in kept.stacks.iter_mut().zip(peaks) {
+        (stack.peak_blocks, stack.peak_bytes) = (blocks, bytes);
+    }
+    kept.peak_known = peak_known;
+    kept.label_sets = label_sets;
+    kept
 }
 
 /// [`snapshot`] of `heap` with each stack's blocks and bytes live at the heap's peak, `peak` (a

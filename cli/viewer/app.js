@@ -10,9 +10,9 @@
 
 // The filters every endpoint takes, with the same names in the URL and in the API.
 const FILTERS = ["size_min", "size_max", "life_min", "life_max", "life", "thread", "func",
-  "nofunc", "file", "nofile", "marker_from", "marker_to"];
+  "nofunc", "file", "nofile", "label", "marker_from", "marker_to"];
 const MOMENTS = ["at", "from", "to"];
-const VIEWS = ["timeline", "sites", "flame", "diff"];
+const VIEWS = ["timeline", "sites", "flame", "diff", "labels"];
 const MAX_POINTS = 10000;
 const SITES_PAGE = 100;
 const LIVE_POLL_MS = 2000;
@@ -844,6 +844,29 @@ async function drawDiff() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Labels: the heap at the moment per label set (`memprof::with_labels`)
+
+async function drawLabels() {
+  const q = state();
+  const at = q.get("at") || "end";
+  const caption = document.getElementById("labels-caption");
+  const body = document.querySelector("#labels tbody");
+  await guarded(body, async () => {
+    const data = await api("labels", "labels", apiParams(["at", "from", "to"]));
+    if (!data) return;
+    caption.textContent = `Live at ${at} (${fmtSeconds(data.time_ns)}) and allocated up to it, per label set.`;
+    body.replaceChildren(...data.label_sets.map((set) => {
+      const pairs = Object.entries(set.labels).map(([k, v]) => `${k}=${v}`).join(", ");
+      return el("tr", {},
+        el("td", { class: "text", text: pairs || "(no labels)" }),
+        el("td", { text: fmtBytes(set.live_bytes) }), el("td", { text: fmtCount(set.live_blocks) }),
+        el("td", { text: fmtBytes(set.allocated_bytes) }), el("td", { text: fmtCount(set.allocated_blocks) }));
+    }));
+    if (!data.label_sets.length) body.append(el("tr", {}, el("td", { colspan: 5, class: "empty", text: "nothing allocated" })));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Putting it together
 
 async function render() {
@@ -861,6 +884,7 @@ async function render() {
   if (view === "sites") work.push(drawSites());
   if (view === "flame") work.push(drawFlameView());
   if (view === "diff") work.push(drawDiff());
+  if (view === "labels") work.push(drawLabels());
   await Promise.all(work);
   document.body.dataset.state = "ready";
 }

@@ -472,6 +472,20 @@ impl<'a> Records<'a> {
                         text: body.string()?,
                     },
                     kind::SYMBOL => decode_symbol(&mut body)?,
+                    kind::LABEL_SET => {
+                        let id = body.u32()?;
+                        // Each pair takes at least two bytes (two empty strings).
+                        let count = body.count(2)?;
+                        let mut pairs = Vec::with_capacity(count);
+                        for _ in 0..count {
+                            pairs.push((body.string()?, body.string()?));
+                        }
+                        Record::LabelSet { id, pairs }
+                    }
+                    kind::STACK_LABELS => Record::StackLabels {
+                        stack: body.u32()?,
+                        labels: body.u32()?,
+                    },
                     kind::MMAP => Record::Mmap {
                         time: self.mapping_time(&mut body)?,
                         address: body.varint()?,

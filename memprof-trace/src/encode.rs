@@ -364,6 +364,26 @@ impl ChunkEncoder {
         self.sized(kind::LABEL, flags::DEFINITIONS);
     }
 
+    /// A label set's pairs (a `LABEL_SET` record), before the first `STACK_LABELS` that names it.
+    pub fn label_set(&mut self, id: u32, pairs: &[(String, String)]) {
+        self.body.clear();
+        put_varint(&mut self.body, u64::from(id));
+        put_varint(&mut self.body, pairs.len() as u64);
+        for (key, value) in pairs {
+            put_bytes(&mut self.body, key.as_bytes());
+            put_bytes(&mut self.body, value.as_bytes());
+        }
+        self.sized(kind::LABEL_SET, flags::DEFINITIONS);
+    }
+
+    /// The label set of a stack (a `STACK_LABELS` record), after the stack's `STACK` record.
+    pub fn stack_labels(&mut self, stack: u32, labels: u32) {
+        self.body.clear();
+        put_varint(&mut self.body, u64::from(stack));
+        put_varint(&mut self.body, u64::from(labels));
+        self.sized(kind::STACK_LABELS, flags::DEFINITIONS);
+    }
+
     /// The frames of one return address.
     pub fn symbol(&mut self, address: u64, frames: &[SymbolFrame]) {
         self.body.clear();

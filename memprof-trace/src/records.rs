@@ -20,7 +20,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MPTRACE";
 pub const MAJOR: u16 = 1;
 
 /// The minor version this codec writes.
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 
 /// The first 4 bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MPCK";
@@ -71,6 +71,10 @@ pub mod kind {
     /// A recorded mapping's range unmapped (`munmap`, the old range of an `mremap`, or pages an
     /// `mmap` with `MAP_FIXED` replaced); version 1.1.
     pub const MUNMAP: u8 = 0x48;
+    /// A label set's (key, value) pairs; version 1.2.
+    pub const LABEL_SET: u8 = 0x49;
+    /// The label set a stack's blocks were allocated with; version 1.2.
+    pub const STACK_LABELS: u8 = 0x4A;
 }
 
 /// Flags of a chunk header.
@@ -392,6 +396,20 @@ pub enum Record {
         id: u32,
         /// The text.
         text: String,
+    },
+    /// A label set (`memprof::with_labels`): (key, value) pairs, sorted by key.
+    LabelSet {
+        /// The id `STACK_LABELS` records refer to (never 0).
+        id: u32,
+        /// The pairs.
+        pairs: Vec<(String, String)>,
+    },
+    /// The label set of a stack: every block allocated from it carries those labels.
+    StackLabels {
+        /// The stack (a `STACK` record defines it).
+        stack: u32,
+        /// The label set (a `LABEL_SET` record defines it).
+        labels: u32,
     },
     /// What a return address resolves to, innermost (most inlined) frame first.
     Symbol {

@@ -98,6 +98,10 @@ pub struct Trace {
     ids: HashMap<u32, u32>,
     stacks: Vec<Vec<u64>>,
     labels: HashMap<u32, String>,
+    /// Label sets by the trace's id (version 1.2).
+    label_sets: HashMap<u32, Vec<(String, String)>>,
+    /// The label set of each labelled stack, by the trace's stack id.
+    stack_labels: HashMap<u32, u32>,
     threads: HashMap<u32, (u64, String)>,
     symbols: HashMap<u64, Vec<SymbolFrame>>,
     modules: Vec<Vec<ModuleEntry>>,
@@ -163,6 +167,8 @@ impl Trace {
             ids: HashMap::new(),
             stacks: Vec::new(),
             labels: HashMap::new(),
+            label_sets: HashMap::new(),
+            stack_labels: HashMap::new(),
             threads: HashMap::new(),
             symbols: HashMap::new(),
             modules: Vec::new(),
@@ -237,6 +243,12 @@ impl Trace {
             Record::Label { id, text } => {
                 self.labels.insert(id, text);
             }
+            Record::LabelSet { id, pairs } => {
+                self.label_sets.insert(id, pairs);
+            }
+            Record::StackLabels { stack, labels } => {
+                self.stack_labels.insert(stack, labels);
+            }
             Record::Thread { thread, tid, name } => {
                 self.threads.insert(thread, (tid, name));
             }
@@ -267,6 +279,20 @@ impl Trace {
     /// Marker labels by id.
     pub fn labels(&self) -> &HashMap<u32, String> {
         &self.labels
+    }
+
+    /// The label sets of the stacks (`memprof::with_labels`; version 1.2): one per index of
+    /// [`Trace::stacks`], the (key, value) pairs sorted by key, empty for a stack without labels.
+    pub fn stack_label_sets(&self) -> Vec<&[(String, String)]> {
+        let mut sets: Vec<&[(String, String)]> = vec![&[]; self.stacks.len()];
+        for (id, labels) in &self.stack_labels {
+            if let (Some(&index), Some(pairs)) = (self.ids.get(id), self.label_sets.get(labels))
+                && let Some(set) = sets.get_mut(index as usize)
+            {
+                *set = pairs;
+            }
+        }
+        sets
     }
 
     /// Threads: the trace's number → (operating system id, name).

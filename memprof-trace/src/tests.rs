@@ -226,7 +226,7 @@ fn mapping_records_round_trip_and_leave_event_times_alone() {
     events.free(150, 0x10);
     let (header, chunks) = decode(&trace(&[events], Some(3))).unwrap();
     assert_eq!(header.minor, MINOR);
-    assert_eq!(MINOR, 1);
+    assert_eq!(MINOR, 2);
     let (chunk, records) = &chunks[0];
     assert_eq!(
         (chunk.first_time, chunk.last_time, chunk.events),
@@ -262,4 +262,29 @@ fn mapping_records_round_trip_and_leave_event_times_alone() {
     );
     // The sized kinds are past FIRST_SIZED_KIND: a 1.0 reader skips them.
     const { assert!(kind::MMAP >= FIRST_SIZED_KIND && kind::MUNMAP >= FIRST_SIZED_KIND) };
+}
+
+/// Label records (version 1.2): a set's pairs, then the stacks that carry it.
+#[test]
+fn label_records_round_trip() {
+    let mut defs = ChunkEncoder::new(0);
+    defs.stack(3, [0x5555_0000_1234u64].into_iter());
+    let pairs = vec![
+        ("kind".to_owned(), "upload".to_owned()),
+        ("tenant".to_owned(), "".to_owned()),
+    ];
+    defs.label_set(7, &pairs);
+    defs.stack_labels(3, 7);
+    let (_, chunks) = decode(&trace(&[defs], Some(3))).unwrap();
+    assert_eq!(
+        chunks[0].1[1..],
+        [
+            Record::LabelSet { id: 7, pairs },
+            Record::StackLabels {
+                stack: 3,
+                labels: 7
+            }
+        ]
+    );
+    const { assert!(kind::LABEL_SET >= FIRST_SIZED_KIND && kind::STACK_LABELS >= FIRST_SIZED_KIND) };
 }

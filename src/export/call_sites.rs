@@ -46,6 +46,9 @@ pub struct CallSite {
     pub peak_blocks: u64,
     /// Bytes live at the heap's peak; the live values when the snapshot does not know the peak.
     pub peak_bytes: u64,
+    /// The label set of its stacks ([`Snapshot::label_sets`]) when the sites were built by
+    /// labels ([`CallSites::build_by_labels`]); 0 otherwise, and for blocks without labels.
+    pub labels: u32,
 }
 
 impl CallSite {
@@ -80,12 +83,31 @@ impl CallSites {
         resolver: &mut dyn Resolve,
         options: &ExportOptions,
     ) -> CallSites {
+        CallSites::build_with(snapshot, resolver, options, false)
+    }
+
+    /// [`CallSites::build`], with the stacks of each label set in sites of their own: stacks
+    /// that trim to the same frames are one site only when they have the same labels.
+    pub fn build_by_labels(
+        snapshot: &Snapshot,
+        resolver: &mut dyn Resolve,
+        options: &ExportOptions,
+    ) -> CallSites {
+        CallSites::build_with(snapshot, resolver, options, true)
+    }
+
+    fn build_with(
+        snapshot: &Snapshot,
+        resolver: &mut dyn Resolve,
+        options: &ExportOptions,
+        by_labels: bool,
+    ) -> CallSites {
         let modules = crate::modules::loaded();
         let mut locations: Vec<Location> = Vec::new();
         // By address, the number of frames it resolved to (more when a frame was recovered from
         // the call before it: see `symbolize`), and the run of them taken.
         let mut location_ids: HashMap<(ReturnAddress, usize, usize, usize), usize> = HashMap::new();
-        let mut site_ids: HashMap<Vec<usize>, usize> = HashMap::new();
+        let mut site_ids: HashMap<(u32, Vec<usize>), usize> = HashMap::new();
         let mut sites: Vec<(CallSite, usize)> = Vec::new();
         let mut site_of_stack: Vec<Option<usize>> = vec![None; snapshot.stacks.len()];
         for (stack_index, stack) in snapshot.stacks.iter().enumerate() {
@@ -133,16 +155,20 @@ impl CallSites {
                     });
                 key.push(id);
             }
-            let site = *site_ids.entry(key).or_insert_with_key(|key| {
-                sites.push((
-                    CallSite {
-                        locations: key.clone(),
-                        ..CallSite::default()
-                    },
-                    stack_index,
-                ));
-                sites.len() - 1
-            });
+            let labels = if by_labels { stack.labels } else { 0 };
+            let site = *site_ids
+                .entry((labels, key))
+                .or_insert_with_key(|(labels, key)| {
+                    sites.push((
+                        CallSite {
+                            locations: key.clone(),
+                            labels: *labels,
+                            ..CallSite::default()
+                        },
+                        stack_index,
+                    ));
+                    sites.len() - 1
+                });
             let entry = &mut sites[site].0;
             entry.stacks.push(StackId(stack_index as u32));
             entry.allocated_blocks = entry

@@ -12,6 +12,10 @@
 //! `/debug/pprof/heap?seconds=N` serves it: what was allocated in between, and how the live heap
 //! changed (negative where it shrank).
 //!
+//! A sample per call site and label set: the labels its blocks were allocated with
+//! ([`crate::with_labels`]) are the sample's labels, a key and a string value each, as Go's
+//! profiler labels are (`pprof -tags`, `-tagfocus`).
+//!
 //! One `Location` per return address (minus one), with its inlined frames as lines, innermost
 //! first; one `Function` per name and file; one `Mapping` per code segment of a loaded module
 //! that a location falls in, with the module's path and GNU build id, marked as holding functions,
@@ -95,6 +99,20 @@ pub mod proto {
         /// One per sample type.
         #[prost(int64, repeated, tag = "2")]
         pub value: Vec<i64>,
+        /// The labels its blocks were allocated with.
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    /// A sample's label: a key with a string value.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        /// The key (string table index).
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        /// The value (string table index).
+        #[prost(int64, tag = "2")]
+        pub str: i64,
     }
 
     /// A loaded code segment.
@@ -301,7 +319,7 @@ pub fn profile(
     resolver: &mut dyn Resolve,
     options: &ExportOptions,
 ) -> proto::Profile {
-    let sites = CallSites::build(snapshot, resolver, options);
+    let sites = CallSites::build_by_labels(snapshot, resolver, options);
     let values = sites
         .sites
         .iter()
@@ -315,7 +333,14 @@ pub fn profile(
             .map(clamp)
         })
         .collect();
-    build(&sites, values, snapshot.sample_interval, options, "")
+    build(
+        &sites,
+        values,
+        &snapshot.label_sets,
+        snapshot.sample_interval,
+        options,
+        "",
+    )
 }
 
 /// Builds the profile of what changed from `earlier` to `later`, two snapshots of this process
@@ -332,7 +357,7 @@ pub fn delta_profile(
     resolver: &mut dyn Resolve,
     options: &ExportOptions,
 ) -> proto::Profile {
-    let sites = CallSites::build(later, resolver, options);
+    let sites = CallSites::build_by_labels(later, resolver, options);
     let none = StackSummary::default();
     let values = sites
         .sites
@@ -360,6 +385,7 @@ pub fn delta_profile(
     build(
         &sites,
         values,
+        &later.label_sets,
         later.sample_interval,
         options,
         ": the change between two snapshots",
@@ -406,10 +432,12 @@ fn changed(sites: CallSites, values: Vec<[i64; 4]>) -> (CallSites, Vec<[i64; 4]>
 }
 
 /// The profile of `sites` with one row of `values` per site: `alloc_objects`, `alloc_space`,
-/// `inuse_objects`, `inuse_space`. `what` ends the profile's comment.
+/// `inuse_objects`, `inuse_space`, and the labels of its set in `label_sets` (by id) as the
+/// sample's labels. `what` ends the profile's comment.
 fn build(
     sites: &CallSites,
     values: Vec<[i64; 4]>,
+    label_sets: &[Vec<(String, String)>],
     sample_interval: u64,
     options: &ExportOptions,
     what: &str,
@@ -473,6 +501,18 @@ fn build(
         .map(|(site, values)| proto::Sample {
             location_id: site.locations.iter().map(|&l| l as u64 + 1).collect(),
             value: values.to_vec(),
+            label: label_sets
+                .get(site.labels as usize)
+                .map(|pairs| {
+                    pairs
+                        .iter()
+                        .map(|(key, value)| proto::Label {
+                            key: strings.get(key),
+                            str: strings.get(value),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
         .collect();
     let default_sample_type = strings.get(match options.value {

@@ -237,6 +237,24 @@ pub(crate) fn hash(frames: &[ReturnAddress]) -> u64 {
     (folded ^ (folded >> 29)).wrapping_mul(K)
 }
 
+/// What a label set adds to a stack's hash: nothing for none.
+#[inline(always)]
+fn labels_hash(labels: u32) -> u64 {
+    const K: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    (u64::from(labels).wrapping_mul(K)).rotate_left(29)
+}
+
+/// The address of the node that names a label set, below a labelled stack's innermost frame,
+/// with the set's id in the low half: in the kernel's half of the address space, where no return
+/// address of a program is.
+const LABEL_NODE: usize = 0xFFFF_FF00_0000_0000;
+
+/// The label set a node's address names, when it is a label's node.
+#[inline]
+fn label_of(address: usize) -> Option<u32> {
+    (address & !0xFFFF_FFFF == LABEL_NODE).then_some(address as u32)
+}
+
 /// Hashes a node's key: its parent and its return address.
 #[inline]
 fn node_hash(parent: u32, address: usize) -> u64 {
@@ -316,9 +334,18 @@ impl Stacks {
     /// The id of `frames`, interning it on first sight. Inlined always: the allocation path's
     /// two instances (one per kind of block) both call it, and a plain `#[inline]` leaves it a
     /// call in each of them (misses go out of line, to [`Stacks::intern_missed`]).
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn intern(&self, frames: &[ReturnAddress]) -> StackId {
-        let hash = hash(frames);
+        self.intern_labelled(frames, 0)
+    }
+
+    /// The id of `frames` with the label set `labels` (0 for none), interning it on first
+    /// sight: a labelled stack is its frames' path in the tree and one node below it that names
+    /// the set ([`LABEL_NODE`]), so that it shares every frame's node with the same stack
+    /// unlabelled and costs one node more. Inlined always, as [`Stacks::intern`] is.
+    #[inline(always)]
+    pub(crate) fn intern_labelled(&self, frames: &[ReturnAddress], labels: u32) -> StackId {
+        let hash = hash(frames) ^ labels_hash(labels);
         let slot = hash as usize % RECENT;
         let tag = self.tag();
         let hint = RECENT_IDS
@@ -336,7 +363,7 @@ impl Stacks {
         {
             return StackId(id);
         }
-        self.intern_missed(frames, hash, tag)
+        self.intern_missed(frames, labels, hash, tag)
     }
 
     /// [`Stacks::intern`] past a miss of the thread's cache: the id from the tree, then cached.
@@ -344,11 +371,11 @@ impl Stacks {
     /// builds its whole array).
     #[cold]
     #[inline(never)]
-    fn intern_missed(&self, frames: &[ReturnAddress], hash: u64, tag: u64) -> StackId {
+    fn intern_missed(&self, frames: &[ReturnAddress], labels: u32, hash: u64, tag: u64) -> StackId {
         let id = match self.shared_get(hash) {
             Some(id) => id,
             None => {
-                let id = self.intern_walked(frames, tag);
+                let id = self.intern_walked(frames, labels, tag);
                 self.shared_put(hash, id);
                 id
             }
@@ -405,9 +432,10 @@ impl Stacks {
     }
 
     /// The id of `frames` from the tree: the innermost node, found from the outermost frame in,
-    /// past the frames shared with the thread's last walk, then its stack.
+    /// past the frames shared with the thread's last walk, then the node of `labels` below it
+    /// (when not 0), then its stack.
     #[cold]
-    fn intern_walked(&self, frames: &[ReturnAddress], tag: u64) -> StackId {
+    fn intern_walked(&self, frames: &[ReturnAddress], labels: u32, tag: u64) -> StackId {
         let path = frames.last().map_or(0, |outermost| {
             ((outermost.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % PATHS
         });
@@ -426,6 +454,13 @@ impl Stacks {
                 }
                 node
             }
+        };
+        // Should the label's node not be made, the stack goes unlabelled.
+        let leaf = match labels {
+            0 => leaf,
+            labels => self
+                .child(leaf, LABEL_NODE | labels as usize)
+                .unwrap_or(leaf),
         };
         self.stack_of(leaf)
     }
@@ -578,15 +613,30 @@ impl Stacks {
 
     /// The return addresses of an interned stack, innermost first, appended to `out`. A walk up
     /// the tree: for reports, snapshots and the trace's definitions, not the allocation path.
+    /// A label's node is not a frame: it is left out.
     pub(crate) fn frames_into(&self, id: StackId, out: &mut Vec<ReturnAddress>) {
-        let mut node = self
-            .leaves
-            .get(id.0)
-            .map_or(ROOT, |leaf| leaf.load(Relaxed).wrapping_sub(1));
+        let mut node = self.leaf(id);
         while node != ROOT {
             let (address, parent) = self.node(node);
-            out.push(ReturnAddress(address));
+            if label_of(address).is_none() {
+                out.push(ReturnAddress(address));
+            }
             node = parent;
+        }
+    }
+
+    /// The innermost node of an interned stack.
+    fn leaf(&self, id: StackId) -> u32 {
+        self.leaves
+            .get(id.0)
+            .map_or(ROOT, |leaf| leaf.load(Relaxed).wrapping_sub(1))
+    }
+
+    /// The label set of an interned stack; 0 for none.
+    pub(crate) fn labels(&self, id: StackId) -> u32 {
+        match self.leaf(id) {
+            ROOT => 0,
+            leaf => label_of(self.node(leaf).0).unwrap_or(0),
         }
     }
 
@@ -680,6 +730,27 @@ mod tests {
         assert_eq!(table.frames(longer), [ReturnAddress(8), ReturnAddress(7)]);
         assert_eq!(table.intern(&[ReturnAddress(7)]), one);
         assert_eq!(table.nodes(), 2);
+    }
+
+    #[test]
+    fn a_labelled_stack_shares_its_frames_and_keeps_its_label() {
+        let table = Stacks::new();
+        let frames = [ReturnAddress(0x20), ReturnAddress(0x10)];
+        let plain = table.intern(&frames);
+        let acme = table.intern_labelled(&frames, 1);
+        let other = table.intern_labelled(&frames, 2);
+        assert_eq!(table.intern_labelled(&frames, 1), acme);
+        assert_eq!(table.intern_labelled(&frames, 0), plain);
+        assert!(plain != acme && acme != other);
+        for (id, labels) in [(plain, 0), (acme, 1), (other, 2)] {
+            assert_eq!(table.frames(id), frames);
+            assert_eq!(table.labels(id), labels);
+        }
+        // The frames' two nodes, and one per label.
+        assert_eq!(table.nodes(), 4);
+        let empty = table.intern_labelled(&[], 3);
+        assert!(table.frames(empty).is_empty());
+        assert_eq!(table.labels(empty), 3);
     }
 
     /// The resident set of this process, in bytes.

@@ -174,6 +174,8 @@ struct Sink {
     stacks: Vec<u64>,
     /// Stack ids defined, in order (for the symbols at close).
     stack_list: Vec<u32>,
+    /// Label sets defined so far.
+    label_sets: std::collections::HashSet<u32>,
     /// Threads defined.
     threads: HashMap<u32, ()>,
     /// The loader's generation the last `MODULES` record was read at.
@@ -320,6 +322,7 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         },
         stacks: Vec::new(),
         stack_list: Vec::new(),
+        label_sets: std::collections::HashSet::new(),
         threads: HashMap::new(),
         modules: None,
         build_ids: HashMap::new(),
@@ -687,11 +690,12 @@ impl Sink {
         }
         self.chunk.reset(thread);
         let mut new_stack = false;
-        let (chunk, defs, stacks, stack_list) = (
+        let (chunk, defs, stacks, stack_list, label_sets) = (
             &mut self.chunk,
             &mut self.defs,
             &mut self.stacks,
             &mut self.stack_list,
+            &mut self.label_sets,
         );
         let mut scratch = Vec::new();
         let mut define = |id: u32| {
@@ -705,6 +709,7 @@ impl Sink {
                 scratch.clear();
                 TABLE.stacks.frames_into(StackId(id), &mut scratch);
                 defs.stack(id, scratch.iter().map(|f| f.0 as u64));
+                define_labels(defs, label_sets, id);
                 stack_list.push(id);
             }
         };
@@ -831,4 +836,17 @@ impl Sink {
         }
         Ok(())
     }
+}
+
+/// Defines the label set of stack `id` when it has one (a `LABEL_SET` record the first time the
+/// set is named, then a `STACK_LABELS` record).
+fn define_labels(defs: &mut ChunkEncoder, defined: &mut std::collections::HashSet<u32>, id: u32) {
+    let labels = TABLE.stacks.labels(StackId(id));
+    if labels == 0 {
+        return;
+    }
+    if defined.insert(labels) {
+        defs.label_set(labels, &crate::labels::sets::SETS.pairs(labels));
+    }
+    defs.stack_labels(id, labels);
 }

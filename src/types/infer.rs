@@ -254,7 +254,7 @@ fn one_of(names: &[String]) -> String {
 pub(crate) fn infer(frames: &[Seen<'_>]) -> Option<String> {
     let start = frames
         .iter()
-        .rposition(|s| frames::is_profiler_frame(s.frame))
+        .rposition(|s| frames::is_profiler_frame(s.frame) && !frames::calls_program(s.frame))
         .map_or(0, |last| last + 1);
     let run: Vec<&Seen<'_>> = frames[start..]
         .iter()

@@ -7,6 +7,7 @@
 mod diff;
 mod export;
 mod flame;
+mod labels;
 mod sites;
 mod summary;
 mod timeline;
@@ -83,6 +84,7 @@ pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError>
         "/api/sites" => sites::sites(state, &params).map(|v| Reply::json(&v)),
         "/api/flame" => flame::flame(state, &params).map(|body| Reply::json_text(body.into())),
         "/api/diff" => diff::diff(state, &params).map(Reply::json_text),
+        "/api/labels" => labels::labels(state, &params).map(|v| Reply::json(&v)),
         _ => {
             if let Some(id) = endpoint.strip_prefix("/api/site/") {
                 return sites::site(state, id, &params).map(|v| Reply::json(&v));

@@ -226,6 +226,8 @@ pub struct Filters {
     pub never: bool,
     /// `life=temporary`.
     pub temporary: bool,
+    /// `label=KEY=VALUE`: only stacks whose label set has that label.
+    pub label: Option<(String, String)>,
 }
 
 fn regex(params: &Params, name: &str) -> Result<Option<Regex>, ApiError> {
@@ -287,7 +289,15 @@ impl Filters {
                 )));
             }
         }
+        let label = match params.get("label") {
+            None | Some("") => None,
+            Some(text) => match text.split_once('=') {
+                Some((key, value)) if !key.is_empty() => Some((key.to_owned(), value.to_owned())),
+                _ => return Err(ApiError::bad(format!("label={text:?}: not KEY=VALUE"))),
+            },
+        };
         Ok(Filters {
+            label,
             threads,
             func: regex(params, "func")?,
             nofunc: regex(params, "nofunc")?,
@@ -310,17 +320,29 @@ impl Filters {
         self.func.is_some() || self.nofunc.is_some() || self.file.is_some() || self.nofile.is_some()
     }
 
-    /// The classes selected, given each stack's return addresses and each address's frames.
-    /// The regular expressions run once per address.
-    pub fn classes(
+    /// The classes selected, given each stack's return addresses, each address's frames and
+    /// each stack's label set (called only with a `label` filter). The regular expressions run
+    /// once per address.
+    pub fn classes<'a>(
         &self,
         classes: &Classes,
         stacks: &[Vec<u64>],
         frames: &HashMap<u64, Arc<[FrameInfo]>>,
+        labels: impl FnOnce() -> Vec<&'a [(String, String)]>,
     ) -> Option<Vec<bool>> {
-        if self.threads.is_empty() && !self.by_frames() {
+        if self.threads.is_empty() && !self.by_frames() && self.label.is_none() {
             return None;
         }
+        let labels = match &self.label {
+            Some(_) => labels(),
+            None => Vec::new(),
+        };
+        let labelled = |stack: u32| match &self.label {
+            None => true,
+            Some((key, value)) => labels
+                .get(stack as usize)
+                .is_some_and(|set| set.iter().any(|(k, v)| k == key && v == value)),
+        };
         let regexes = [&self.func, &self.nofunc, &self.file, &self.nofile];
         let mut by_address: HashMap<u64, [bool; 4]> = HashMap::new();
         let mut by_stack: HashMap<u32, bool> = HashMap::new();
@@ -343,7 +365,11 @@ impl Filters {
                     any[i] |= matched[i];
                 }
             }
-            (self.func.is_none() || any[0]) && !any[1] && (self.file.is_none() || any[2]) && !any[3]
+            (self.func.is_none() || any[0])
+                && !any[1]
+                && (self.file.is_none() || any[2])
+                && !any[3]
+                && labelled(stack)
         };
         Some(
             classes

@@ -98,7 +98,7 @@ fn format_of(format: &str) -> Result<(Format, &'static str, &'static str), ApiEr
 
 /// The blocks live at the moment (up to `stop_events` events, or events up to `stop_time`) that
 /// pass the query's filters, as a heap; and the time of the last event replayed before it.
-fn live_heap(
+pub(super) fn live_heap(
     state: &State,
     q: &Query,
     stop_events: u64,

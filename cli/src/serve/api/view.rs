@@ -21,7 +21,9 @@ pub struct Query {
 impl Query {
     pub fn parse(state: &State, params: &Params) -> Result<Query, ApiError> {
         let filters = Filters::parse(params)?;
-        let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames);
+        let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames, || {
+            state.trace.stack_label_sets()
+        });
         let totals = &state.index.totals;
         let at = match params.get("at") {
             Some(text) => moment(state, "at", text)?,

@@ -1,0 +1,70 @@
+//! `/api/labels`: the blocks live at a moment and those allocated up to it, per label set
+//! (`memprof::with_labels`, trace version 1.2), with the same moment, range and filters as the
+//! exports.
+
+use super::export::live_heap;
+use super::view::Query;
+use crate::serve::query::{ApiError, At, Params};
+use crate::serve::state::State;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+
+/// The label sets at the query's moment, most live bytes first: each with its labels (an
+/// object, key to value; empty for blocks allocated without labels), its live blocks and bytes
+/// and the blocks and bytes allocated (within the range, passing the filters).
+pub fn labels(state: &State, params: &Params) -> Result<Value, ApiError> {
+    let q = Query::parse(state, params)?;
+    let (stop_events, stop_time) = match q.at {
+        At::End => (u64::MAX, u64::MAX),
+        At::Time(t) => (u64::MAX, t),
+        At::Peak { events, .. } | At::Marker { events, .. } => (events, u64::MAX),
+    };
+    let (heap, time) = {
+        let _one_at_a_time = state
+            .scanning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        live_heap(state, &q, stop_events, stop_time)?
+    };
+    let snapshot = crate::moment::snapshot(&state.trace, &heap, heap.live_bytes);
+    let mut sets: HashMap<u32, [u64; 4]> = HashMap::new();
+    for stack in &snapshot.stacks {
+        let row = sets.entry(stack.labels).or_default();
+        for (sum, value) in row.iter_mut().zip([
+            stack.live_blocks,
+            stack.live_bytes,
+            stack.allocated_blocks,
+            stack.allocated_bytes,
+        ]) {
+            *sum = sum.saturating_add(value);
+        }
+    }
+    let mut rows: Vec<(u32, [u64; 4])> = sets
+        .into_iter()
+        .filter(|(_, row)| row[0] > 0 || row[2] > 0)
+        .collect();
+    rows.sort_by(|a, b| {
+        b.1[1]
+            .cmp(&a.1[1])
+            .then(b.1[3].cmp(&a.1[3]))
+            .then_with(|| snapshot.label_set(a.0).cmp(snapshot.label_set(b.0)))
+    });
+    let label_sets: Vec<Value> = rows
+        .into_iter()
+        .map(|(id, [live_blocks, live_bytes, blocks, bytes])| {
+            let labels: Map<String, Value> = snapshot
+                .label_set(id)
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                .collect();
+            json!({
+                "labels": labels,
+                "live_blocks": live_blocks,
+                "live_bytes": live_bytes,
+                "allocated_blocks": blocks,
+                "allocated_bytes": bytes,
+            })
+        })
+        .collect();
+    Ok(json!({"time_ns": time, "label_sets": label_sets}))
+}
