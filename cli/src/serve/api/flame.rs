@@ -14,6 +14,8 @@ pub struct Flame<'a> {
 
 struct Node<'a> {
     name: &'a str,
+    /// Whether the frame is the standard library's.
+    std: bool,
     value: u64,
     /// Sorted by value, largest first, then by name.
     children: Vec<usize>,
@@ -29,6 +31,9 @@ impl Flame<'_> {
         let start = |node: &Node, out: &mut String| {
             out.push_str("{\"name\":");
             out.push_str(&serde_json::to_string(node.name).unwrap_or_default());
+            if node.std {
+                out.push_str(",\"std\":true");
+            }
             out.push_str(",\"value\":");
             out.push_str(&node.value.to_string());
             out.push_str(",\"children\":[");
@@ -72,6 +77,7 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
     let threshold = (total / 10_000).max(1);
     let mut nodes = vec![Node {
         name: "all",
+        std: false,
         value: total,
         children: Vec::new(),
     }];
@@ -86,8 +92,10 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
             let below = &group[start..end];
             let value: u64 = below.iter().map(|p| p.1).sum();
             if value >= threshold {
+                let (name, std) = &state.names[name as usize];
                 nodes.push(Node {
-                    name: state.names[name as usize].as_str(),
+                    name: name.as_str(),
+                    std: *std,
                     value,
                     children: Vec::new(),
                 });

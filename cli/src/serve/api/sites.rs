@@ -66,17 +66,13 @@ const SITE_KEYS: [&str; 15] = [
 ];
 
 fn site_json(state: &State, id: usize, row: &Row) -> Value {
-    let frame = &state.sites[id].frame;
     let mean = row
         .cell
         .life_sum
         .checked_div(row.cell.life_count)
         .unwrap_or(0);
-    json!({
+    let mut site = json!({
         "id": id,
-        "function": frame.function,
-        "file": frame.file,
-        "line": frame.line,
         "allocations": row.cell.allocs,
         "allocated_bytes": row.cell.alloc_bytes,
         "frees": row.cell.frees,
@@ -90,7 +86,11 @@ fn site_json(state: &State, id: usize, row: &Row) -> Value {
         "temporary": row.cell.temporary,
         "temporary_bytes": row.cell.temporary_bytes,
         "mean_lifetime_ns": mean,
-    })
+    });
+    if let Value::Object(members) = &mut site {
+        state.sites[id].names(members);
+    }
+    site
 }
 
 /// A site's figure named `key` (one of [`SITE_KEYS`]).
@@ -98,7 +98,7 @@ fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
     let c = &row.cell;
     match key {
         "id" => id as u64,
-        "line" => u64::from(state.sites[id].frame.line),
+        "line" => u64::from(state.sites[id].frame().line),
         "allocations" => c.allocs,
         "allocated_bytes" => c.alloc_bytes,
         "frees" => c.frees,
@@ -203,22 +203,26 @@ pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError>
             let frames: Vec<Value> = state
                 .stack_frames(stack)
                 .map(|f| {
-                    json!({"function": f.function, "file": f.file, "line": f.line,
-                           "address": format!("{:#x}", f.address)})
+                    let mut frame = f.json();
+                    frame["address"] = format!("{:#x}", f.address).into();
+                    frame
                 })
                 .collect();
+            let info = &state.stacks[stack as usize];
             json!({"id": stack, "bytes": live.0, "blocks": live.1,
                    "allocations": cell.allocs, "allocated_bytes": cell.alloc_bytes,
-                   "frames": frames})
+                   "frames": frames, "hidden_above": info.shown.start,
+                   "hidden_below": info.frames - info.shown.end})
         })
         .collect();
     let timeline = timeline(state, &q, params, Some(&only))?;
-    Ok(json!({
+    let mut answer = json!({
         "id": id,
-        "function": info.frame.function,
-        "file": info.frame.file,
-        "line": info.frame.line,
         "stacks": stacks,
         "timeline": timeline,
-    }))
+    });
+    if let Value::Object(members) = &mut answer {
+        info.names(members);
+    }
+    Ok(answer)
 }
