@@ -195,7 +195,7 @@ fn sites(server: &Server, query: &str) -> (u64, Vec<Value>) {
         .iter()
         .map(|row| {
             let mut row = row.clone();
-            for field in ["function", "file", "line"] {
+            for field in ["function", "file", "line", "context", "program"] {
                 row.as_object_mut().unwrap().remove(field);
             }
             row
@@ -510,7 +510,8 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         site["stacks"],
         json!([{"id": 1, "bytes": 20, "blocks": 1, "allocations": 2, "allocated_bytes": 30,
                 "frames": [{"function": "app::temp", "file": "src/app.rs", "line": 20,
-                            "address": "0x2001"}]}])
+                            "std": false, "address": "0x2001"}],
+                "hidden_above": 0, "hidden_below": 0}])
     );
     let first = &site["timeline"]["points"][0];
     assert_eq!(
@@ -569,6 +570,9 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         diff["sites"],
         json!([{"id": 0, "function": "app::leaky", "file": "src/app.rs", "line": 10,
+                "context": [{"function": "app::leaky", "file": "src/app.rs", "line": 10,
+                             "std": false}],
+                "program": 0,
                 "from_bytes": 2000, "to_bytes": 7000, "delta_bytes": 5000,
                 "from_blocks": 2, "to_blocks": 3, "delta_blocks": 1}])
     );
@@ -586,7 +590,8 @@ fn every_endpoint_and_filter_on_a_known_trace() {
             )
         })
         .collect();
-    assert_eq!(deltas, [(1, -20, -1), (0, -5000, -1)]);
+    // Shrinkage with the largest first.
+    assert_eq!(deltas, [(0, -5000, -1), (1, -20, -1)]);
     assert_eq!(diff["total_sites"], 2);
     assert_eq!(diff["flame"], tree(0, &[]));
     let diff = server.json("/api/diff?from=peak&marker_to=m&limit=1");
@@ -884,4 +889,187 @@ fn a_trace_served_as_it_arrives() {
         vec![row(0, LEAKY_ALL), row(1, TEMP_ALL)]
     );
     assert_eq!(std::fs::read(&output).unwrap(), bytes);
+}
+
+/// The functions of a Markdown report's rows, by the row's total size: each frame of a context
+/// is a code span ending `in 'FUNCTION'`.
+fn report_contexts(markdown: &str) -> Vec<(u64, Vec<String>)> {
+    markdown
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Allocations"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let bytes = cells[1].trim().replace(',', "").parse().unwrap();
+            let functions = cells[2]
+                .split("<br>")
+                .map(|frame| {
+                    let (_, function) = frame.split_once(" in '").unwrap();
+                    function.rsplit_once('\'').unwrap().0.to_owned()
+                })
+                .collect();
+            (bytes, functions)
+        })
+        .collect()
+}
+
+/// On stacks shaped like a real program's, each site is named by the program's code: its
+/// context is the Markdown report's (the collection operation, the program's frames; memprof's,
+/// the allocator's and the runtime's left out), `function` is the program's first frame, files
+/// are written short as the reports write them, an opened site lists the program's frames only,
+/// and the diff lists the largest shrinkage first.
+#[test]
+fn sites_are_named_by_the_programs_code() {
+    let dir = std::env::temp_dir().join(format!("memprof-serve-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("named.mptrace");
+    std::fs::write(&path, support::named_trace()).unwrap();
+    let trace = path.to_str().unwrap();
+    let server = Server::start(&[trace]);
+
+    let answer = server.json("/api/sites?at=marker:loaded&sort=live_bytes&limit=100");
+    let rows = answer["sites"].as_array().unwrap();
+    let names: Vec<(&str, &str, u64, u64)> = rows
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap(),
+                s["file"].as_str().unwrap(),
+                s["line"].as_u64().unwrap(),
+                s["program"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("app::load", "src/app.rs", 20, 1),
+            ("app::build", "src/app.rs", 10, 1),
+            // Before `main`: std's runtime is all there is, then the program's `main` symbol.
+            ("main", "/bin/app", 0, 1),
+            ("app::grow", "src/app.rs", 30, 1),
+            ("app::tiny", "src/app.rs", 40, 1),
+        ],
+        "{answer}"
+    );
+    let build = &rows[1];
+    assert_eq!(
+        build["context"],
+        json!([
+            {"function": "alloc::vec::Vec<T>::with_capacity", "file": "alloc/src/vec/mod.rs",
+             "line": 480, "std": true},
+            {"function": "app::build", "file": "src/app.rs", "line": 10, "std": false},
+            {"function": "app::main", "file": "src/main.rs", "line": 5, "std": false},
+        ])
+    );
+    // Every site's context is the Markdown report's at the same moment, frame for frame.
+    let report = String::from_utf8(memprof(&[
+        "report",
+        trace,
+        "--at",
+        "marker:loaded",
+        "--min-bytes",
+        "0",
+    ]))
+    .unwrap();
+    let mut from_report = report_contexts(&report);
+    let mut from_api: Vec<(u64, Vec<String>)> = rows
+        .iter()
+        .filter(|s| s["live_bytes"].as_u64().unwrap() > 0)
+        .map(|s| {
+            let context = s["context"].as_array().unwrap();
+            let functions = context
+                .iter()
+                .map(|f| f["function"].as_str().unwrap().to_owned())
+                .collect();
+            (s["live_bytes"].as_u64().unwrap(), functions)
+        })
+        .collect();
+    from_report.sort();
+    from_api.sort();
+    assert_eq!(from_api, from_report, "{report}");
+    assert_eq!(from_api.len(), 3, "{report}");
+    assert!(!answer.to_string().contains("/rustc/"), "{answer}");
+
+    // The opened site: the program's frames, no memprof's, the allocator's or the runtime's.
+    let id = build["id"].as_u64().unwrap();
+    let site = server.json(&format!("/api/site/{id}"));
+    assert_eq!(site["function"], "app::build");
+    let stack = &site["stacks"][0];
+    let functions: Vec<&str> = stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        functions,
+        [
+            "alloc::vec::Vec<T>::with_capacity",
+            "app::build",
+            "app::main"
+        ]
+    );
+    assert_eq!(stack["frames"][0]["file"], "alloc/src/vec/mod.rs");
+    assert_eq!(stack["frames"][0]["address"], "0x130");
+    assert_eq!(
+        (
+            stack["hidden_above"].as_u64(),
+            stack["hidden_below"].as_u64()
+        ),
+        (Some(4), Some(7))
+    );
+
+    // The flame graph: the program's frames, outermost first, std's flagged, files short.
+    let flame = server.json("/api/flame?what=allocated");
+    let main = &flame["children"][0];
+    assert_eq!(main["name"], "src/main.rs:5:9 in 'app::main'");
+    assert!(main.get("std").is_none(), "{flame}");
+    let load = main["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "src/app.rs:20:9 in 'app::load'")
+        .unwrap_or_else(|| panic!("{flame}"));
+    assert_eq!(
+        load["children"],
+        json!([{"name": "alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec<T>::with_capacity'",
+                "std": true, "value": 4000, "children": []}])
+    );
+    let text = flame.to_string();
+    for hidden in [
+        "/rustc/",
+        "memprof::",
+        "__rust_alloc",
+        "raw_vec",
+        "lang_start::",
+        "'_start'",
+    ] {
+        assert!(!text.contains(hidden), "{hidden} in {flame}");
+    }
+
+    // The diff from the marker to the end: growth, the largest first, then shrinkage, the
+    // largest first.
+    let diff = server.json("/api/diff?from=marker:loaded&to=end");
+    let deltas: Vec<(&str, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap(),
+                s["delta_bytes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        [
+            ("app::grow", 3000),
+            ("app::tiny", 10),
+            ("app::load", -4000),
+            ("app::build", -500)
+        ]
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -170,9 +170,9 @@ impl State {
                 .flat_map(|(frames, &address)| frames.iter().map(move |f| (f, address)))
                 .collect();
             for (frames_of, &address) in resolved.iter().zip(addresses) {
-                frames.entry(address).or_insert_with(|| {
-                    frames_of.iter().map(|f| frame_info(f, address)).collect()
-                });
+                frames
+                    .entry(address)
+                    .or_insert_with(|| frames_of.iter().map(|f| frame_info(f, address)).collect());
             }
             let bare: Vec<&Frame> = expanded.iter().map(|(f, _)| *f).collect();
             // The site's context, as the reports group it, and the program's frames with no
@@ -262,7 +262,10 @@ impl State {
 
     /// The program's frames of a stack, innermost first ([`StackInfo::shown`]).
     pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &FrameInfo> {
-        let shown = self.stacks.get(stack as usize).map_or(0..0, |s| s.shown.clone());
+        let shown = self
+            .stacks
+            .get(stack as usize)
+            .map_or(0..0, |s| s.shown.clone());
         self.trace
             .stacks()
             .get(stack as usize)
