@@ -639,6 +639,9 @@ mod tests {
         let frames: Vec<&Frame> = frames.iter().collect();
         assert_eq!(program_frames(&frames), 3..6);
         assert_eq!(context(&frames, 1, 1), [frames[4]]);
+        assert_eq!(context_range(&frames, 1, 1), 4..5);
+        assert_eq!(context_range(&frames, 0, usize::MAX), 3..6);
+        assert_eq!(context_range(&frames, 5, 2), 6..6);
     }
 
     #[test]

@@ -1073,3 +1073,80 @@ fn sites_are_named_by_the_programs_code() {
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The status of a GET of `path` with the `Host` headers `hosts`.
+fn status_with_hosts(address: &str, path: &str, hosts: &[&str]) -> u16 {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    for host in hosts {
+        request.push_str(&format!("Host: {host}\r\n"));
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    String::from_utf8_lossy(&response)
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A web page that makes its own name resolve to this machine cannot read the trace through the
+/// user's browser (DNS rebinding): a `Host` naming anything but an IP address or `localhost` is
+/// refused, for the page and the API alike; and listening beyond loopback says so.
+#[test]
+fn the_host_header_is_checked() {
+    let path = known_trace_file("host");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let port = server.address.rsplit_once(':').unwrap().1.to_owned();
+    for (hosts, status) in [
+        (vec![server.address.clone()], 200),
+        (vec![format!("localhost:{port}")], 200),
+        (vec![], 200),
+        (vec![format!("evil.example:{port}")], 403),
+        (vec!["127.0.0.1.nip.io".to_owned()], 403),
+        (vec![server.address.clone(), server.address.clone()], 400),
+    ] {
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        for target in ["/api/summary", "/", "/api/export/md"] {
+            assert_eq!(
+                status_with_hosts(&server.address, target, &hosts),
+                status,
+                "{target} with Host {hosts:?}"
+            );
+        }
+    }
+    drop(server);
+
+    // Beyond loopback: a warning on stderr.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["serve", path.to_str().unwrap(), "--listen", "0.0.0.0:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let warned = loop {
+        let Some(Ok(line)) = lines.next() else {
+            break false;
+        };
+        if line.contains("beyond this machine's loopback") {
+            break true;
+        }
+        seen.push(line);
+        if seen.len() > 20 {
+            break false;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no warning: {seen:?}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
