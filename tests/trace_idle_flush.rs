@@ -39,7 +39,11 @@ fn an_idle_programs_events_are_written() {
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("idle.mptrace");
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "an_idle_programs_events_are_written", "--nocapture"])
+        .args([
+            "--exact",
+            "an_idle_programs_events_are_written",
+            "--nocapture",
+        ])
         .env("MEMPROF_TEST_TRACE_DIR", &dir)
         .env("MEMPROF_TRACE", &trace)
         .stdout(std::process::Stdio::piped())

@@ -42,13 +42,7 @@ fn trace() -> Vec<u8> {
     // called by the C library's start of the process (no symbol).
     definitions.stack(
         0,
-        [
-            0x1001,
-            LIBC_TEXT.0 + 0x5001,
-            0x2001,
-            LIBC_TEXT.0 + 0x100,
-        ]
-        .into_iter(),
+        [0x1001, LIBC_TEXT.0 + 0x5001, 0x2001, LIBC_TEXT.0 + 0x100].into_iter(),
     );
     definitions.thread(1, 100, "main");
     chunk(&mut definitions, &mut out);

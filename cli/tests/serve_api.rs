@@ -354,10 +354,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         sites(&server, "life=temporary").1,
         vec![
-            row(
-                0,
-                [1, 5000, 1, 5000, 0, 0, 0, 0, 5000, 1, 1, 5000, 100, 0]
-            ),
+            row(0, [1, 5000, 1, 5000, 0, 0, 0, 0, 5000, 1, 1, 5000, 100, 0]),
             row(1, [1, 10, 1, 10, 0, 0, 0, 0, 0, 0, 1, 10, 100, 0])
         ]
     );
@@ -554,10 +551,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         flame("what=temporary"),
         tree(5010, &[(leaky, 5000), (temp, 10)])
     );
-    assert_eq!(
-        flame("what=temporary&thread=1"),
-        tree(10, &[(temp, 10)])
-    );
+    assert_eq!(flame("what=temporary&thread=1"), tree(10, &[(temp, 10)]));
     assert_eq!(
         flame("what=live&at=peak&size_max=1000"),
         tree(2020, &[(leaky, 2000), (temp, 20)])
@@ -1149,5 +1143,95 @@ fn the_host_header_is_checked() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(warned, "no warning: {seen:?}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// `/api/allocations`: single allocations of the known trace, sorted and paged, with the
+/// filters every endpoint takes and an address range.
+#[test]
+fn individual_allocations() {
+    let path = known_trace_file("allocations");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let list = |query: &str| -> (u64, Vec<(String, u64, u64, Option<u64>)>) {
+        let answer = server.json(&format!("/api/allocations?{query}"));
+        let rows = answer["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["address"].as_str().unwrap().to_owned(),
+                    a["size"].as_u64().unwrap(),
+                    a["time_ns"].as_u64().unwrap(),
+                    a["lifetime_ns"].as_u64(),
+                )
+            })
+            .collect();
+        (answer["total_count"].as_u64().unwrap(), rows)
+    };
+    let row = |address: &str, size, time, life| (address.to_owned(), size, time, life);
+    assert_eq!(
+        list(""),
+        (
+            5,
+            vec![
+                row("0xa100", 1000, 100, None),
+                row("0xa200", 10, 200, Some(100)),
+                row("0xa200", 20, 400, Some(200)),
+                row("0xa300", 1000, 500, Some(2_000_200)),
+                row("0xb000", 5000, 550, Some(100)),
+            ]
+        )
+    );
+    // The largest first (ties in the order they were made), two of them.
+    assert_eq!(
+        list("sort=size&desc=1&limit=2"),
+        (
+            5,
+            vec![
+                row("0xb000", 5000, 550, Some(100)),
+                row("0xa100", 1000, 100, None)
+            ]
+        )
+    );
+    // The longest-lived after the first (a block never freed lives longest).
+    assert_eq!(
+        list("sort=lifetime&desc=1&limit=1&offset=1"),
+        (5, vec![row("0xa300", 1000, 500, Some(2_000_200))])
+    );
+    assert_eq!(
+        list("life=temporary").1,
+        [
+            row("0xa200", 10, 200, Some(100)),
+            row("0xb000", 5000, 550, Some(100))
+        ]
+    );
+    assert_eq!(list("from=0.0000003&to=0.0000005").0, 2);
+    assert_eq!(list("thread=2").1, [row("0xb000", 5000, 550, Some(100))]);
+    assert_eq!(
+        list("address_min=45056").1,
+        [row("0xb000", 5000, 550, Some(100))]
+    );
+    assert_eq!(list("size_max=20&sort=address&desc=1").0, 2);
+    let first = server.json("/api/allocations?limit=1");
+    assert_eq!(first["allocations"][0]["function"], "app::leaky");
+    assert_eq!(first["allocations"][0]["site"], 0);
+    assert_eq!(first["allocations"][0]["freed_ns"], Value::Null);
+    // Moments as a percentage of the run (2,000,700 ns): 0.025% is 500 ns.
+    assert_eq!(list("to=0.025%25").0, 4);
+    assert_eq!(list("from=0.025%25&to=100%25").0, 1);
+    assert_eq!(
+        server.json("/api/sites?at=100%25"),
+        server.json("/api/sites?at=end")
+    );
+    server.error("/api/sites?at=120x%25", 400);
+    // The stack's depth: every stack of the known trace has one return address.
+    assert_eq!(sites(&server, "depth_max=1").0, 2);
+    assert_eq!(sites(&server, "depth_min=2").0, 0);
+    assert_eq!(list("depth_min=2").0, 0);
+    server.error("/api/sites?depth_min=3&depth_max=2", 400);
+    server.error("/api/allocations?sort=name", 400);
+    server.error("/api/allocations?limit=1000000", 400);
+    server.error("/api/allocations?address_min=5&address_max=4", 400);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

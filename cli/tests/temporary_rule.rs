@@ -102,7 +102,11 @@ fn temporary_allocations_against_heaptrack() {
     let f = |thread, time, address| (thread, time, address, None);
     let cases: [(&str, Vec<Event>, (u64, u64)); 6] = [
         // Allocated, then freed at once: both count it.
-        ("at once", vec![a(1, 100, 0xa0, 10, 0), f(1, 110, 0xa0)], (1, 1)),
+        (
+            "at once",
+            vec![a(1, 100, 0xa0, 10, 0), f(1, 110, 0xa0)],
+            (1, 1),
+        ),
         // The last of two allocations freed first: it counts, the first does not.
         (
             "last first",
