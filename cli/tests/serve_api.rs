@@ -1152,7 +1152,9 @@ fn the_host_header_is_checked() {
 fn individual_allocations() {
     let path = known_trace_file("allocations");
     let server = Server::start(&[path.to_str().unwrap()]);
-    let list = |query: &str| -> (u64, Vec<(String, u64, u64, Option<u64>)>) {
+    // Each allocation as (address, size, time, lifetime).
+    type Row = (String, u64, u64, Option<u64>);
+    let list = |query: &str| -> (u64, Vec<Row>) {
         let answer = server.json(&format!("/api/allocations?{query}"));
         let rows = answer["allocations"]
             .as_array()

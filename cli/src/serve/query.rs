@@ -168,7 +168,7 @@ pub fn moment(
         return match percent.trim().parse::<f64>() {
             Ok(p) if p >= 100.0 => Ok(At::End),
             Ok(p) if p >= 0.0 => Ok(At::Time(
-                (totals.last_time as f64 * p / 100.0).round() as u64,
+                (totals.last_time as f64 * p / 100.0).round() as u64
             )),
             _ => Err(ApiError::bad(format!(
                 "{name}={text:?}: not a percentage of the run (0% to 100%)"
