@@ -1237,3 +1237,50 @@ fn individual_allocations() {
     server.error("/api/allocations?address_min=5&address_max=4", 400);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// Group filters on `/api/sites` (bytehound's): a site's allocations over the run, and how many
+/// of them are live at the end, as a count or a share.
+#[test]
+fn group_filters() {
+    let path = known_trace_file("groups");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let ids = |query: &str| -> Vec<u64> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    // `app::leaky` (0): 3 allocations, 1 live at the end; `app::temp` (1): 2, none.
+    assert_eq!(ids(""), [0, 1]);
+    assert_eq!(ids("group_allocations_min=3"), [0]);
+    assert_eq!(ids("group_allocations_max=2"), [1]);
+    assert_eq!(ids("group_leaked_min=1"), [0]);
+    assert_eq!(ids("group_leaked_max=0"), [1]);
+    assert_eq!(ids("group_leaked_min=30%25"), [0]);
+    assert_eq!(ids("group_leaked_min=50%25"), Vec::<u64>::new());
+    // Groups leaked whole: none here.
+    assert_eq!(ids("group_leaked_min=100%25"), Vec::<u64>::new());
+    // With a filter, the groups are of the blocks that pass it: the worker's one block of
+    // `app::leaky`, freed.
+    assert_eq!(
+        ids("thread=2&group_leaked_max=0&group_allocations_min=1"),
+        [0]
+    );
+    // A filter on blocks (a scan): the groups count the blocks that pass it.
+    assert_eq!(ids("size_min=1000&group_allocations_min=3"), [0]);
+    assert_eq!(
+        ids("size_min=2000&group_allocations_min=2"),
+        Vec::<u64>::new()
+    );
+    assert_eq!(ids("size_min=2000&group_allocations_max=1"), [0]);
+    assert_eq!(
+        sites(&server, "group_allocations_min=3").0,
+        1,
+        "total_sites counts the groups that pass"
+    );
+    server.error("/api/sites?group_leaked_min=abc", 400);
+    server.error("/api/sites?group_leaked_min=150%25", 400);
+    server.error("/api/sites?group_allocations_min=x", 400);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
