@@ -1042,6 +1042,31 @@ fn sites_are_named_by_the_programs_code() {
         assert!(!text.contains(hidden), "{hidden} in {flame}");
     }
 
+    // The same tree as text, for a terminal.
+    let (status, headers, body) = server.get("/api/flame?what=allocated&format=text");
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&headers, "content-type"),
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        "8574 B (100.0%) all
+├─ 8510 B (99.3%) src/main.rs:5:9 in 'app::main'
+│  ├─ 4000 B (46.7%) src/app.rs:20:9 in 'app::load'
+│  │  └─ 4000 B (46.7%) alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec<T>::with_capacity'
+│  ├─ 3000 B (35.0%) src/app.rs:30:9 in 'app::grow'
+│  │  └─ 3000 B (35.0%) alloc/src/vec/mod.rs:992:9 in 'alloc::vec::Vec<T,A>::push'
+│  ├─ 1500 B (17.5%) src/app.rs:10:9 in 'app::build'
+│  │  └─ 1500 B (17.5%) alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec<T>::with_capacity'
+│  └─ 10 B (0.1%) src/app.rs:40:9 in 'app::tiny'
+│     └─ 10 B (0.1%) alloc/src/boxed.rs:286:9 in 'alloc::boxed::Box<T>::new'
+└─ 64 B (0.7%) /bin/app in 'main'
+   └─ 64 B (0.7%) std/src/rt.rs:175:9 in 'std::rt::lang_start_internal'
+"
+    );
+    server.error("/api/flame?format=xml", 400);
+
     // The diff from the marker to the end: growth, the largest first, then shrinkage, the
     // largest first.
     let diff = server.json("/api/diff?from=marker:loaded&to=end");

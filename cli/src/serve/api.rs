@@ -82,7 +82,13 @@ pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError>
             Ok(Reply::json(&timeline::timeline(state, &q, &params, None)?))
         }
         "/api/sites" => sites::sites(state, &params).map(|v| Reply::json(&v)),
-        "/api/flame" => flame::flame(state, &params).map(|body| Reply::json_text(body.into())),
+        "/api/flame" => flame::flame(state, &params).map(|body| match params.get("format") {
+            Some("text") => Reply {
+                content_type: "text/plain; charset=utf-8",
+                ..Reply::json_text(body.into())
+            },
+            _ => Reply::json_text(body.into()),
+        }),
         "/api/diff" => diff::diff(state, &params).map(Reply::json_text),
         "/api/allocations" => allocations::allocations(state, &params).map(|v| Reply::json(&v)),
         _ => {
