@@ -458,12 +458,14 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
     title.textContent = `${m.label} (${fmtSeconds(m.time_ns)})`;
     g.append(title);
     const width = labelWidth(m.label);
-    const row = rowEnds.findIndex((end) => x + 3 > end + 4);
+    // Right of its line, or left of it where the chart ends.
+    const left = x + 3 + width > x1 ? x - 3 - width : x + 3;
+    const row = rowEnds.findIndex((end) => left > end + 4);
     if (row >= 0) {
-      const label = svg("text", { x: x + 3, y: y0 + 2 + row * 13 });
+      const label = svg("text", { x: left, y: y0 + 2 + row * 13 });
       label.textContent = m.label;
       g.append(label);
-      rowEnds[row] = x + 3 + width;
+      rowEnds[row] = left + width;
     }
     root.append(g);
   }
