@@ -53,6 +53,7 @@ const TOOL: Tool = Tool {
                 .count() as u64,
         )
     },
+    mark: memprof::mark,
 };
 
 fn main() {

@@ -22,6 +22,7 @@ const TOOL: Tool = Tool {
         })
     },
     live_of_size: |_| None,
+    mark: |_| {},
 };
 
 fn main() {

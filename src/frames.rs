@@ -49,6 +49,21 @@ impl fmt::Display for Frame {
     }
 }
 
+impl Frame {
+    /// The source file as a report prints it: the standard library's from its crate's directory
+    /// on (`core/src/...`), a registry crate's from its `name-version` directory on.
+    pub fn short_file(&self) -> Option<&str> {
+        self.file.as_deref().map(short_path)
+    }
+
+    /// Whether the frame is in the standard library (Rust's `std`, `core`, `alloc` or a crate std
+    /// vendors; or C++'s): by its source file when known, by its function's path otherwise. Of
+    /// a context's frames, the first that is not is the program's own.
+    pub fn is_std(&self) -> bool {
+        is_std_frame(self)
+    }
+}
+
 /// A source file as a report prints it: the standard library's sources, which its debug
 /// information places under `/rustc/<commit>/library/`, from their crate's directory on
 /// (`core/src/iter/traits/iterator.rs`, as in the `library` directory of Rust's repository and
@@ -227,12 +242,14 @@ pub(crate) fn is_std_frame(frame: &Frame) -> bool {
 /// program called: `Vec::push`, `Box::new`, `HashMap::insert`); then `skip` more frames are
 /// dropped and at most `depth` kept.
 pub(crate) fn context<'a>(frames: &[&'a Frame], skip: usize, depth: usize) -> Vec<&'a Frame> {
-    frames[program_frames(frames)]
-        .iter()
-        .copied()
-        .skip(skip)
-        .take(depth)
-        .collect()
+    frames[context_range(frames, skip, depth)].to_vec()
+}
+
+/// Where [`context`] lies in `frames`: one run, within [`program_frames`].
+pub(crate) fn context_range(frames: &[&Frame], skip: usize, depth: usize) -> Range<usize> {
+    let program = program_frames(frames);
+    let start = program.start.saturating_add(skip).min(program.end);
+    start..start + (program.end - start).min(depth)
 }
 
 /// The frames of a stack (innermost first) that a context is made of, before its skip and depth:
@@ -638,6 +655,9 @@ mod tests {
         let frames: Vec<&Frame> = frames.iter().collect();
         assert_eq!(program_frames(&frames), 3..6);
         assert_eq!(context(&frames, 1, 1), [frames[4]]);
+        assert_eq!(context_range(&frames, 1, 1), 4..5);
+        assert_eq!(context_range(&frames, 0, usize::MAX), 3..6);
+        assert_eq!(context_range(&frames, 5, 2), 6..6);
     }
 
     #[test]

@@ -183,6 +183,7 @@ pub use labels::LabelsLayer;
 pub use labels::{Labels, LabelsGuard, dropped_label_sets, with_labels};
 pub use object_graph::object_size;
 pub use record::{is_paused, pause, resume};
+pub use report::context_range;
 pub use report::{
     DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
     log_labels, log_object_counts, log_object_sizes, log_object_tallies, log_trace_target,

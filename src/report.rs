@@ -31,6 +31,7 @@ use crate::types::Typing;
 use contexts::{ContextKey, Contexts};
 use std::collections::HashMap;
 use std::io::{self, Write};
+use std::ops::Range;
 
 /// How a report groups and filters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -200,6 +201,15 @@ pub fn context_of(
         .iter()
         .map(|f| f.to_string())
         .collect()
+}
+
+/// Where a stack's context lies among its frames (innermost first, inlined calls expanded, as
+/// [`Resolve::resolve_stack`] gives them): one run, which [`context_of`] prints. Above it,
+/// memprof's own frames, the allocator's and the standard library's below the collection
+/// operation the program called; below it, the runtime that calls the program (`main`'s or a
+/// thread's start), and the frames past the options' depth.
+pub fn context_range(frames: &[&frames::Frame], options: &ReportOptions) -> Range<usize> {
+    frames::context_range(frames, options.skip, options.depth)
 }
 
 /// The growth (or shrinkage) of the live heap of one context between two snapshots.

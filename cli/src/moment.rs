@@ -6,17 +6,45 @@ use memprof::{Frame, LiveBlock, ReturnAddress, Snapshot, StackId, StackSummary};
 use memprof_trace::{Heap, Trace};
 use std::collections::HashMap;
 
-/// The trace's symbols as a resolver for reports and exports (addresses without a symbol
-/// resolve to an unknown frame).
+/// The trace's symbols as a resolver for reports and exports. An address without a symbol (a
+/// trace cut short and not symbolized since) resolves to its module's path when a `MODULES`
+/// record holds it, as the process's own symbolizer names code it cannot read (so the C
+/// library's start below `main` is trimmed as in the process's reports), else to an unknown
+/// frame.
 pub fn resolver(trace: &Trace) -> HashMap<ReturnAddress, Vec<Frame>> {
-    trace
+    let mut resolver: HashMap<ReturnAddress, Vec<Frame>> = trace
         .symbols()
         .iter()
         .map(|(&address, frames)| {
             let frames = frames.iter().cloned().map(Frame::from).collect();
             (ReturnAddress(address as usize), frames)
         })
-        .collect()
+        .collect();
+    // The latest list first: a module loaded later where an unloaded one was ran the later code.
+    let modules: Vec<_> = trace.modules().iter().rev().flatten().collect();
+    if modules.is_empty() {
+        return resolver;
+    }
+    for &address in trace.stacks().iter().flatten() {
+        let key = ReturnAddress(address as usize);
+        if resolver.contains_key(&key) {
+            continue;
+        }
+        let pc = address.wrapping_sub(1);
+        let module = modules.iter().find(|m| {
+            m.text
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&pc))
+        });
+        if let Some(module) = module {
+            let frame = Frame {
+                file: Some(module.path.clone()),
+                ..Frame::default()
+            };
+            resolver.insert(key, vec![frame]);
+        }
+    }
+    resolver
 }
 
 /// The snapshot of `heap`: live blocks, and every stack of the trace with its allocated totals

@@ -67,7 +67,16 @@ pub fn serve(
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
     let server = Arc::new(server);
     match server.server_addr().to_ip() {
-        Some(address) => eprintln!("memprof: serving on http://{address}/"),
+        Some(address) => {
+            eprintln!("memprof: serving on http://{address}/");
+            if !address.ip().is_loopback() {
+                eprintln!(
+                    "memprof: warning: serving at {address}, beyond this machine's loopback: \
+                     anyone who can reach that address can read the trace (no authentication, \
+                     no TLS); listen on 127.0.0.1 unless others must reach it"
+                );
+            }
+        }
         None => eprintln!("memprof: serving on {listen}"),
     }
     let workers: Vec<_> = (0..WORKERS)
@@ -89,7 +98,25 @@ pub fn serve(
 
 fn handle(shared: &Shared, request: tiny_http::Request) {
     let url = request.url().to_owned();
-    let reply = if *request.method() != tiny_http::Method::Get
+    let mut hosts = request
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("Host"))
+        .map(|h| h.value.as_str());
+    let host = (hosts.next(), hosts.next());
+    let reply = if let (Some(_), Some(_)) = host {
+        api::Reply::error(&ApiError::bad("more than one Host header"))
+    } else if let (Some(host), None) = host
+        && !host_accepted(host)
+    {
+        api::Reply::error(&ApiError {
+            status: 403,
+            message: format!(
+                "Host {host:?} is not an address of this server: ask for it by IP address or as \
+                 localhost"
+            ),
+        })
+    } else if *request.method() != tiny_http::Method::Get
         && *request.method() != tiny_http::Method::Head
     {
         api::Reply::error(&ApiError {
@@ -126,6 +153,24 @@ fn handle(shared: &Shared, request: tiny_http::Request) {
     }
     // A client gone before its answer is no concern of the server's.
     let _ = request.respond(response);
+}
+
+/// Whether a `Host` header names the server the way only a client that means it does, as the
+/// library's HTTP endpoint checks it: an IP address (`127.0.0.1`, `[::1]`) or `localhost`, with or
+/// without a port. A name that resolves here is refused, so that a web page the user visits cannot
+/// make its own name resolve to this machine (DNS rebinding) and read the trace through the
+/// user's browser. A request without `Host` (which no browser sends) is answered.
+fn host_accepted(value: &str) -> bool {
+    let port_ok = |port: &str| port.is_empty() || port.parse::<u16>().is_ok();
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest.split_once(']').is_some_and(|(address, port)| {
+            address.parse::<std::net::Ipv6Addr>().is_ok()
+                && (port.is_empty() || port.strip_prefix(':').is_some_and(port_ok))
+        });
+    }
+    let (host, port) = value.split_once(':').unwrap_or((value, ""));
+    port_ok(port)
+        && (host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::Ipv4Addr>().is_ok())
 }
 
 fn route(state: Option<Arc<State>>, path: &str, query: &str) -> api::Reply {
@@ -237,5 +282,37 @@ fn reindex(path: &Path, shared: &Shared, done: &std::sync::atomic::AtomicBool) {
             return;
         }
         std::thread::sleep(Duration::from_millis(if finished { 10 } else { 1000 }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_accepted;
+
+    #[test]
+    fn hosts() {
+        for good in [
+            "127.0.0.1:8080",
+            "127.0.0.1",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "[::1]",
+            "10.1.2.3:80",
+        ] {
+            assert!(host_accepted(good), "{good}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:8080",
+            "[::1]x",
+            "[evil]:1",
+            "127.0.0.1:port",
+            "",
+        ] {
+            assert!(!host_accepted(bad), "{bad}");
+        }
     }
 }

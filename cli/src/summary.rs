@@ -33,7 +33,7 @@ pub struct Site {
     pub allocations: u64,
     /// Bytes allocated.
     pub bytes: u64,
-    /// Allocations freed before the thread allocated again.
+    /// Allocations freed by their thread before it allocated or freed anything else.
     pub temporary: u64,
     /// Bytes live at the peak.
     pub peak_bytes: u64,

@@ -195,7 +195,7 @@ fn sites(server: &Server, query: &str) -> (u64, Vec<Value>) {
         .iter()
         .map(|row| {
             let mut row = row.clone();
-            for field in ["function", "file", "line"] {
+            for field in ["function", "file", "line", "context", "program"] {
                 row.as_object_mut().unwrap().remove(field);
             }
             row
@@ -221,7 +221,7 @@ fn row(id: u64, counts: [u64; 14]) -> Value {
 }
 
 const LEAKY_ALL: [u64; 14] = [
-    3, 7000, 2, 6000, 1000, 1, 1000, 1, 7000, 3, 2, 6000, 1_000_150, 0,
+    3, 7000, 2, 6000, 1000, 1, 1000, 1, 7000, 3, 1, 5000, 1_000_150, 0,
 ];
 const TEMP_ALL: [u64; 14] = [2, 30, 2, 30, 0, 0, 0, 0, 20, 1, 1, 10, 150, 0];
 
@@ -248,7 +248,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         summary["totals"],
         json!({"allocations": 5, "reallocs": 0, "frees": 4, "allocated_bytes": 7030,
-               "temporary": 3})
+               "temporary": 2})
     );
     let bucket = summary["bucket_ns"].as_u64().unwrap();
     assert!(bucket > 0 && 2_000_700 / bucket >= 100, "{summary}");
@@ -319,7 +319,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
             row(
                 0,
                 [
-                    2, 2000, 1, 1000, 1000, 1, 1000, 1, 2000, 2, 1, 1000, 2_000_200, 0
+                    2, 2000, 1, 1000, 1000, 1, 1000, 1, 2000, 2, 0, 0, 2_000_200, 0
                 ]
             ),
             row(1, TEMP_ALL)
@@ -354,10 +354,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         sites(&server, "life=temporary").1,
         vec![
-            row(
-                0,
-                [2, 6000, 2, 6000, 0, 0, 0, 0, 6000, 2, 2, 6000, 1_000_150, 0]
-            ),
+            row(0, [1, 5000, 1, 5000, 0, 0, 0, 0, 5000, 1, 1, 5000, 100, 0]),
             row(1, [1, 10, 1, 10, 0, 0, 0, 0, 0, 0, 1, 10, 100, 0])
         ]
     );
@@ -366,7 +363,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         vec![
             row(
                 0,
-                [1, 1000, 1, 1000, 0, 0, 0, 0, 1000, 1, 1, 1000, 2_000_200, 0]
+                [1, 1000, 1, 1000, 0, 0, 0, 0, 1000, 1, 0, 0, 2_000_200, 0]
             ),
             row(1, [1, 20, 1, 20, 0, 0, 0, 0, 20, 1, 0, 0, 200, 0])
         ]
@@ -385,7 +382,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         sites(&server, "life_min=150&thread=1&func=leaky").1,
         vec![row(
             0,
-            [1, 1000, 1, 1000, 0, 0, 0, 0, 1000, 1, 1, 1000, 2_000_200, 0]
+            [1, 1000, 1, 1000, 0, 0, 0, 0, 1000, 1, 0, 0, 2_000_200, 0]
         )]
     );
     // Ranges: events after `from`, up to and with `to`.
@@ -510,7 +507,8 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         site["stacks"],
         json!([{"id": 1, "bytes": 20, "blocks": 1, "allocations": 2, "allocated_bytes": 30,
                 "frames": [{"function": "app::temp", "file": "src/app.rs", "line": 20,
-                            "address": "0x2001"}]}])
+                            "std": false, "address": "0x2001"}],
+                "hidden_above": 0, "hidden_below": 0}])
     );
     let first = &site["timeline"]["points"][0];
     assert_eq!(
@@ -551,12 +549,9 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     );
     assert_eq!(
         flame("what=temporary"),
-        tree(6010, &[(leaky, 6000), (temp, 10)])
+        tree(5010, &[(leaky, 5000), (temp, 10)])
     );
-    assert_eq!(
-        flame("what=temporary&thread=1"),
-        tree(1010, &[(leaky, 1000), (temp, 10)])
-    );
+    assert_eq!(flame("what=temporary&thread=1"), tree(10, &[(temp, 10)]));
     assert_eq!(
         flame("what=live&at=peak&size_max=1000"),
         tree(2020, &[(leaky, 2000), (temp, 20)])
@@ -569,6 +564,9 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         diff["sites"],
         json!([{"id": 0, "function": "app::leaky", "file": "src/app.rs", "line": 10,
+                "context": [{"function": "app::leaky", "file": "src/app.rs", "line": 10,
+                             "std": false}],
+                "program": 0,
                 "from_bytes": 2000, "to_bytes": 7000, "delta_bytes": 5000,
                 "from_blocks": 2, "to_blocks": 3, "delta_blocks": 1}])
     );
@@ -586,7 +584,8 @@ fn every_endpoint_and_filter_on_a_known_trace() {
             )
         })
         .collect();
-    assert_eq!(deltas, [(1, -20, -1), (0, -5000, -1)]);
+    // Shrinkage with the largest first.
+    assert_eq!(deltas, [(0, -5000, -1), (1, -20, -1)]);
     assert_eq!(diff["total_sites"], 2);
     assert_eq!(diff["flame"], tree(0, &[]));
     let diff = server.json("/api/diff?from=peak&marker_to=m&limit=1");
@@ -670,8 +669,9 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     };
     // 0xa100, never freed.
     assert_eq!(folded("at=peak&life=never"), ["app::leaky 1000"]);
-    // 0xa300 and 0xb000, each freed before its thread allocated again; 0xa200 was not.
-    assert_eq!(folded("at=peak&life=temporary"), ["app::leaky 6000"]);
+    // 0xb000, freed before its thread allocated or freed anything else; not 0xa300 (a free
+    // of its thread came between) nor 0xa200 (an allocation came between).
+    assert_eq!(folded("at=peak&life=temporary"), ["app::leaky 5000"]);
     // 0xb000 (100 ns) and 0xa200 (200 ns); 0xa300 lived 2,000,200 ns.
     assert_eq!(
         folded("at=peak&life_max=1000"),
@@ -884,4 +884,428 @@ fn a_trace_served_as_it_arrives() {
         vec![row(0, LEAKY_ALL), row(1, TEMP_ALL)]
     );
     assert_eq!(std::fs::read(&output).unwrap(), bytes);
+}
+
+/// The functions of a Markdown report's rows, by the row's total size: each frame of a context
+/// is a code span ending `in 'FUNCTION'`.
+fn report_contexts(markdown: &str) -> Vec<(u64, Vec<String>)> {
+    markdown
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Allocations"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let bytes = cells[1].trim().replace(',', "").parse().unwrap();
+            let functions = cells[2]
+                .split("<br>")
+                .map(|frame| {
+                    let (_, function) = frame.split_once(" in '").unwrap();
+                    function.rsplit_once('\'').unwrap().0.to_owned()
+                })
+                .collect();
+            (bytes, functions)
+        })
+        .collect()
+}
+
+/// On stacks shaped like a real program's, each site is named by the program's code: its
+/// context is the Markdown report's (the collection operation, the program's frames; memprof's,
+/// the allocator's and the runtime's left out), `function` is the program's first frame, files
+/// are written short as the reports write them, an opened site lists the program's frames only,
+/// and the diff lists the largest shrinkage first.
+#[test]
+fn sites_are_named_by_the_programs_code() {
+    let dir = std::env::temp_dir().join(format!("memprof-serve-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("named.mptrace");
+    std::fs::write(&path, support::named_trace()).unwrap();
+    let trace = path.to_str().unwrap();
+    let server = Server::start(&[trace]);
+
+    let answer = server.json("/api/sites?at=marker:loaded&sort=live_bytes&limit=100");
+    let rows = answer["sites"].as_array().unwrap();
+    let names: Vec<(&str, &str, u64, u64)> = rows
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap(),
+                s["file"].as_str().unwrap(),
+                s["line"].as_u64().unwrap(),
+                s["program"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("app::load", "src/app.rs", 20, 1),
+            ("app::build", "src/app.rs", 10, 1),
+            // Before `main`: std's runtime is all there is, then the program's `main` symbol.
+            ("main", "/bin/app", 0, 1),
+            ("app::grow", "src/app.rs", 30, 1),
+            ("app::tiny", "src/app.rs", 40, 1),
+        ],
+        "{answer}"
+    );
+    let build = &rows[1];
+    assert_eq!(
+        build["context"],
+        json!([
+            {"function": "alloc::vec::Vec<T>::with_capacity", "file": "alloc/src/vec/mod.rs",
+             "line": 480, "std": true},
+            {"function": "app::build", "file": "src/app.rs", "line": 10, "std": false},
+            {"function": "app::main", "file": "src/main.rs", "line": 5, "std": false},
+        ])
+    );
+    // Every site's context is the Markdown report's at the same moment, frame for frame.
+    let report = String::from_utf8(memprof(&[
+        "report",
+        trace,
+        "--at",
+        "marker:loaded",
+        "--min-bytes",
+        "0",
+    ]))
+    .unwrap();
+    let mut from_report = report_contexts(&report);
+    let mut from_api: Vec<(u64, Vec<String>)> = rows
+        .iter()
+        .filter(|s| s["live_bytes"].as_u64().unwrap() > 0)
+        .map(|s| {
+            let context = s["context"].as_array().unwrap();
+            let functions = context
+                .iter()
+                .map(|f| f["function"].as_str().unwrap().to_owned())
+                .collect();
+            (s["live_bytes"].as_u64().unwrap(), functions)
+        })
+        .collect();
+    from_report.sort();
+    from_api.sort();
+    assert_eq!(from_api, from_report, "{report}");
+    assert_eq!(from_api.len(), 3, "{report}");
+    assert!(!answer.to_string().contains("/rustc/"), "{answer}");
+
+    // The opened site: the program's frames, no memprof's, the allocator's or the runtime's.
+    let id = build["id"].as_u64().unwrap();
+    let site = server.json(&format!("/api/site/{id}"));
+    assert_eq!(site["function"], "app::build");
+    let stack = &site["stacks"][0];
+    let functions: Vec<&str> = stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        functions,
+        [
+            "alloc::vec::Vec<T>::with_capacity",
+            "app::build",
+            "app::main"
+        ]
+    );
+    assert_eq!(stack["frames"][0]["file"], "alloc/src/vec/mod.rs");
+    assert_eq!(stack["frames"][0]["address"], "0x130");
+    assert_eq!(
+        (
+            stack["hidden_above"].as_u64(),
+            stack["hidden_below"].as_u64()
+        ),
+        (Some(4), Some(7))
+    );
+
+    // The flame graph: the program's frames, outermost first, std's flagged, files short.
+    let flame = server.json("/api/flame?what=allocated");
+    let main = &flame["children"][0];
+    assert_eq!(main["name"], "src/main.rs:5:9 in 'app::main'");
+    assert!(main.get("std").is_none(), "{flame}");
+    let load = main["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "src/app.rs:20:9 in 'app::load'")
+        .unwrap_or_else(|| panic!("{flame}"));
+    assert_eq!(
+        load["children"],
+        json!([{"name": "alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec<T>::with_capacity'",
+                "std": true, "value": 4000, "children": []}])
+    );
+    let text = flame.to_string();
+    for hidden in [
+        "/rustc/",
+        "memprof::",
+        "__rust_alloc",
+        "raw_vec",
+        "lang_start::",
+        "'_start'",
+    ] {
+        assert!(!text.contains(hidden), "{hidden} in {flame}");
+    }
+
+    // The same tree as text, for a terminal.
+    let (status, headers, body) = server.get("/api/flame?what=allocated&format=text");
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&headers, "content-type"),
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        "8574 B (100.0%) all
+├─ 8510 B (99.3%) src/main.rs:5:9 in 'app::main'
+│  ├─ 4000 B (46.7%) src/app.rs:20:9 in 'app::load'
+│  │  └─ 4000 B (46.7%) alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec<T>::with_capacity'
+│  ├─ 3000 B (35.0%) src/app.rs:30:9 in 'app::grow'
+│  │  └─ 3000 B (35.0%) alloc/src/vec/mod.rs:992:9 in 'alloc::vec::Vec<T,A>::push'
+│  ├─ 1500 B (17.5%) src/app.rs:10:9 in 'app::build'
+│  │  └─ 1500 B (17.5%) alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec<T>::with_capacity'
+│  └─ 10 B (0.1%) src/app.rs:40:9 in 'app::tiny'
+│     └─ 10 B (0.1%) alloc/src/boxed.rs:286:9 in 'alloc::boxed::Box<T>::new'
+└─ 64 B (0.7%) /bin/app in 'main'
+   └─ 64 B (0.7%) std/src/rt.rs:175:9 in 'std::rt::lang_start_internal'
+"
+    );
+    server.error("/api/flame?format=xml", 400);
+
+    // The diff from the marker to the end: growth, the largest first, then shrinkage, the
+    // largest first.
+    let diff = server.json("/api/diff?from=marker:loaded&to=end");
+    let deltas: Vec<(&str, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap(),
+                s["delta_bytes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        [
+            ("app::grow", 3000),
+            ("app::tiny", 10),
+            ("app::load", -4000),
+            ("app::build", -500)
+        ]
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The status of a GET of `path` with the `Host` headers `hosts`.
+fn status_with_hosts(address: &str, path: &str, hosts: &[&str]) -> u16 {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    for host in hosts {
+        request.push_str(&format!("Host: {host}\r\n"));
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    String::from_utf8_lossy(&response)
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A web page that makes its own name resolve to this machine cannot read the trace through the
+/// user's browser (DNS rebinding): a `Host` naming anything but an IP address or `localhost` is
+/// refused, for the page and the API alike; and listening beyond loopback says so.
+#[test]
+fn the_host_header_is_checked() {
+    let path = known_trace_file("host");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let port = server.address.rsplit_once(':').unwrap().1.to_owned();
+    for (hosts, status) in [
+        (vec![server.address.clone()], 200),
+        (vec![format!("localhost:{port}")], 200),
+        (vec![], 200),
+        (vec![format!("evil.example:{port}")], 403),
+        (vec!["127.0.0.1.nip.io".to_owned()], 403),
+        (vec![server.address.clone(), server.address.clone()], 400),
+    ] {
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        for target in ["/api/summary", "/", "/api/export/md"] {
+            assert_eq!(
+                status_with_hosts(&server.address, target, &hosts),
+                status,
+                "{target} with Host {hosts:?}"
+            );
+        }
+    }
+    drop(server);
+
+    // Beyond loopback: a warning on stderr.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["serve", path.to_str().unwrap(), "--listen", "0.0.0.0:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let warned = loop {
+        let Some(Ok(line)) = lines.next() else {
+            break false;
+        };
+        if line.contains("beyond this machine's loopback") {
+            break true;
+        }
+        seen.push(line);
+        if seen.len() > 20 {
+            break false;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no warning: {seen:?}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// `/api/allocations`: single allocations of the known trace, sorted and paged, with the
+/// filters every endpoint takes and an address range.
+#[test]
+fn individual_allocations() {
+    let path = known_trace_file("allocations");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    // Each allocation as (address, size, time, lifetime).
+    type Row = (String, u64, u64, Option<u64>);
+    let list = |query: &str| -> (u64, Vec<Row>) {
+        let answer = server.json(&format!("/api/allocations?{query}"));
+        let rows = answer["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["address"].as_str().unwrap().to_owned(),
+                    a["size"].as_u64().unwrap(),
+                    a["time_ns"].as_u64().unwrap(),
+                    a["lifetime_ns"].as_u64(),
+                )
+            })
+            .collect();
+        (answer["total_count"].as_u64().unwrap(), rows)
+    };
+    let row = |address: &str, size, time, life| (address.to_owned(), size, time, life);
+    assert_eq!(
+        list(""),
+        (
+            5,
+            vec![
+                row("0xa100", 1000, 100, None),
+                row("0xa200", 10, 200, Some(100)),
+                row("0xa200", 20, 400, Some(200)),
+                row("0xa300", 1000, 500, Some(2_000_200)),
+                row("0xb000", 5000, 550, Some(100)),
+            ]
+        )
+    );
+    // The largest first (ties in the order they were made), two of them.
+    assert_eq!(
+        list("sort=size&desc=1&limit=2"),
+        (
+            5,
+            vec![
+                row("0xb000", 5000, 550, Some(100)),
+                row("0xa100", 1000, 100, None)
+            ]
+        )
+    );
+    // The longest-lived after the first (a block never freed lives longest).
+    assert_eq!(
+        list("sort=lifetime&desc=1&limit=1&offset=1"),
+        (5, vec![row("0xa300", 1000, 500, Some(2_000_200))])
+    );
+    assert_eq!(
+        list("life=temporary").1,
+        [
+            row("0xa200", 10, 200, Some(100)),
+            row("0xb000", 5000, 550, Some(100))
+        ]
+    );
+    assert_eq!(list("from=0.0000003&to=0.0000005").0, 2);
+    assert_eq!(list("thread=2").1, [row("0xb000", 5000, 550, Some(100))]);
+    assert_eq!(
+        list("address_min=45056").1,
+        [row("0xb000", 5000, 550, Some(100))]
+    );
+    assert_eq!(list("size_max=20&sort=address&desc=1").0, 2);
+    let first = server.json("/api/allocations?limit=1");
+    assert_eq!(first["allocations"][0]["function"], "app::leaky");
+    assert_eq!(first["allocations"][0]["site"], 0);
+    assert_eq!(first["allocations"][0]["freed_ns"], Value::Null);
+    // Moments as a percentage of the run (2,000,700 ns): 0.025% is 500 ns.
+    assert_eq!(list("to=0.025%25").0, 4);
+    assert_eq!(list("from=0.025%25&to=100%25").0, 1);
+    assert_eq!(
+        server.json("/api/sites?at=100%25"),
+        server.json("/api/sites?at=end")
+    );
+    server.error("/api/sites?at=120x%25", 400);
+    // The stack's depth: every stack of the known trace has one return address.
+    assert_eq!(sites(&server, "depth_max=1").0, 2);
+    assert_eq!(sites(&server, "depth_min=2").0, 0);
+    assert_eq!(list("depth_min=2").0, 0);
+    server.error("/api/sites?depth_min=3&depth_max=2", 400);
+    server.error("/api/allocations?sort=name", 400);
+    server.error("/api/allocations?limit=1000000", 400);
+    server.error("/api/allocations?address_min=5&address_max=4", 400);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// Group filters on `/api/sites` (bytehound's): a site's allocations over the run, and how many
+/// of them are live at the end, as a count or a share.
+#[test]
+fn group_filters() {
+    let path = known_trace_file("groups");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let ids = |query: &str| -> Vec<u64> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    // `app::leaky` (0): 3 allocations, 1 live at the end; `app::temp` (1): 2, none.
+    assert_eq!(ids(""), [0, 1]);
+    assert_eq!(ids("group_allocations_min=3"), [0]);
+    assert_eq!(ids("group_allocations_max=2"), [1]);
+    assert_eq!(ids("group_leaked_min=1"), [0]);
+    assert_eq!(ids("group_leaked_max=0"), [1]);
+    assert_eq!(ids("group_leaked_min=30%25"), [0]);
+    assert_eq!(ids("group_leaked_min=50%25"), Vec::<u64>::new());
+    // Groups leaked whole: none here.
+    assert_eq!(ids("group_leaked_min=100%25"), Vec::<u64>::new());
+    // With a filter, the groups are of the blocks that pass it: the worker's one block of
+    // `app::leaky`, freed.
+    assert_eq!(
+        ids("thread=2&group_leaked_max=0&group_allocations_min=1"),
+        [0]
+    );
+    // A filter on blocks (a scan): the groups count the blocks that pass it.
+    assert_eq!(ids("size_min=1000&group_allocations_min=3"), [0]);
+    assert_eq!(
+        ids("size_min=2000&group_allocations_min=2"),
+        Vec::<u64>::new()
+    );
+    assert_eq!(ids("size_min=2000&group_allocations_max=1"), [0]);
+    assert_eq!(
+        sites(&server, "group_allocations_min=3").0,
+        1,
+        "total_sites counts the groups that pass"
+    );
+    server.error("/api/sites?group_leaked_min=abc", 400);
+    server.error("/api/sites?group_leaked_min=150%25", 400);
+    server.error("/api/sites?group_allocations_min=x", 400);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

@@ -170,6 +170,19 @@ fn a_stack_of_10000_frames_is_a_flame_graph_10000_deep() {
         let outermost = text.find("'app::deep_9999'").unwrap();
         assert!(outermost < innermost, "GET {query}: outermost caller first");
     }
+    // As text: a line per frame, each short however deep (past 32 levels, the level is named).
+    let (status, body) = server.get("/api/flame?format=text");
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 10_001);
+    assert!(lines[0].ends_with(" all"), "{}", lines[0]);
+    assert!(
+        lines[10_000].contains("[level 10000] └─ "),
+        "{}",
+        lines[10_000]
+    );
+    assert!(lines.iter().all(|l| l.len() < 400));
     // Still serving.
     let (summary, _) = server.json("/api/summary");
     assert_eq!(summary["end"]["bytes"], 1000);

@@ -11,6 +11,7 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use common::{chromium, missing_tool};
 use memprof_trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
@@ -675,4 +676,172 @@ fn the_viewer_offers_every_marker() {
         2,
         "{file}"
     );
+}
+
+/// On stacks shaped like a real program's (`support::named_trace`), the page names each site by
+/// the program's code, in the table, the opened site, the flame graph and the diff, with the
+/// files written short; and the markers' labels of a crowded timeline do not overlap.
+#[test]
+fn the_viewer_names_sites_by_the_programs_code() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("named.mptrace");
+    std::fs::write(&trace, support::named_trace()).unwrap();
+    let server = Server::start(&trace);
+    let profile = dir.join("profile");
+
+    // The table: the program's function first in each row, the collection operation after
+    // `via`, the callers after it; the whole context in the row's tooltip, files short.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=sites&at=marker:loaded&sort=live_bytes"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    assert_eq!(
+        site_rows(&dom.html),
+        ["app::load", "app::build", "main", "app::grow", "app::tiny"],
+        "{file}"
+    );
+    for expected in [
+        "<div class=\"via\">via alloc::vec::Vec&lt;T&gt;::with_capacity</div>",
+        "<div class=\"callers\">← app::main</div>",
+    ] {
+        assert!(dom.html.contains(expected), "no {expected} in {file}");
+    }
+    assert!(
+        dom.html
+            .contains("title=\"alloc/src/vec/mod.rs:480 in 'alloc::vec::Vec&lt;T&gt;::with_capacity'\nsrc/app.rs:20 in 'app::load'\nsrc/main.rs:5 in 'app::main'\""),
+        "no context tooltip in {file}"
+    );
+    assert!(!dom.html.contains("/rustc/"), "{file}");
+
+    // The diff: the largest growth first, then the largest shrinkage first.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=diff&marker_from=loaded&to=end"),
+    );
+    assert_ready(&dom);
+    let diff = dom
+        .html
+        .split_once("<table id=\"diff\">")
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .expect("the page has a diff table");
+    let rows: Vec<&str> = diff
+        .split("<div class=\"function\">")
+        .skip(1)
+        .map(|cell| cell.split_once("</div>").unwrap().0)
+        .collect();
+    assert_eq!(
+        rows,
+        ["app::grow", "app::tiny", "app::load", "app::build"],
+        "{}",
+        dom.file.display()
+    );
+
+    // The flame graph: no /rustc/ paths in its frames or tooltips; std's frames told apart.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=flame&what=allocated"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    assert!(!dom.html.contains("/rustc/"), "{file}");
+    assert!(
+        dom.html.contains(
+            "class=\"frame std\" data-name=\"alloc/src/vec/mod.rs:480:9 in 'alloc::vec::Vec&lt;T&gt;::with_capacity'\""
+        ),
+        "{file}"
+    );
+    assert!(
+        dom.html
+            .contains("class=\"frame\" data-name=\"src/app.rs:20:9 in 'app::load'\""),
+        "{file}"
+    );
+
+    // The opened site, by a click: the program's frames only, the site's own marked, and what
+    // was left out counted.
+    let mut browser = Browser::open(
+        chromium,
+        &dir.join("profile-cdp"),
+        &server.url("/?view=sites&at=marker:loaded"),
+    );
+    browser.wait_for("document.body.dataset.state === 'ready'");
+    let (x, y) = centre_of(
+        &mut browser,
+        "[...document.querySelectorAll('#sites tr[data-site]')].find(r => r.querySelector('.function').textContent === 'app::build')",
+    );
+    browser.click(x, y);
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && !document.getElementById('site').hidden \
+         && document.getElementById('site-stacks').textContent.includes('app::build')",
+    );
+    let frames = browser.eval(
+        "[...document.querySelectorAll('#site-stacks .frames li')].map(li => [li.className, [...li.children].map(c => c.textContent).join(' | ')])",
+    );
+    assert_eq!(
+        frames,
+        json!([
+            [
+                "std",
+                "alloc::vec::Vec<T>::with_capacity | alloc/src/vec/mod.rs:480"
+            ],
+            ["own", "app::build | src/app.rs:10"],
+            ["", "app::main | src/main.rs:5"],
+        ]),
+        "{}",
+        browser.eval("document.getElementById('site-stacks').innerHTML")
+    );
+    let notes = browser.eval(
+        "[...document.querySelectorAll('#site-stacks .hidden-frames')].map(p => p.textContent)",
+    );
+    assert_eq!(
+        notes,
+        json!([
+            "4 frames of memprof, the allocator and std below the collection operation not shown",
+            "7 frames of the runtime below the program not shown"
+        ])
+    );
+    let title = browser.eval("document.getElementById('site-title').textContent");
+    assert_eq!(title, "#1 app::build src/app.rs:10");
+    drop(browser);
+
+    // Marker labels on a crowded timeline: none drawn over another.
+    let marked = dir.join("marked.mptrace");
+    std::fs::write(&marked, marked_trace(200)).unwrap();
+    let marked_server = Server::start(&marked);
+    let mut browser = Browser::open(
+        chromium,
+        &dir.join("profile-markers"),
+        &marked_server.url("/?view=timeline"),
+    );
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && document.querySelector('#timeline g.marker')",
+    );
+    let overlaps = browser.eval(
+        "(() => { const boxes = [...document.querySelectorAll('#timeline g.marker text')].map(t => t.getBoundingClientRect()); \
+         let n = 0; for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) { \
+         const a = boxes[i], b = boxes[j]; if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) n++; } \
+         return [boxes.length, n, document.querySelectorAll('#timeline g.marker').length]; })()",
+    );
+    let labels = overlaps[0].as_u64().unwrap();
+    assert_eq!(overlaps[1], 0, "overlapping marker labels: {overlaps}");
+    assert_eq!(overlaps[2], 200, "{overlaps}");
+    assert!(labels >= 3, "{overlaps}");
+    drop(browser);
+    drop(marked_server);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -68,22 +68,51 @@ function fmtSeconds(ns) {
   return `${Number((ns / 1e9).toPrecision(6))} s`;
 }
 
+// A site is named by its program's first frame (`function`, `file`, `line`: the first frame of
+// its context outside the standard library); `context` holds the frames the reports show for it,
+// innermost first, the collection operation the program called before that frame. The server
+// writes files as the reports do (`core/src/...`, not `/rustc/<commit>/library/core/src/...`).
 function siteName(site) {
   return site.function || "(unknown function)";
 }
 
-// A source file as the reports write it: the standard library's from its crate's directory on
-// (`/rustc/<commit>/library/core/...` is `core/...`), a registry crate's from `name-version/` on.
-function shortFile(file) {
-  return file
-    .replace(/^\/rustc\/[0-9a-f]+\/library\//, "")
-    .replace(/^.*\/\.cargo\/registry\/src\/[^/]+\//, "");
+function frameLocation(frame) {
+  if (!frame.file) return "";
+  return frame.line ? `${frame.file}:${frame.line}` : frame.file;
 }
 
 function siteLocation(site) {
-  if (!site.file) return "";
-  const file = shortFile(site.file);
-  return site.line ? `${file}:${site.line}` : file;
+  return frameLocation(site);
+}
+
+// A frame as the reports print it: `FILE:LINE in 'FUNCTION'`.
+function frameText(frame) {
+  const at = frameLocation(frame);
+  return at ? `${at} in '${frame.function}'` : frame.function;
+}
+
+// A site's context for a tooltip: one frame a line, as the Markdown report lists them.
+function contextText(site) {
+  return (site.context || []).map(frameText).join("\n");
+}
+
+// The cell naming a site: the program's function, prominent; its location and id; the
+// collection operation it called (`via ...`); and the callers of the context, innermost first.
+function siteCell(site) {
+  const context = site.context || [];
+  const program = site.program || 0;
+  const own = context[program];
+  const cell = el("td", { class: "text", title: contextText(site) || null },
+    el("div", { class: own && own.std ? "function std" : "function", text: siteName(site) }),
+    el("div", { class: "location" }, el("span", { class: "site-id", text: `#${site.id} ` }), siteLocation(site)));
+  if (program > 0) {
+    cell.append(el("div", { class: "via", text: `via ${context.slice(0, program).map((f) => f.function).join(" ← ")}` }));
+  }
+  const callers = context.slice(program + 1);
+  if (callers.length) {
+    cell.append(el("div", { class: "callers", text: `← ${callers.map((f) => f.function).join(" ← ")}` }));
+  }
+  return cell;
 }
 
 function el(tag, attrs = {}, ...children) {
@@ -418,13 +447,26 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
     }
   }
 
+  // Marker labels go on the first of a few rows where they do not overlap the label before;
+  // one that fits on none is left out (its line stays, its label in the line's tooltip).
+  const rowEnds = [-Infinity, -Infinity, -Infinity];
   for (const m of data.markers || []) {
     const x = xOf(m.time_ns);
     const g = svg("g", { class: "marker", "data-label": m.label });
     g.append(svg("line", { x1: x, x2: x, y1: y0 - 4, y2: y1 }));
-    const label = svg("text", { x: x + 3, y: y0 + 2 });
-    label.textContent = m.label;
-    g.append(label);
+    const title = svg("title");
+    title.textContent = `${m.label} (${fmtSeconds(m.time_ns)})`;
+    g.append(title);
+    const width = labelWidth(m.label);
+    // Right of its line, or left of it where the chart ends.
+    const left = x + 3 + width > x1 ? x - 3 - width : x + 3;
+    const row = rowEnds.findIndex((end) => left > end + 4);
+    if (row >= 0) {
+      const label = svg("text", { x: left, y: y0 + 2 + row * 13 });
+      label.textContent = m.label;
+      g.append(label);
+      rowEnds[row] = left + width;
+    }
     root.append(g);
   }
 
@@ -523,6 +565,18 @@ function drawRates(container, data, height = 160) {
   container.replaceChildren(root);
 }
 
+// The width of a marker's label in pixels (11 px text), measured once per label.
+const labelWidths = new Map();
+function labelWidth(text) {
+  if (!labelWidths.has(text)) {
+    const canvas = labelWidth.canvas || (labelWidth.canvas = document.createElement("canvas"));
+    const context = canvas.getContext("2d");
+    context.font = `600 11px ${getComputedStyle(document.documentElement).fontFamily}`;
+    labelWidths.set(text, context.measureText(text).width);
+  }
+  return labelWidths.get(text);
+}
+
 function tooltip(event, lines) {
   const tip = document.getElementById("tooltip");
   if (!event) {
@@ -585,9 +639,7 @@ function sitesSort() {
 
 function siteRow(s) {
   const row = el("tr", { "data-site": s.id, tabindex: 0 });
-  row.append(el("td", { class: "text", title: s.file ? `${s.file}:${s.line}` : null },
-    el("div", { class: "function", text: siteName(s) }),
-    el("div", { class: "location" }, el("span", { class: "site-id", text: `#${s.id} ` }), siteLocation(s))));
+  row.append(siteCell(s));
   const cells = [
     [fmtCount(s.allocations), null],
     [fmtBytes(s.allocated_bytes), s.allocated_bytes],
@@ -669,18 +721,24 @@ async function drawSite() {
     if (!data) return;
     panel.dataset.site = data.id;
     title.textContent = `#${data.id} ${siteName(data)} ${siteLocation(data)}`;
+    title.title = contextText(data);
     drawLive(chart, data.timeline, { height: 140, selection: false });
     const at = state().get("at") || "end";
     stacks.replaceChildren(...data.stacks.map((stack, i) => {
-      // The frames above the site's own (the allocator, the profiler) are shown dimmed.
-      const own = stack.frames.findIndex((f) => f.function === data.function && f.line === data.line);
-      const frames = el("ol", { class: "frames" }, ...stack.frames.map((f, j) => el("li", { class: j < own ? "inner" : null },
-        el("span", { class: "function", text: f.function || (f.address ? `0x${Number(f.address).toString(16)}` : "??") }),
-        el("span", { class: "location", title: f.file || "", text: f.file ? `${shortFile(f.file)}${f.line ? ":" + f.line : ""}` : "" }))));
+      // The program's frames as the reports trim them: memprof's and the allocator's frames
+      // above, and the runtime below the program, are counted, not listed. The site's own frame
+      // is marked, the standard library's dimmed.
+      const own = stack.frames.findIndex((f) => !f.std);
+      const item = (f, j) => el("li", { class: j === own ? "own" : f.std ? "std" : null },
+        el("span", { class: "function", text: f.function || (f.address ? f.address : "??") }),
+        el("span", { class: "location", title: frameText(f), text: frameLocation(f) }));
+      const hidden = (n, what) => (n ? [el("p", { class: "hidden-frames", text: `${n} frame${n === 1 ? "" : "s"} of ${what} not shown` })] : []);
+      const frames = el("ol", { class: "frames" }, ...stack.frames.map(item));
       return el("div", { class: "stack" },
         el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${fmtBytes(stack.bytes)} in ${fmtCount(stack.blocks)} blocks live at ${at}` +
           (stack.allocations !== undefined ? `; ${fmtCount(stack.allocations)} allocations (${fmtBytes(stack.allocated_bytes)}) in the range` : "") }),
-        frames);
+        ...hidden(stack.hidden_above, "memprof, the allocator and std below the collection operation"),
+        frames, ...hidden(stack.hidden_below, "the runtime below the program"));
     }));
     if (!data.stacks.length) stacks.append(el("p", { text: "no stack of this site matches the filters" }));
   });
@@ -726,14 +784,18 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
 
   const box = (node, level, x, w, path, dim) => {
     const y = height - (level + 1) * rowHeight;
-    const g = svg("g", { class: dim ? "frame ancestor" : "frame", "data-name": node.name, "data-value": node.value });
+    const g = svg("g", { class: `frame${dim ? " ancestor" : ""}${node.std ? " std" : ""}`, "data-name": node.name, "data-value": node.value });
     const h = hue(frameLabel(node.name));
-    const color = palette === "growth"
-      ? `hsl(${110 + (h % 40)}, 55%, ${55 + (h % 15)}%)`
-      : `hsl(${(h % 55)}, ${70 + (h % 20)}%, ${55 + (h % 12)}%)`;
+    // The standard library's frames (the collection operations, std's code between the
+    // program's frames) in grey: the program's own stand out.
+    const color = node.std
+      ? `hsl(220, 8%, ${74 + (h % 10)}%)`
+      : palette === "growth"
+        ? `hsl(${110 + (h % 40)}, 55%, ${55 + (h % 15)}%)`
+        : `hsl(${(h % 55)}, ${70 + (h % 20)}%, ${55 + (h % 12)}%)`;
     g.append(svg("rect", { x: x.toFixed(2), y, width: Math.max(0.5, w - 0.5).toFixed(2), height: rowHeight - 1, fill: color, rx: 2 }));
     const title = svg("title");
-    title.textContent = `${shortFile(node.name)}: ${fmtBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
+    title.textContent = `${node.name}: ${fmtBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
     g.append(title);
     if (w > charWidth * 3) {
       const text = svg("text", { x: (x + 4).toFixed(2), y: y + rowHeight - 5 });
@@ -743,7 +805,7 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
       g.append(text);
     }
     g.addEventListener("click", () => onZoom && onZoom(path));
-    g.addEventListener("mousemove", (event) => tooltip(event, [shortFile(node.name), `${fmtBytes(node.value)} (${fmtCount(node.value)} bytes)`,
+    g.addEventListener("mousemove", (event) => tooltip(event, [node.name, `${fmtBytes(node.value)} (${fmtCount(node.value)} bytes)`,
       `${((node.value / total) * 100).toFixed(2)}% of all, ${((node.value / (focus.value || 1)) * 100).toFixed(2)}% of the zoomed frame`]));
     g.addEventListener("mouseleave", () => tooltip(null));
     root.append(g);
@@ -822,13 +884,13 @@ async function drawDiff() {
     params.delete("marker_to");
     const data = await api("diff", "diff", params);
     if (!data) return;
-    const sites = [...data.sites].sort((a, b) => b.delta_bytes - a.delta_bytes);
+    // In the server's order: the largest growth first, then the largest shrinkage first.
+    const sites = data.sites;
     body.replaceChildren(...sites.map((s) => {
       const cls = s.delta_bytes > 0 ? "grew" : s.delta_bytes < 0 ? "shrank" : "";
       const sign = (v) => (v > 0 ? "+" : "");
       return el("tr", { class: cls, "data-site": s.id },
-        el("td", { class: "text" }, el("div", { class: "function", text: siteName(s) }),
-          el("div", { class: "location" }, el("span", { class: "site-id", text: `#${s.id} ` }), siteLocation(s))),
+        siteCell(s),
         el("td", { text: fmtBytes(s.from_bytes) }), el("td", { text: fmtBytes(s.to_bytes) }),
         el("td", { class: "delta", text: sign(s.delta_bytes) + fmtBytes(s.delta_bytes) }),
         el("td", { text: fmtCount(s.from_blocks) }), el("td", { text: fmtCount(s.to_blocks) }),

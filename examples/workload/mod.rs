@@ -6,7 +6,7 @@
 //!
 //! | scenario | what it does | size |
 //! |---|---|---|
-//! | `churn` | short-lived boxes, growing vectors, strings, hash maps and a large live set (200,000 records unless given), 24 to 40 frames deep | iterations |
+//! | `churn` | short-lived boxes, growing vectors, strings, hash maps and a large live set (200,000 records unless given), 24 to 40 frames deep; marks its phases (`live set built`, `churn done`, `live set dropped`) when the tool can | iterations |
 //! | `markdown` | renders a generated Markdown document to HTML with pulldown-cmark | sections |
 //! | `json` | builds a large `serde_json::Value`, serializes it and parses it back | objects |
 //! | `threads` | `churn` on `threads` threads at once, each doing `size` iterations | iterations per thread |
@@ -47,6 +47,9 @@ pub struct Tool {
     pub counts: fn() -> Option<Counts>,
     /// Live blocks of exactly this many bytes, when the tool can list its live blocks.
     pub live_of_size: fn(usize) -> Option<u64>,
+    /// Marks a moment of the run (`memprof::mark`), when the tool can; the single-threaded
+    /// `churn` marks its phases.
+    pub mark: fn(&str),
 }
 
 impl Tool {
@@ -55,6 +58,7 @@ impl Tool {
         name: "plain",
         counts: || None,
         live_of_size: |_| None,
+        mark: |_| {},
     };
 }
 
@@ -304,11 +308,12 @@ fn churn_step(state: &mut Churn, i: u64) {
 
 /// `iterations` churn steps over a live set of `live` records, in batches at 24 to 40 frames.
 #[inline(never)]
-fn churn(seed: u64, iterations: usize, live: usize) -> u64 {
+fn churn(seed: u64, iterations: usize, live: usize, mark: fn(&str)) -> u64 {
     let mut rng = Rng::new(seed);
     let records = (0..live as u64)
         .map(|i| Some(new_record(&mut rng, i)))
         .collect();
+    mark("live set built");
     let mut state = Churn {
         rng,
         live: records,
@@ -327,6 +332,7 @@ fn churn(seed: u64, iterations: usize, live: usize) -> u64 {
         });
         i += batch;
     }
+    mark("churn done");
     state.checksum
 }
 
@@ -336,7 +342,11 @@ const CHURN_LIVE: usize = 200_000;
 fn churn_scenario(tool: &Tool, iterations: usize, live: usize) -> Outcome {
     let mut outcome = Outcome::new(tool, "churn", iterations);
     outcome.set("live", live);
-    let checksum = timed(tool, &mut outcome, || churn(42, iterations, live.max(1)));
+    let checksum = timed(tool, &mut outcome, || {
+        let checksum = churn(42, iterations, live.max(1), tool.mark);
+        (tool.mark)("live set dropped");
+        checksum
+    });
     outcome.set("checksum", checksum);
     outcome
 }
@@ -369,7 +379,7 @@ fn threads_scenario(tool: &Tool, iterations: usize, threads: usize) -> Outcome {
         .map(|t| {
             let (made, checked) = (made.clone(), checked.clone());
             std::thread::spawn(move || {
-                let checksum = churn(1000 + t as u64, iterations, THREAD_LIVE);
+                let checksum = churn(1000 + t as u64, iterations, THREAD_LIVE, |_| {});
                 let marks: Vec<Box<[u8]>> = (0..MARKS_PER_THREAD)
                     .map(|_| vec![t as u8; MARK_SIZE].into_boxed_slice())
                     .collect();

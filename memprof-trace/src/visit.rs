@@ -18,7 +18,7 @@ pub struct Accumulated {
     pub events: u64,
     /// Time of the last event applied, in ns since the trace started.
     pub time: u64,
-    /// Each thread's last allocation, until it is freed by that thread or another comes.
+    /// Each thread's last allocation, until that thread frees anything or allocates again.
     last_alloc: HashMap<u32, u64>,
 }
 
@@ -45,7 +45,8 @@ pub trait Visitor {
 
     /// A free of `address` (a reallocation's old block too). `freed` is the block it ended, when
     /// one was live there; `temporary` says whether it was the freeing thread's last allocation
-    /// (no allocation of that thread between the two).
+    /// and the thread's first free since (no allocation and no other free of that thread between
+    /// the two: heaptrack's rule, per thread).
     fn free(&mut self, timed: &Timed, address: u64, freed: Option<&Block>, temporary: bool) {
         let _ = (timed, address, freed, temporary);
     }
@@ -120,10 +121,8 @@ impl Trace {
                         visitor.alloc(timed, address, &block, ended.as_ref());
                     }
                     Event::Free { address, .. } => {
-                        let temporary = state.last_alloc.get(&timed.thread) == Some(&address);
-                        if temporary {
-                            state.last_alloc.remove(&timed.thread);
-                        }
+                        // Any free of the thread ends its candidate, as in heaptrack.
+                        let temporary = state.last_alloc.remove(&timed.thread) == Some(address);
                         visitor.free(timed, address, ended.as_ref(), temporary);
                     }
                     Event::Mark { label } => visitor.mark(timed, label),

@@ -11,12 +11,13 @@
 //! | `gb`, `gbk` | bytes and blocks live at the global peak, when the table keeps the peak (`MEMPROF_PEAK`, on for `.dhat.json` outputs); otherwise the live values |
 //! | `tl` | with events only: the lifetimes of the site's blocks added up, a block still live counting up to `te` |
 //!
-//! From a snapshot alone, `tl` is left out (blocks carry no allocation time, so the viewer's
-//! average-lifetime column reads `NaN` rather than a made-up number), and `tg` is `te` (the
-//! peak's time is not kept); times are in µs (`tu`) since the program started, `te` being
-//! [`ExportOptions::elapsed`] (at least 1). With events ([`export::write_with_events`](super::write_with_events), from a trace),
-//! times are in ns (`tu` `ns`, `Mtu` `ms`), `tg` is when the live bytes first reached their
-//! maximum, and `te` is [`ExportOptions::elapsed`] in ns. Frames (`ftbl`) read
+//! Times are in ns (`tu` `ns`, `Mtu` `ms`) since the program started, from a snapshot and from a
+//! trace alike: a trace's lifetimes are often shorter than a microsecond, and one unit for both
+//! lets two files be compared. `te` is [`ExportOptions::elapsed`] (at least 1). From a snapshot
+//! alone, `tl` is left out (blocks carry no allocation time, so the viewer's average-lifetime
+//! column reads `NaN` rather than a made-up number), and `tg` is `te` (the peak's time is not
+//! kept). With events ([`export::write_with_events`](super::write_with_events), from a trace),
+//! `tg` is when the live bytes first reached their maximum. Frames (`ftbl`) read
 //! `0x1234: app::f (src/main.rs:12:5)`, Valgrind's style; `ftbl[0]` is `[root]`; `fs` lists a
 //! site's frames innermost first, inlined calls expanded. The file is written one program point
 //! per line.
@@ -106,18 +107,16 @@ pub(crate) fn write_with_events<W: Write + ?Sized>(
         let mut frames: Vec<String> = vec!["[root]".to_owned()];
         let mut frame_ids: HashMap<String, usize> = HashMap::new();
         // The viewer divides by `te` for rates: never 0.
-        let (measured, units, te, tg) = match events {
+        let te = (options.elapsed.as_nanos() as u64).max(1);
+        let units = ("ns", "ms", 10_000);
+        let (measured, tg) = match events {
             Some(events) => {
-                let te = (options.elapsed.as_nanos() as u64).max(1);
                 let site_of = events::site_of_stacks(&sites, snapshot.stacks.len());
                 let measured = events::measure(&sites, &site_of, events, te)?;
                 let tg = measured.peak_time;
-                (Some(measured), ("ns", "ms", 10_000), te, tg)
+                (Some(measured), tg)
             }
-            None => {
-                let te = (options.elapsed.as_micros() as u64).max(1);
-                (None, ("µs", "s", 10), te, te)
-            }
+            None => (None, te),
         };
         let mut json = String::new();
         json.push_str("{\"dhatFileVersion\":2\n,\"mode\":\"rust-heap\"\n,\"verb\":\"Allocated\"\n");

@@ -18,9 +18,12 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 /// A frame as folded stacks show it: the function name, without `;` or line breaks; an unknown
-/// function is shown by its module's file name in brackets (`[libc.so.6]`), else `[unknown]`.
+/// function is shown by its module's file name in brackets (`[libc.so.6]`): the module the frame
+/// names (a frame known only by its module, as the symbolizer and a trace's symbols give it,
+/// which the reports print), else the module the address falls in, else `[unknown]`.
 pub(crate) fn frame_name(frame: &Frame, module: Option<&str>) -> String {
-    let name = match (&frame.function, module) {
+    let own = frame.file.as_deref().filter(|_| frame.line == 0);
+    let name = match (&frame.function, own.or(module)) {
         (Some(function), _) => function.clone(),
         (None, Some(module)) => format!("[{}]", module.rsplit('/').next().unwrap_or(module)),
         (None, None) => "[unknown]".to_owned(),
@@ -87,5 +90,12 @@ mod tests {
             frame_name(&Frame::default(), Some("/usr/lib/libc.so.6")),
             "[libc.so.6]"
         );
+        // Known only by its module, as the reports print it: that module, wherever the address.
+        let libc = Frame {
+            file: Some("/usr/lib/x86_64-linux-gnu/libc.so.6".into()),
+            ..Frame::default()
+        };
+        assert_eq!(frame_name(&libc, None), "[libc.so.6]");
+        assert_eq!(frame_name(&libc, Some("/usr/bin/other")), "[libc.so.6]");
     }
 }

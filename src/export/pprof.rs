@@ -190,7 +190,8 @@ pub mod proto {
         /// Demangled name (string table index).
         #[prost(int64, tag = "2")]
         pub name: i64,
-        /// The name as the symbol table has it (string table index).
+        /// The name as the symbol table has it (string table index); memprof writes 0 (empty),
+        /// its names being demangled already.
         #[prost(int64, tag = "3")]
         pub system_name: i64,
         /// Source file (string table index).
@@ -476,7 +477,10 @@ fn build(
                 functions.push(proto::Function {
                     id,
                     name,
-                    system_name: name,
+                    // Already demangled: pprof demangles a function whose `system_name` is its
+                    // `name`, and cuts the `<...>` out of one that reads like C++
+                    // (`<std::path::Path>::_join` would be `::_join`).
+                    system_name: 0,
                     filename,
                 });
                 id

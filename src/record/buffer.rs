@@ -13,6 +13,11 @@
 //! dropped and counted; the thread keeps its number, and its next buffer follows its last one in
 //! the writer's order.
 //!
+//! A buffer a thread still fills is also written in part, now and then (the writer's timer): the
+//! events up to its length so far, read as the close reads it; the writer notes how far it wrote
+//! (`sent`, which only it touches) and writes the rest when the buffer is handed over. So the
+//! events of a program gone idle reach the destination within about a second.
+//!
 //! A thread's end-of-thread flush is a thread-local destructor, whose registration allocates
 //! (glibc's `__cxa_thread_atexit_impl` calls `calloc`). It is registered at the thread's first
 //! event that is not a free: an allocation, a reallocation or a marker, made inside the allocator
@@ -90,6 +95,9 @@ pub(crate) struct Buffer {
     /// Stored (release) by the owner after the fields above, cleared by the owner when it
     /// registers its flush and by [`Buffer::recycle`].
     unflushed: AtomicBool,
+    /// Words the writer wrote already, of a buffer written in part while its owner filled it:
+    /// only the writer touches it.
+    sent: AtomicUsize,
 }
 
 impl Buffer {
@@ -102,6 +110,7 @@ impl Buffer {
             tid: AtomicU64::new(0),
             seq: AtomicU64::new(0),
             unflushed: AtomicBool::new(false),
+            sent: AtomicUsize::new(0),
         }
     }
 
@@ -114,13 +123,15 @@ impl Buffer {
         )
     }
 
-    /// Calls `f` with the words of the events written so far.
-    pub(crate) fn read(&self, mut f: impl FnMut(&[u64])) {
+    /// Calls `f` with the words of each event written so far and not written out yet (past
+    /// [`Buffer::sent`]); returns where they end.
+    pub(crate) fn read(&self, mut f: impl FnMut(&[u64])) -> usize {
         let Some(words) = self.words.get() else {
-            return;
+            return 0;
         };
         let len = self.len.load(Ordering::Acquire).min(words.len());
-        let mut words = words[..len].iter();
+        let sent = self.sent.load(Ordering::Relaxed).min(len);
+        let mut words = words[sent..len].iter();
         let mut event = [0u64; 6];
         while let Some(first) = words.next() {
             let first = first.load(Ordering::Relaxed);
@@ -130,22 +141,36 @@ impl Buffer {
                 REALLOC => 6,
                 MMAP => 5,
                 MUNMAP => 3,
-                _ => return,
+                _ => return len,
             };
             event[0] = first;
             for slot in &mut event[1..n] {
                 match words.next() {
                     Some(word) => *slot = word.load(Ordering::Relaxed),
-                    None => return,
+                    None => return len,
                 }
             }
             f(&event[..n]);
         }
+        len
+    }
+
+    /// Notes that the writer wrote the buffer's words up to `end` (what [`Buffer::read`]
+    /// returned): a buffer still filled is read on from there.
+    pub(crate) fn sent(&self, end: usize) {
+        self.sent.store(end, Ordering::Relaxed);
+    }
+
+    /// Whether the owner wrote events the writer has not written out yet. Loads the length
+    /// (acquire): the owner's fields stored before those events are then seen.
+    fn has_unsent(&self) -> bool {
+        self.len.load(Ordering::Acquire) > self.sent.load(Ordering::Relaxed)
     }
 
     /// Gives a buffer the writer wrote back for reuse.
     pub(crate) fn recycle(&self) {
         self.len.store(0, Ordering::Relaxed);
+        self.sent.store(0, Ordering::Relaxed);
         self.unflushed.store(false, Ordering::Relaxed);
         self.state.store(EMPTY, Ordering::Release);
     }
@@ -201,13 +226,19 @@ static THREADS: AtomicU32 = AtomicU32::new(0);
 /// whether it is full (the writer recycles those). With `ended_threads`, the buffers of threads
 /// without an end-of-thread flush that have ended are handed over first, as their flush would
 /// have (one system call per such buffer: the writer asks for it now and then, not every round).
-pub(crate) fn ready(closing: bool, ended_threads: bool) -> Vec<(&'static Buffer, bool)> {
+/// With `partly`, the buffers threads append to now that hold events not written out yet, to be
+/// written in part (the writer's timer).
+pub(crate) fn ready(
+    closing: bool,
+    ended_threads: bool,
+    partly: bool,
+) -> Vec<(&'static Buffer, bool)> {
     let mut ready: Vec<(&'static Buffer, bool)> = in_use()
         .iter()
         .filter_map(|b| match b.state.load(Ordering::Acquire) {
             FULL => Some((b, true)),
             OWNED if ended_threads && owner_ended(b) => Some((b, true)),
-            OWNED if closing => Some((b, false)),
+            OWNED if closing || (partly && b.has_unsent()) => Some((b, false)),
             _ => None,
         })
         .collect();
@@ -237,7 +268,7 @@ pub(crate) fn unwritten() -> u64 {
         .filter(|b| b.state.load(Ordering::Acquire) != EMPTY)
         .map(|b| {
             let mut events = 0;
-            b.read(|_| events += 1);
+            let _ = b.read(|_| events += 1);
             events
         })
         .sum()

@@ -46,6 +46,10 @@ const POLL: Duration = Duration::from_millis(5);
 /// end-of-thread flush (one system call per such buffer; see `record::buffer`): 100 ms.
 const ENDED_THREADS_EVERY: u64 = 20;
 
+/// Every how many rounds the writer writes out what the threads' buffers hold so far, though not
+/// full (about a second): a program gone idle has its last events, and its markers, written.
+const PARTLY_EVERY: u64 = 200;
+
 /// How long the clock's rate is measured over before the first chunk is written.
 const CALIBRATION: Duration = Duration::from_millis(50);
 
@@ -632,7 +636,11 @@ impl Sink {
         // Labels are written each round, so that few wait for the writer.
         self.define_labels()?;
         self.rounds += 1;
-        let ready = buffer::ready(closing, self.rounds.is_multiple_of(ENDED_THREADS_EVERY));
+        let ready = buffer::ready(
+            closing,
+            self.rounds.is_multiple_of(ENDED_THREADS_EVERY),
+            self.rounds.is_multiple_of(PARTLY_EVERY),
+        );
         if ready.is_empty() {
             return Ok(());
         }
@@ -646,7 +654,10 @@ impl Sink {
             if !closing && seq != *expected {
                 continue;
             }
-            *expected = seq + 1;
+            // One still filled, written in part, is read on later from where this ends.
+            if full || closing {
+                *expected = seq + 1;
+            }
             self.write_buffer(buffer, thread, tid)?;
             if full {
                 buffer.recycle();
@@ -713,7 +724,7 @@ impl Sink {
                 stack_list.push(id);
             }
         };
-        buffer.read(|event| {
+        let end = buffer.read(|event| {
             let time = calibration.ns(event[0] >> 3);
             match event[0] & 7 {
                 buffer::ALLOC => {
@@ -769,6 +780,7 @@ impl Sink {
         if !self.chunk.is_empty() {
             self.write_chunk(false)?;
         }
+        buffer.sent(end);
         Ok(())
     }
 

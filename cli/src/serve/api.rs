@@ -4,6 +4,7 @@
 //! file per endpoint family; [`view`] holds what they share: a query's moments and filters, and
 //! the index or the scan that answers it.
 
+mod allocations;
 mod diff;
 mod export;
 mod flame;
@@ -82,9 +83,16 @@ pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError>
             Ok(Reply::json(&timeline::timeline(state, &q, &params, None)?))
         }
         "/api/sites" => sites::sites(state, &params).map(|v| Reply::json(&v)),
-        "/api/flame" => flame::flame(state, &params).map(|body| Reply::json_text(body.into())),
+        "/api/flame" => flame::flame(state, &params).map(|body| match params.get("format") {
+            Some("text") => Reply {
+                content_type: "text/plain; charset=utf-8",
+                ..Reply::json_text(body.into())
+            },
+            _ => Reply::json_text(body.into()),
+        }),
         "/api/diff" => diff::diff(state, &params).map(Reply::json_text),
         "/api/labels" => labels::labels(state, &params).map(|v| Reply::json(&v)),
+        "/api/allocations" => allocations::allocations(state, &params).map(|v| Reply::json(&v)),
         _ => {
             if let Some(id) = endpoint.strip_prefix("/api/site/") {
                 return sites::site(state, id, &params).map(|v| Reply::json(&v));

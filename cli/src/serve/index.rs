@@ -26,7 +26,7 @@ pub struct Cell {
     pub frees: u64,
     /// Bytes freed.
     pub free_bytes: u64,
-    /// Allocations freed before their thread allocated again.
+    /// Allocations freed by their thread before it allocated or freed anything else.
     pub temporary: u64,
     /// Bytes of those.
     pub temporary_bytes: u64,

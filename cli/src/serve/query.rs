@@ -141,7 +141,8 @@ impl At {
     }
 }
 
-/// Parses a moment: seconds, `start`, `peak`, `end` or `marker:LABEL`.
+/// Parses a moment: seconds, `start`, `peak`, `end`, `marker:LABEL`, or a percentage of the run
+/// (`25%`: a quarter of the time from the start to the last event).
 pub fn moment(
     name: &str,
     text: &str,
@@ -163,6 +164,17 @@ pub fn moment(
     if let Some(label) = text.strip_prefix("marker:") {
         return marker(name, label, totals, labels, marker_names);
     }
+    if let Some(percent) = text.trim().strip_suffix('%') {
+        return match percent.trim().parse::<f64>() {
+            Ok(p) if p >= 100.0 => Ok(At::End),
+            Ok(p) if p >= 0.0 => Ok(At::Time(
+                (totals.last_time as f64 * p / 100.0).round() as u64
+            )),
+            _ => Err(ApiError::bad(format!(
+                "{name}={text:?}: not a percentage of the run (0% to 100%)"
+            ))),
+        };
+    }
     match text.trim().parse::<f64>() {
         Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
             let ns = seconds * 1e9;
@@ -173,7 +185,7 @@ pub fn moment(
             }
         }
         _ => Err(ApiError::bad(format!(
-            "{name}={text:?}: not a moment (SECONDS, start, peak, end or marker:LABEL)"
+            "{name}={text:?}: not a moment (SECONDS, PERCENT%, start, peak, end or marker:LABEL)"
         ))),
     }
 }
@@ -218,6 +230,8 @@ pub struct Filters {
     pub file: Option<Regex>,
     /// No frame's file matches.
     pub nofile: Option<Regex>,
+    /// Inclusive range of the stack's depth (its return addresses).
+    pub depth: (u64, u64),
     /// Inclusive size range.
     pub size: (u64, u64),
     /// Inclusive lifetime range.
@@ -266,6 +280,16 @@ impl Filters {
                 size.0, size.1
             )));
         }
+        let depth = (
+            params.number("depth_min")?.unwrap_or(0),
+            params.number("depth_max")?.unwrap_or(u64::MAX),
+        );
+        if depth.0 > depth.1 {
+            return Err(ApiError::bad(format!(
+                "depth_min={} is above depth_max={}",
+                depth.0, depth.1
+            )));
+        }
         let (life_min, life_max) = (params.number("life_min")?, params.number("life_max")?);
         let life = match (life_min, life_max) {
             (None, None) => None,
@@ -303,6 +327,7 @@ impl Filters {
             nofunc: regex(params, "nofunc")?,
             file: regex(params, "file")?,
             nofile: regex(params, "nofile")?,
+            depth,
             size,
             life,
             never,
@@ -315,9 +340,13 @@ impl Filters {
         self.size == (0, u64::MAX) && self.life.is_none() && !self.never && !self.temporary
     }
 
-    /// Whether any frame filter is set.
+    /// Whether any frame filter (or the stack's depth) is set.
     fn by_frames(&self) -> bool {
-        self.func.is_some() || self.nofunc.is_some() || self.file.is_some() || self.nofile.is_some()
+        self.func.is_some()
+            || self.nofunc.is_some()
+            || self.file.is_some()
+            || self.nofile.is_some()
+            || self.depth != (0, u64::MAX)
     }
 
     /// The classes selected, given each stack's return addresses, each address's frames and
@@ -347,6 +376,10 @@ impl Filters {
         let mut by_address: HashMap<u64, [bool; 4]> = HashMap::new();
         let mut by_stack: HashMap<u32, bool> = HashMap::new();
         let mut passes = |stack: u32| -> bool {
+            let depth = stacks.get(stack as usize).map_or(0, Vec::len) as u64;
+            if !(self.depth.0..=self.depth.1).contains(&depth) {
+                return false;
+            }
             let mut any = [false; 4];
             for address in stacks.get(stack as usize).into_iter().flatten() {
                 let matched = by_address.entry(*address).or_insert_with(|| {

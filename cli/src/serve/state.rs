@@ -15,12 +15,30 @@ use std::sync::{Arc, Mutex};
 pub struct FrameInfo {
     /// The function, `???` when unknown.
     pub function: String,
-    /// The file, empty when unknown.
+    /// The file, empty when unknown: the whole path, which the filters match.
     pub file: String,
+    /// Where the file's name as the reports print it starts in `file` (`core/src/...` of
+    /// `/rustc/<commit>/library/core/src/...`).
+    pub short_from: usize,
     /// The line, 0 when unknown.
     pub line: u32,
     /// The return address it came from.
     pub address: u64,
+    /// Whether it is the standard library's code ([`Frame::is_std`]).
+    pub std: bool,
+}
+
+impl FrameInfo {
+    /// The file as the reports print it.
+    pub fn short_file(&self) -> &str {
+        &self.file[self.short_from..]
+    }
+
+    /// The frame as JSON: `{"function","file","line","std"}`, the file as the reports print it.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"function": self.function, "file": self.short_file(),
+                           "line": self.line, "std": self.std})
+    }
 }
 
 /// One stack of the trace.
@@ -31,15 +49,44 @@ pub struct StackInfo {
     /// The program's frames (the report's context with no depth limit), outermost first, as
     /// indices into [`State::names`]: the flame graph's path.
     pub path: Vec<u32>,
+    /// Where those frames lie among the stack's frames (innermost first, inlined calls
+    /// expanded): the frames before are memprof's, the allocator's and std's below the
+    /// collection operation; those after, the runtime below the program.
+    pub shown: std::ops::Range<u32>,
+    /// How many frames the stack has in all.
+    pub frames: u32,
 }
 
 /// A call site: stacks with one context.
 #[derive(Debug)]
 pub struct SiteInfo {
-    /// Its context's first frame.
-    pub frame: FrameInfo,
+    /// Its context's frames, innermost first (the report's context: the collection operation
+    /// the program called, then the program's frames, up to the recording's depth).
+    pub context: Vec<FrameInfo>,
+    /// The index in `context` of the program's first frame: the first outside the standard
+    /// library, else the first.
+    pub program: usize,
     /// Its stacks.
     pub stacks: Vec<u32>,
+}
+
+impl SiteInfo {
+    /// The frame that names the site: the program's first.
+    pub fn frame(&self) -> &FrameInfo {
+        &self.context[self.program]
+    }
+
+    /// The site's names as JSON members: `function`, `file`, `line` of its program's first
+    /// frame, `context` (its frames) and `program` (that frame's index in them).
+    pub fn names(&self, into: &mut serde_json::Map<String, serde_json::Value>) {
+        let frame = self.frame();
+        into.insert("function".into(), frame.function.clone().into());
+        into.insert("file".into(), frame.short_file().into());
+        into.insert("line".into(), frame.line.into());
+        let context = self.context.iter().map(FrameInfo::json).collect();
+        into.insert("context".into(), serde_json::Value::Array(context));
+        into.insert("program".into(), self.program.into());
+    }
 }
 
 /// A trace with its index.
@@ -55,8 +102,8 @@ pub struct State {
     pub stacks: Vec<StackInfo>,
     /// Each return address's frames (inlined ones expanded), resolved once.
     pub frames: HashMap<u64, Arc<[FrameInfo]>>,
-    /// Frame names of the flame graphs' paths.
-    pub names: Vec<String>,
+    /// Frame names of the flame graphs' paths, and whether each is the standard library's.
+    pub names: Vec<(String, bool)>,
     /// Its call sites, by id.
     pub sites: Vec<SiteInfo>,
     /// Markers: label id → text.
@@ -70,11 +117,15 @@ pub struct State {
 }
 
 fn frame_info(frame: &Frame, address: u64) -> FrameInfo {
+    let file = frame.file.clone().unwrap_or_default();
+    let short = frame.short_file().unwrap_or_default().len();
     FrameInfo {
         function: frame.function.clone().unwrap_or_else(|| "???".into()),
-        file: frame.file.clone().unwrap_or_default(),
+        short_from: file.len() - short,
+        file,
         line: frame.line,
         address,
+        std: frame.is_std(),
     }
 }
 
@@ -104,58 +155,73 @@ impl State {
         let mut sites: Vec<SiteInfo> = Vec::new();
         let mut stacks = Vec::with_capacity(trace.stacks().len());
         let mut frames: HashMap<u64, Arc<[FrameInfo]>> = HashMap::new();
-        let mut names: Vec<String> = Vec::new();
+        let mut names: Vec<(String, bool)> = Vec::new();
         let mut name_ids: HashMap<String, u32> = HashMap::new();
         for (id, addresses) in trace.stacks().iter().enumerate() {
             let returns: Vec<ReturnAddress> = addresses
                 .iter()
                 .map(|&a| ReturnAddress(a as usize))
                 .collect();
-            let context = memprof::context_of(&returns, &mut resolver, &options);
-            let mut first = None;
-            for &address in addresses {
-                let resolved = resolver.resolve(ReturnAddress(address as usize));
-                if first.is_none() {
-                    first = resolved
-                        .iter()
-                        .find(|f| context.first() == Some(&f.to_string()))
-                        .map(|f| frame_info(f, address));
-                }
+            let resolved = resolver.resolve_stack(&returns);
+            // Every frame of the stack, innermost first, with the address it came from.
+            let expanded: Vec<(&Frame, u64)> = resolved
+                .iter()
+                .zip(addresses)
+                .flat_map(|(frames, &address)| frames.iter().map(move |f| (f, address)))
+                .collect();
+            for (frames_of, &address) in resolved.iter().zip(addresses) {
                 frames
                     .entry(address)
-                    .or_insert_with(|| resolved.iter().map(|f| frame_info(f, address)).collect());
+                    .or_insert_with(|| frames_of.iter().map(|f| frame_info(f, address)).collect());
             }
-            let mut intern = |frames: Vec<String>| -> Vec<u32> {
+            let bare: Vec<&Frame> = expanded.iter().map(|(f, _)| *f).collect();
+            // The site's context, as the reports group it, and the program's frames with no
+            // depth limit, as the flame graph draws them: both by the library's rules.
+            let context = memprof::context_range(&bare, &options);
+            let program = memprof::context_range(&bare, &whole);
+            let mut intern = |frames: &[&Frame]| -> Vec<u32> {
                 frames
-                    .into_iter()
-                    .map(|name| {
+                    .iter()
+                    .map(|frame| {
+                        let name = frame.to_string();
                         let next = names.len() as u32;
                         *name_ids.entry(name).or_insert_with_key(|name| {
-                            names.push(name.clone());
+                            names.push((name.clone(), frame.is_std()));
                             next
                         })
                     })
                     .collect()
             };
-            let mut path = intern(memprof::context_of(&returns, &mut resolver, &whole));
+            let mut path = intern(&bare[program.clone()]);
             path.reverse();
             // Contexts by their frames' ids: a trace of 200,000 deep stacks has 200,000 of them.
-            let context = intern(context);
+            let key = intern(&bare[context.clone()]);
             let next = sites.len() as u32;
-            let site = *site_ids.entry(context).or_insert(next);
+            let site = *site_ids.entry(key).or_insert(next);
             if site == next {
+                let mut context: Vec<FrameInfo> = expanded[context]
+                    .iter()
+                    .map(|&(frame, address)| frame_info(frame, address))
+                    .collect();
+                if context.is_empty() {
+                    context.push(frame_info(
+                        &Frame::default(),
+                        addresses.first().copied().unwrap_or(0),
+                    ));
+                }
                 sites.push(SiteInfo {
-                    frame: first.unwrap_or(FrameInfo {
-                        function: "???".into(),
-                        file: String::new(),
-                        line: 0,
-                        address: addresses.first().copied().unwrap_or(0),
-                    }),
+                    program: context.iter().position(|f| !f.std).unwrap_or(0),
+                    context,
                     stacks: Vec::new(),
                 });
             }
             sites[site as usize].stacks.push(id as u32);
-            stacks.push(StackInfo { site, path });
+            stacks.push(StackInfo {
+                site,
+                path,
+                shown: program.start as u32..program.end as u32,
+                frames: expanded.len() as u32,
+            });
         }
         let labels = trace.labels().clone();
         Ok(State {
@@ -194,14 +260,20 @@ impl State {
         }
     }
 
-    /// The frames of a stack, innermost first.
+    /// The program's frames of a stack, innermost first ([`StackInfo::shown`]).
     pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &FrameInfo> {
+        let shown = self
+            .stacks
+            .get(stack as usize)
+            .map_or(0..0, |s| s.shown.clone());
         self.trace
             .stacks()
             .get(stack as usize)
             .into_iter()
             .flatten()
             .flat_map(|a| self.frames.get(a).into_iter().flat_map(|f| f.iter()))
+            .skip(shown.start as usize)
+            .take(shown.len())
     }
 
     /// The site of a class.

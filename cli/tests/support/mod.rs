@@ -95,3 +95,201 @@ pub fn stdout_of(args: &[&str]) -> String {
     );
     String::from_utf8(output.stdout).unwrap()
 }
+
+/// A commit of Rust's repository, as the standard library's debug information names its files.
+const RUSTC: &str = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library";
+
+/// A trace whose stacks are shaped like a real Rust program's: memprof's own frames and the
+/// allocator's on top, then a collection operation of the standard library (its files under
+/// `/rustc/<commit>/library/`), the program's functions, and the runtime below `main` (std's
+/// `lang_start`, the C library's start). One thread, sites and events:
+///
+/// | site   | context (innermost first)                           | events (ns, address, bytes)      |
+/// |--------|-----------------------------------------------------|----------------------------------|
+/// | `init` | `std::rt::lang_start_internal`, `main` (before main) | 100 alloc 0xa000 64, never freed |
+/// | `build`| `Vec::with_capacity`, `app::build`, `app::main`     | 200 alloc 0xa100 1000; 400 alloc 0xa300 500; 600 free 0xa300 |
+/// | `load` | `Vec::with_capacity`, `app::load`, `app::main`      | 300 alloc 0xa200 4000; 500 free 0xa200 |
+/// | `grow` | `Vec::push`, `app::grow`, `app::main`               | 700 alloc 0xa400 3000            |
+/// | `tiny` | `Box::new`, `app::tiny`, `app::main`                | 800 alloc 0xa500 10              |
+///
+/// A marker `loaded` at 450 ns. Between `loaded` and the end, `grow` grew by 3000 bytes, `tiny`
+/// by 10, `load` shrank by 4000 and `build` by 500. The `build` stack has 14 frames: 4 above its
+/// context (memprof's, the allocator's, `RawVec`'s) and 7 below it (the runtime).
+pub fn named_trace() -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
+        encoder
+            .finish(Some(&mut Compressor::new(3).unwrap()), out)
+            .unwrap();
+    };
+    let frame = |function: &str, file: &str, line: u32| SymbolFrame {
+        function: Some(function.into()),
+        file: Some(file.into()),
+        line,
+        column: if line == 0 { 0 } else { 9 },
+    };
+    let std_file = |path: &str| format!("{RUSTC}/{path}");
+    let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    let symbols: Vec<(u64, Vec<SymbolFrame>)> = vec![
+        (
+            0x100,
+            vec![frame(
+                "memprof::record::alloc",
+                "/src/memprof/src/record.rs",
+                50,
+            )],
+        ),
+        (
+            0x110,
+            vec![frame(
+                "<memprof::hooks::global_alloc::MemProf<A> as core::alloc::global::GlobalAlloc>::alloc",
+                "/src/memprof/src/hooks/global_alloc.rs",
+                80,
+            )],
+        ),
+        (0x120, vec![frame("__rustc::__rust_alloc", "/bin/app", 0)]),
+        (
+            0x130,
+            vec![
+                frame(
+                    "alloc::raw_vec::RawVecInner<A>::try_allocate_in",
+                    &std_file("alloc/src/raw_vec/mod.rs"),
+                    476,
+                ),
+                frame(
+                    "alloc::vec::Vec<T>::with_capacity",
+                    &std_file("alloc/src/vec/mod.rs"),
+                    480,
+                ),
+            ],
+        ),
+        (
+            0x140,
+            vec![
+                frame(
+                    "alloc::raw_vec::RawVec<T,A>::grow_one",
+                    &std_file("alloc/src/raw_vec/mod.rs"),
+                    340,
+                ),
+                frame(
+                    "alloc::vec::Vec<T,A>::push",
+                    &std_file("alloc/src/vec/mod.rs"),
+                    992,
+                ),
+            ],
+        ),
+        (
+            0x150,
+            vec![frame(
+                "alloc::boxed::Box<T>::new",
+                &std_file("alloc/src/boxed.rs"),
+                286,
+            )],
+        ),
+        (0x200, vec![frame("app::build", "src/app.rs", 10)]),
+        (0x300, vec![frame("app::load", "src/app.rs", 20)]),
+        (0x500, vec![frame("app::grow", "src/app.rs", 30)]),
+        (0x600, vec![frame("app::tiny", "src/app.rs", 40)]),
+        (0x210, vec![frame("app::main", "src/main.rs", 5)]),
+        (
+            0x220,
+            vec![frame(
+                "core::ops::function::FnOnce::call_once",
+                &std_file("core/src/ops/function.rs"),
+                250,
+            )],
+        ),
+        (
+            0x230,
+            vec![frame(
+                "std::sys::backtrace::__rust_begin_short_backtrace",
+                &std_file("std/src/sys/backtrace.rs"),
+                152,
+            )],
+        ),
+        (
+            0x240,
+            vec![frame(
+                "std::rt::lang_start::{{closure}}",
+                &std_file("std/src/rt.rs"),
+                199,
+            )],
+        ),
+        (
+            0x250,
+            vec![frame(
+                "std::rt::lang_start_internal",
+                &std_file("std/src/rt.rs"),
+                175,
+            )],
+        ),
+        (0x260, vec![frame("main", "/bin/app", 0)]),
+        (0x270, vec![frame("__libc_start_call_main", libc, 0)]),
+        (0x280, vec![frame("_start", "/bin/app", 0)]),
+        (
+            0x400,
+            vec![frame("std::rt::init", &std_file("std/src/rt.rs"), 100)],
+        ),
+    ];
+    let above = [0x100, 0x110, 0x120];
+    let below_main = [0x220, 0x230, 0x240, 0x250, 0x260, 0x270, 0x280];
+    let stack = |top: &[u64], program: &[u64], below: &[u64]| -> Vec<u64> {
+        [top, program, below].concat()
+    };
+    let stacks = [
+        stack(
+            &[0x100, 0x110, 0x120, 0x400],
+            &[],
+            &[0x250, 0x260, 0x270, 0x280],
+        ),
+        stack(
+            &[above[0], above[1], above[2], 0x130],
+            &[0x200, 0x210],
+            &below_main,
+        ),
+        stack(
+            &[above[0], above[1], above[2], 0x130],
+            &[0x300, 0x210],
+            &below_main,
+        ),
+        stack(
+            &[above[0], above[1], above[2], 0x140],
+            &[0x500, 0x210],
+            &below_main,
+        ),
+        stack(
+            &[above[0], above[1], above[2], 0x150],
+            &[0x600, 0x210],
+            &below_main,
+        ),
+    ];
+    let mut definitions = ChunkEncoder::new(0);
+    for (id, frames) in stacks.iter().enumerate() {
+        definitions.stack(id as u32, frames.iter().copied());
+    }
+    definitions.thread(1, 100, "main");
+    definitions.label(1, "loaded");
+    chunk(&mut definitions, &mut out);
+    let mut main = ChunkEncoder::new(1);
+    main.alloc(100, 0xa000, 64, 0);
+    main.alloc(200, 0xa100, 1000, 1);
+    main.alloc(300, 0xa200, 4000, 2);
+    main.alloc(400, 0xa300, 500, 1);
+    main.mark(450, 1);
+    main.free(500, 0xa200);
+    main.free(600, 0xa300);
+    main.alloc(700, 0xa400, 3000, 3);
+    main.alloc(800, 0xa500, 10, 4);
+    chunk(&mut main, &mut out);
+    let mut symbol_chunk = ChunkEncoder::new(0);
+    for (address, frames) in &symbols {
+        symbol_chunk.symbol(*address, frames);
+    }
+    symbol_chunk.end(9, 0);
+    chunk(&mut symbol_chunk, &mut out);
+    out
+}

@@ -64,16 +64,22 @@ pub fn diff(state: &State, params: &Params) -> Result<Vec<u8>, ApiError> {
         changed.truncate(limit - limit / 2);
         changed.extend(tail);
     }
+    // Shrinkage last, but the largest first.
+    let shrank = changed.partition_point(|c| c.0 >= 0);
+    changed[shrank..].sort_by(|x, y| x.0.cmp(&y.0).then(x.1.cmp(&y.1)));
     let sites: Vec<Value> = changed
         .into_iter()
         .map(|(delta, id, a, b)| {
-            let frame = &state.sites[id as usize].frame;
-            json!({
-                "id": id, "function": frame.function, "file": frame.file, "line": frame.line,
+            let mut site = json!({
+                "id": id,
                 "from_bytes": a.0, "to_bytes": b.0, "delta_bytes": delta as i64,
                 "from_blocks": a.1, "to_blocks": b.1,
                 "delta_blocks": (i128::from(b.1) - i128::from(a.1)) as i64,
-            })
+            });
+            if let Value::Object(members) = &mut site {
+                state.sites[id as usize].names(members);
+            }
+            site
         })
         .collect();
     let growth = (0..classes).map(|c| (c, b[c].0.saturating_sub(a[c].0)));

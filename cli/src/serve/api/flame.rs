@@ -14,6 +14,8 @@ pub struct Flame<'a> {
 
 struct Node<'a> {
     name: &'a str,
+    /// Whether the frame is the standard library's.
+    std: bool,
     value: u64,
     /// Sorted by value, largest first, then by name.
     children: Vec<usize>,
@@ -29,6 +31,9 @@ impl Flame<'_> {
         let start = |node: &Node, out: &mut String| {
             out.push_str("{\"name\":");
             out.push_str(&serde_json::to_string(node.name).unwrap_or_default());
+            if node.std {
+                out.push_str(",\"std\":true");
+            }
             out.push_str(",\"value\":");
             out.push_str(&node.value.to_string());
             out.push_str(",\"children\":[");
@@ -47,6 +52,48 @@ impl Flame<'_> {
             } else {
                 out.push_str("]}");
                 open.pop();
+            }
+        }
+        out
+    }
+}
+
+/// Levels of a text tree drawn with their branches; deeper nodes name their level instead.
+const TEXT_LEVELS: usize = 32;
+
+impl Flame<'_> {
+    /// The tree as text, for a terminal or a script (bytehound's `allocation_ascii_tree`): one
+    /// node a line, outermost caller first, its bytes and share of the root, under the branches
+    /// of its callers (past [`TEXT_LEVELS`] levels, its level is written instead, so a line stays
+    /// short however deep the stack). Written with a stack of its own, as [`Flame::to_json`].
+    pub fn to_text(&self) -> String {
+        let total = self.nodes[0].value.max(1) as f64;
+        let mut out = String::with_capacity(96 * self.nodes.len());
+        // (node, its level, whether it is its parent's last child), in the order they print.
+        let mut pending: Vec<(usize, usize, bool)> = vec![(0, 0, true)];
+        // Whether each open level's node was the last of its siblings.
+        let mut last_at: Vec<bool> = Vec::new();
+        while let Some((node, level, last)) = pending.pop() {
+            last_at.truncate(level);
+            let n = &self.nodes[node];
+            if level > 0 {
+                for &ancestor_last in last_at.iter().skip(1).take(TEXT_LEVELS) {
+                    out.push_str(if ancestor_last { "   " } else { "│  " });
+                }
+                if level > TEXT_LEVELS {
+                    out.push_str(&format!("[level {level}] "));
+                }
+                out.push_str(if last { "└─ " } else { "├─ " });
+            }
+            out.push_str(&format!(
+                "{} B ({:.1}%) {}\n",
+                n.value,
+                n.value as f64 * 100.0 / total,
+                n.name
+            ));
+            last_at.push(last);
+            for (i, &child) in n.children.iter().enumerate().rev() {
+                pending.push((child, level + 1, i + 1 == n.children.len()));
             }
         }
         out
@@ -72,6 +119,7 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
     let threshold = (total / 10_000).max(1);
     let mut nodes = vec![Node {
         name: "all",
+        std: false,
         value: total,
         children: Vec::new(),
     }];
@@ -86,8 +134,10 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
             let below = &group[start..end];
             let value: u64 = below.iter().map(|p| p.1).sum();
             if value >= threshold {
+                let (name, std) = &state.names[name as usize];
                 nodes.push(Node {
-                    name: state.names[name as usize].as_str(),
+                    name: name.as_str(),
+                    std: *std,
                     value,
                     children: Vec::new(),
                 });
@@ -109,8 +159,13 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
     Flame { nodes }
 }
 
-/// `/api/flame`: the tree's JSON.
+/// `/api/flame`: the tree's JSON, or its text with `format=text`.
 pub fn flame(state: &State, params: &Params) -> Result<String, ApiError> {
+    let text = match params.get("format") {
+        None | Some("json") => false,
+        Some("text") => true,
+        Some(other) => return Err(ApiError::bad(format!("format={other:?}: json or text"))),
+    };
     let q = Query::parse(state, params)?;
     let what = params.get("what").unwrap_or("live");
     let classes = state.classes.list.len();
@@ -142,5 +197,6 @@ pub fn flame(state: &State, params: &Params) -> Result<String, ApiError> {
             )));
         }
     };
-    Ok(tree(state, values.into_iter().enumerate()).to_json())
+    let tree = tree(state, values.into_iter().enumerate());
+    Ok(if text { tree.to_text() } else { tree.to_json() })
 }

@@ -66,17 +66,13 @@ const SITE_KEYS: [&str; 15] = [
 ];
 
 fn site_json(state: &State, id: usize, row: &Row) -> Value {
-    let frame = &state.sites[id].frame;
     let mean = row
         .cell
         .life_sum
         .checked_div(row.cell.life_count)
         .unwrap_or(0);
-    json!({
+    let mut site = json!({
         "id": id,
-        "function": frame.function,
-        "file": frame.file,
-        "line": frame.line,
         "allocations": row.cell.allocs,
         "allocated_bytes": row.cell.alloc_bytes,
         "frees": row.cell.frees,
@@ -90,7 +86,11 @@ fn site_json(state: &State, id: usize, row: &Row) -> Value {
         "temporary": row.cell.temporary,
         "temporary_bytes": row.cell.temporary_bytes,
         "mean_lifetime_ns": mean,
-    })
+    });
+    if let Value::Object(members) = &mut site {
+        state.sites[id].names(members);
+    }
+    site
 }
 
 /// A site's figure named `key` (one of [`SITE_KEYS`]).
@@ -98,7 +98,7 @@ fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
     let c = &row.cell;
     match key {
         "id" => id as u64,
-        "line" => u64::from(state.sites[id].frame.line),
+        "line" => u64::from(state.sites[id].frame().line),
         "allocations" => c.allocs,
         "allocated_bytes" => c.alloc_bytes,
         "frees" => c.frees,
@@ -116,8 +116,87 @@ fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
     }
 }
 
+/// A bound of a group filter: a count, or a percentage of the group's allocations.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    Count(u64),
+    Percent(f64),
+}
+
+impl Bound {
+    fn parse(params: &Params, name: &str) -> Result<Option<Bound>, ApiError> {
+        let Some(text) = params.get(name).filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        let bad = || ApiError::bad(format!("{name}={text:?}: a count, or a percentage (N%)"));
+        match text.trim().strip_suffix('%') {
+            Some(p) => match p.trim().parse::<f64>() {
+                Ok(p) if (0.0..=100.0).contains(&p) => Ok(Some(Bound::Percent(p))),
+                _ => Err(bad()),
+            },
+            None => text
+                .trim()
+                .parse()
+                .map(|n| Some(Bound::Count(n)))
+                .map_err(|_| bad()),
+        }
+    }
+
+    /// The bound as a count, for a group of `of` allocations.
+    fn of(self, of: u64) -> f64 {
+        match self {
+            Bound::Count(n) => n as f64,
+            Bound::Percent(p) => of as f64 * p / 100.0,
+        }
+    }
+}
+
+/// The group filters (bytehound's): on a site's allocations over the whole run, and on how many
+/// of them are still live at the end (a count or a share of them), both among the blocks that
+/// pass the filters.
+#[derive(Debug, Default)]
+struct Groups {
+    allocations: (Option<u64>, Option<u64>),
+    leaked: (Option<Bound>, Option<Bound>),
+}
+
+impl Groups {
+    fn parse(params: &Params) -> Result<Groups, ApiError> {
+        let groups = Groups {
+            allocations: (
+                params.number("group_allocations_min")?,
+                params.number("group_allocations_max")?,
+            ),
+            leaked: (
+                Bound::parse(params, "group_leaked_min")?,
+                Bound::parse(params, "group_leaked_max")?,
+            ),
+        };
+        Ok(groups)
+    }
+
+    fn any(&self) -> bool {
+        self.allocations != (None, None) || self.leaked.0.is_some() || self.leaked.1.is_some()
+    }
+
+    /// Whether a site with `allocations` over the run, `leaked` of them live at the end, passes.
+    fn pass(&self, allocations: u64, leaked: u64) -> bool {
+        self.allocations.0.is_none_or(|n| allocations >= n)
+            && self.allocations.1.is_none_or(|n| allocations <= n)
+            && self
+                .leaked
+                .0
+                .is_none_or(|b| leaked as f64 >= b.of(allocations))
+            && self
+                .leaked
+                .1
+                .is_none_or(|b| leaked as f64 <= b.of(allocations))
+    }
+}
+
 pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let q = Query::parse(state, params)?;
+    let groups = Groups::parse(params)?;
     let sort = params.get("sort").unwrap_or("allocated_bytes");
     if !SITE_KEYS.contains(&sort) {
         return Err(ApiError::bad(format!(
@@ -137,12 +216,24 @@ pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let offset = params.number("offset")?.unwrap_or(0);
     let v = view(state, &q, &[&q.at], None)?;
     let rows = rows(state, &v, &q);
+    // Each site's allocations over the whole run, for the group filters.
+    let whole: Vec<u64> = if groups.any() {
+        let mut whole = vec![0; state.sites.len()];
+        let classes = state.classes.list.len();
+        for (class, cell) in v.range(None, u64::MAX, classes).iter().enumerate() {
+            whole[state.site_of_class(class) as usize] += cell.allocs;
+        }
+        whole
+    } else {
+        Vec::new()
+    };
     let mut listed: Vec<(u64, usize)> = rows
         .iter()
         .enumerate()
         .filter(|(_, r)| {
             r.cell != Cell::default() || r.live != (0, 0) || r.leaked != (0, 0) || r.peak != (0, 0)
         })
+        .filter(|(id, r)| !groups.any() || groups.pass(whole[*id], r.leaked.1))
         .map(|(id, row)| (sort_key(state, id, row, sort), id))
         .collect();
     let total = listed.len();
@@ -203,22 +294,26 @@ pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError>
             let frames: Vec<Value> = state
                 .stack_frames(stack)
                 .map(|f| {
-                    json!({"function": f.function, "file": f.file, "line": f.line,
-                           "address": format!("{:#x}", f.address)})
+                    let mut frame = f.json();
+                    frame["address"] = format!("{:#x}", f.address).into();
+                    frame
                 })
                 .collect();
+            let info = &state.stacks[stack as usize];
             json!({"id": stack, "bytes": live.0, "blocks": live.1,
                    "allocations": cell.allocs, "allocated_bytes": cell.alloc_bytes,
-                   "frames": frames})
+                   "frames": frames, "hidden_above": info.shown.start,
+                   "hidden_below": info.frames - info.shown.end})
         })
         .collect();
     let timeline = timeline(state, &q, params, Some(&only))?;
-    Ok(json!({
+    let mut answer = json!({
         "id": id,
-        "function": info.frame.function,
-        "file": info.frame.file,
-        "line": info.frame.line,
         "stacks": stacks,
         "timeline": timeline,
-    }))
+    });
+    if let Value::Object(members) = &mut answer {
+        info.names(members);
+    }
+    Ok(answer)
 }

@@ -1,0 +1,85 @@
+//! A program gone idle has its last events written: the writer writes out what a thread's
+//! buffer holds, though not full, about every second, so a trace read while the program waits
+//! (a live viewer, `memprof serve --listen-trace`) has its last allocations and markers, where
+//! before it had only the buffers that had filled.
+
+#![cfg(feature = "trace")]
+
+mod common;
+
+use common::trace_replay::replay;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: memprof::MemProf = memprof::MemProf::new();
+
+/// A size no other block of the child has.
+const KEPT: usize = 123_457;
+
+/// The child: a few allocations (far from filling a buffer), a marker, then idle until told.
+fn child(dir: &Path) {
+    let kept = vec![7u8; KEPT];
+    memprof::mark("idle");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !dir.join("done").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(kept);
+}
+
+#[test]
+fn an_idle_programs_events_are_written() {
+    if let Some(dir) = std::env::var_os("MEMPROF_TEST_TRACE_DIR") {
+        child(Path::new(&dir));
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("memprof-trace-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("idle.mptrace");
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "an_idle_programs_events_are_written",
+            "--nocapture",
+        ])
+        .env("MEMPROF_TEST_TRACE_DIR", &dir)
+        .env("MEMPROF_TRACE", &trace)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The marker and the block live at it reach the file while the child waits (a minute at
+    // most: the writer's timer is a second).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let seen = loop {
+        let bytes = std::fs::read(&trace).unwrap_or_default();
+        let at_mark = replay(&bytes, Some("idle"));
+        if at_mark.marked {
+            break Some(at_mark);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::fs::write(dir.join("done"), b"").unwrap();
+    let output = common::wait_within(child, Duration::from_secs(60), "the idle child");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let at_mark = seen.expect("the marker of the idle program never reached the trace");
+    assert!(
+        at_mark.live.values().any(|&(size, _)| size == KEPT as u64),
+        "no block of {KEPT} bytes live at the marker"
+    );
+    // The whole trace, once closed, still replays: nothing written twice, nothing lost.
+    let whole = replay(&std::fs::read(&trace).unwrap(), None);
+    assert!(whole.error.is_none(), "{:?}", whole.error);
+    assert!(whole.conflicts.is_empty(), "{:?}", whole.conflicts);
+    assert_eq!(whole.end.map(|e| e.1), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
