@@ -128,6 +128,7 @@
 
 // Shared building blocks, below every stage of the pipeline.
 mod address;
+mod alarm;
 mod config;
 mod fence;
 mod frames;
@@ -136,6 +137,7 @@ mod guard;
 mod header;
 mod modules;
 mod native;
+mod memory;
 mod sampling;
 
 // The pipeline, in the order data flows: the front doors, the allocation path and its stack
@@ -156,7 +158,7 @@ mod http;
 pub mod trace;
 
 pub use address::{ReturnAddress, StackId};
-pub use config::{Config, Unwinder};
+pub use config::{Config, NearLimit, Unwinder};
 pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;

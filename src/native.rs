@@ -134,3 +134,17 @@ pub(crate) fn thread_ended(tid: u64) -> bool {
     let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
     sent == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
+
+/// Writes the one byte `byte` to the descriptor `fd` (a non-blocking pipe's write end), ignoring
+/// failure: a full pipe already holds a request. Async-signal-safe, allocates nothing, takes no
+/// lock; for the signal handlers and the allocation path's [`crate::alarm`].
+pub(crate) fn write_byte(fd: i32, byte: u8) {
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `write` reads one byte from `byte`, a valid one-byte buffer; a descriptor that is
+    // not open, or not writable, makes it fail, which is ignored.
+    unsafe {
+        libc::write(fd, (&byte as *const u8).cast(), 1);
+    }
+}

@@ -46,6 +46,7 @@ impl<A> MemProf<A> {
                 sample_interval: 0,
                 track_peak: false,
                 trace: None,
+                dump_on_growth: 0,
             },
         }
     }
@@ -71,6 +72,14 @@ impl<A> MemProf<A> {
     /// it). See [`crate::trace`] and `docs/trace-format.md`.
     pub const fn trace(mut self, path: &'static str) -> Self {
         self.settings.trace = Some(path);
+        self
+    }
+
+    /// Writes the `MEMPROF_OUTPUT` files each time the live heap passes the previous dump's
+    /// high-water mark by `bytes` (`%n` in their names numbers the dumps); 0 writes none (the
+    /// default). `MEMPROF_DUMP_ON_GROWTH` overrides it; see `docs/dumps.md`.
+    pub const fn dump_on_growth(mut self, bytes: u64) -> Self {
+        self.settings.dump_on_growth = bytes;
         self
     }
 
