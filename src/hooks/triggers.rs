@@ -248,7 +248,7 @@ fn start_dump_thread(loud: bool) -> bool {
 /// out ([`watch::timeout`]), the dumps on growth and near the limit ([`watch::check`]).
 fn dump_thread() {
     let read_end = DUMP_READ.load(Ordering::Relaxed);
-    guard::untracked(watch::check);
+    guard::untracked(watch::start);
     let mut byte = 0u8;
     loop {
         let timeout = watch::timeout().map_or(-1, |t| t.as_millis() as libc::c_int);

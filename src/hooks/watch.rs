@@ -106,6 +106,20 @@ pub(super) fn timeout() -> Option<Duration> {
     NEAR.get().map(|_| TICK)
 }
 
+/// The dump thread's first work: when near-limit dumps are asked for, loads the symbol tables of
+/// the program (the first dump's largest cost in time and memory, a second and a hundred MiB for
+/// a large debug build) now, while memory is plentiful, rather than near the limit; then
+/// [`check`].
+pub(super) fn start() {
+    if NEAR.get().is_some() {
+        crate::symbolize::with_symbolizer(|symbolizer| {
+            use crate::symbolize::Resolve;
+            let _ = symbolizer.resolve(crate::address::ReturnAddress(start as fn() as usize + 1));
+        });
+    }
+    check();
+}
+
 /// Why a dump is written.
 enum Reason {
     Growth,
