@@ -79,6 +79,7 @@
 //! | [`log_object_tallies`], [`log_trace_target`] | objects created per type over the run; the contexts that created one type |
 //! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
+//! | [`MemoryBreakdown::get`] | resident memory by what holds it: the live heap, the allocator's rounding and free memory, memprof's own, stacks, code, other mappings |
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
 //!
@@ -152,12 +153,14 @@ mod symbolize;
 pub mod types;
 mod object_graph;
 mod report;
+mod breakdown;
 pub mod export;
 #[cfg(feature = "http")]
 mod http;
 pub mod trace;
 
 pub use address::{ReturnAddress, StackId};
+pub use breakdown::MemoryBreakdown;
 pub use config::{Config, NearLimit, Unwinder};
 pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;

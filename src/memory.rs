@@ -7,6 +7,22 @@
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+
+/// Bytes allocated inside memprof's reentrancy guard and not freed there: memprof's own tables
+/// and work, as the global allocator counts them.
+static OWN_BYTES: AtomicI64 = AtomicI64::new(0);
+
+/// Adds `bytes` (negative when freed) to memprof's own memory.
+#[inline]
+pub(crate) fn own_changed(bytes: i64) {
+    OWN_BYTES.fetch_add(bytes, Relaxed);
+}
+
+/// memprof's own memory in bytes, as counted by [`own_changed`].
+pub(crate) fn own_bytes() -> u64 {
+    OWN_BYTES.load(Relaxed).max(0) as u64
+}
 
 /// The process's resident memory in bytes (`VmRSS` of `/proc/self/status`).
 pub(crate) fn resident_bytes() -> Option<u64> {
