@@ -3,6 +3,8 @@
 //! the parts add up to the resident size within the documented tolerance (`docs/dumps.md`): 2% of
 //! it plus 4 MiB, for a program that touches what it allocates.
 
+mod common;
+
 use std::sync::mpsc;
 
 #[global_allocator]
@@ -119,6 +121,39 @@ fn memory_breakdown() {
     // And the parts add up to the resident size.
     let tolerance = b.resident / 50 + 4 * MIB;
     assert!(b.unaccounted.unsigned_abs() <= tolerance, "{text}");
+
+    // The same on the endpoint, as text.
+    #[cfg(feature = "http")]
+    {
+        let address = memprof::serve_http("127.0.0.1:0").unwrap();
+        let response = common::http_get(address, "/debug/memprof/memory").unwrap();
+        let body = String::from_utf8(response.body).unwrap();
+        assert_eq!(response.status, 200, "{body}");
+        assert!(response.head.contains("text/plain"), "{}", response.head);
+        let field = |name: &str| -> i64 {
+            let line = body
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("no {name}:\n{body}"));
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        assert!(field("other_mappings") >= 24 * MIB as i64, "{body}");
+        assert!(field("heap_requested") >= expected as i64, "{body}");
+        let resident = field("resident");
+        assert!(
+            field("unaccounted").unsigned_abs() <= resident as u64 / 50 + 4 * MIB,
+            "{body}"
+        );
+        for name in [
+            "heap_rounding",
+            "allocator_free",
+            "memprof_own",
+            "stacks",
+            "code_and_files",
+        ] {
+            assert!(field(name) > 0, "{name}\n{body}");
+        }
+    }
 
     done_tx.send(()).unwrap();
     thread.join().unwrap();
