@@ -7,8 +7,8 @@
 //!
 //! This page is the short manual. The full one is in the repository's `docs/` directory, one page
 //! per topic: `docs/reports.md`, `docs/exports.md`, `docs/configuration.md`, `docs/trace-mode.md`,
-//! `docs/viewer.md`, `docs/services.md`, `docs/heap-assertions.md`, `docs/builds-and-stacks.md`,
-//! `docs/overhead.md`, `docs/guarantees.md`.
+//! `docs/viewer.md`, `docs/services.md`, `docs/dumps.md`, `docs/heap-assertions.md`,
+//! `docs/builds-and-stacks.md`, `docs/overhead.md`, `docs/guarantees.md`.
 //!
 //! # Quick start
 //!
