@@ -11,7 +11,7 @@
 //! | `heap_rounding` | glibc's `mallinfo2`: bytes in use in the allocator (`uordblks + hblkhd`) less `heap_requested` and `memprof_own`: rounding up to the allocator's sizes, its chunk headers, memprof's block headers, and blocks the table does not hold (under sampling, or while paused) |
 //! | `allocator_free` | `mallinfo2`'s `fordblks`: free memory the allocator keeps in its arenas |
 //! | `memprof_own` | bytes memprof allocates inside its reentrancy guard, counted by the global allocator |
-//! | `stacks` | `Rss` of `[stack]` and of the mappings that hold a thread's stack pointer (`/proc/self/task/*/syscall`) |
+//! | `stacks` | `Rss` of `[stack]`, of the mappings that hold a thread's stack pointer (`/proc/self/task/*/syscall`), and of those right above a guard page |
 //! | `code_and_files` | `Rss` of file mappings (executable, libraries, mapped files) and of the kernel's (`[vdso]`) |
 //! | `other_mappings` | `Rss` of the anonymous mappings that are not the allocator's (none of `[heap]`, a mapping holding a live block, a glibc arena heap) nor a stack: the program's own `mmap`s, memprof's trace buffers |
 //!
@@ -138,6 +138,23 @@ impl MemoryBreakdown {
     }
 }
 
+/// The breakdown now, as the trace's `MEMORY` record carries it.
+#[cfg(feature = "trace")]
+pub(crate) fn trace_parts() -> memprof_trace::MemoryParts {
+    let b = MemoryBreakdown::get();
+    memprof_trace::MemoryParts {
+        resident: b.resident,
+        heap_requested: b.heap_requested,
+        heap_rounding: b.heap_rounding,
+        allocator_free: b.allocator_free,
+        memprof_own: b.memprof_own,
+        stacks: b.stacks,
+        code_and_files: b.code_and_files,
+        other_mappings: b.other_mappings,
+        allocator_resident: b.allocator_resident,
+    }
+}
+
 /// What a mapping of `/proc/self/smaps` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -203,7 +220,7 @@ const ARENA_HEAP: usize = 64 << 20;
 /// Whether `mapping` (followed by `next`) is a glibc arena heap none of whose blocks is live: the
 /// start of a 64 MiB reservation, whose part not yet in use follows it without access.
 fn arena_heap(mapping: &Mapping<'_>, next: Option<&Mapping<'_>>) -> bool {
-    mapping.start % ARENA_HEAP == 0
+    mapping.start.is_multiple_of(ARENA_HEAP)
         && (mapping.end - mapping.start == ARENA_HEAP
             || next.is_some_and(|n| {
                 n.start == mapping.end
@@ -213,9 +230,24 @@ fn arena_heap(mapping: &Mapping<'_>, next: Option<&Mapping<'_>>) -> bool {
             }))
 }
 
-/// What `mapping` holds, given the mapping after it, the sorted addresses of the live blocks and
-/// the threads' stack pointers.
+/// Largest guard page below a thread's stack that [`kind`] recognizes.
+const MAX_GUARD: usize = 1 << 20;
+
+/// Whether `previous` is the guard below a thread stack at `mapping`: a small anonymous mapping
+/// without access, right below it (glibc's `pthread_create` makes one under each stack).
+fn guarded(previous: Option<&Mapping<'_>>, mapping: &Mapping<'_>) -> bool {
+    previous.is_some_and(|p| {
+        p.end == mapping.start
+            && p.perms.starts_with("---")
+            && p.inode == 0
+            && p.end - p.start <= MAX_GUARD
+    })
+}
+
+/// What `mapping` holds, given the mappings around it, the sorted addresses of the live blocks
+/// and the threads' stack pointers.
 fn kind(
+    previous: Option<&Mapping<'_>>,
     mapping: &Mapping<'_>,
     next: Option<&Mapping<'_>>,
     blocks: &[usize],
@@ -232,6 +264,8 @@ fn kind(
         _ if mapping.inode != 0 || mapping.name.starts_with('/') => Kind::File,
         _ if holds(stack_pointers) => Kind::Stack,
         _ if holds(blocks) || arena_heap(mapping, next) => Kind::Allocator,
+        // A thread that was running when the stack pointers were read.
+        _ if guarded(previous, mapping) && mapping.perms.starts_with("rw") => Kind::Stack,
         _ => Kind::Other,
     }
 }
@@ -275,7 +309,14 @@ fn measure() -> MemoryBreakdown {
     let mappings = mappings(&smaps);
     for (i, mapping) in mappings.iter().enumerate() {
         breakdown.resident += mapping.rss;
-        let part = match kind(mapping, mappings.get(i + 1), &blocks, &stack_pointers) {
+        let previous = i.checked_sub(1).and_then(|p| mappings.get(p));
+        let part = match kind(
+            previous,
+            mapping,
+            mappings.get(i + 1),
+            &blocks,
+            &stack_pointers,
+        ) {
             Kind::Allocator => &mut breakdown.allocator_resident,
             Kind::Stack => &mut breakdown.stacks,
             Kind::File => &mut breakdown.code_and_files,
@@ -322,16 +363,29 @@ Rss:                  64 kB
 Rss:                  32 kB
 7f2000900000-7f2000a00000 rw-p 00000000 00:00 0
 Rss:                  16 kB
+7f2000a00000-7f2000a01000 ---p 00000000 00:00 0
+Rss:                  0 kB
+7f2000a01000-7f2000c00000 rw-p 00000000 00:00 0
+Rss:                  40 kB
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
 Rss:                  24 kB
 ";
         let maps = mappings(smaps);
-        assert_eq!(maps.len(), 8);
+        assert_eq!(maps.len(), 10);
         assert_eq!(maps[2].rss, 2048 * 1024);
         let blocks = [0x7f2000900010];
         let stack_pointers = [0x7f2000700000];
         let kinds: Vec<Kind> = (0..maps.len())
-            .map(|i| kind(&maps[i], maps.get(i + 1), &blocks, &stack_pointers))
+            .map(|i| {
+                let previous = i.checked_sub(1).map(|p| &maps[p]);
+                kind(
+                    previous,
+                    &maps[i],
+                    maps.get(i + 1),
+                    &blocks,
+                    &stack_pointers,
+                )
+            })
             .collect();
         assert_eq!(
             kinds,
@@ -345,6 +399,9 @@ Rss:                  24 kB
                 Kind::Other,
                 Kind::Stack,
                 Kind::Allocator,
+                Kind::Other,
+                // Above a guard page: a thread's stack, whose pointer was not read.
+                Kind::Stack,
                 Kind::Stack
             ]
         );

@@ -20,7 +20,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MPTRACE";
 pub const MAJOR: u16 = 1;
 
 /// The minor version this codec writes.
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 
 /// The first 4 bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MPCK";
@@ -71,6 +71,8 @@ pub mod kind {
     /// A recorded mapping's range unmapped (`munmap`, the old range of an `mremap`, or pages an
     /// `mmap` with `MAP_FIXED` replaced); version 1.1.
     pub const MUNMAP: u8 = 0x48;
+    /// The process's resident memory by what holds it, when the trace was closed; version 1.2.
+    pub const MEMORY: u8 = 0x4B;
 }
 
 /// Flags of a chunk header.
@@ -300,6 +302,44 @@ pub struct ModuleEntry {
     pub text: Vec<(u64, u64)>,
 }
 
+/// The body of a `MEMORY` record: the process's resident memory by what holds it, in bytes, as
+/// `memprof::MemoryBreakdown` measures it (`docs/dumps.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryParts {
+    /// Resident memory.
+    pub resident: u64,
+    /// Live heap as requested.
+    pub heap_requested: u64,
+    /// The allocator's rounding and headers; `None` when glibc's allocator did not hold the heap.
+    pub heap_rounding: Option<u64>,
+    /// Free memory the allocator kept; `None` as for `heap_rounding`.
+    pub allocator_free: Option<u64>,
+    /// memprof's own memory.
+    pub memprof_own: u64,
+    /// Thread stacks.
+    pub stacks: u64,
+    /// Code, libraries, mapped files.
+    pub code_and_files: u64,
+    /// Other anonymous mappings.
+    pub other_mappings: u64,
+    /// Resident in the allocator's mappings.
+    pub allocator_resident: u64,
+}
+
+impl MemoryParts {
+    /// `resident` less every part.
+    pub fn unaccounted(&self) -> i64 {
+        let parts = self.heap_requested
+            + self.heap_rounding.unwrap_or(0)
+            + self.allocator_free.unwrap_or(0)
+            + self.memprof_own
+            + self.stacks
+            + self.code_and_files
+            + self.other_mappings;
+        self.resident as i64 - parts as i64
+    }
+}
+
 /// One decoded record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -413,4 +453,6 @@ pub enum Record {
         /// Its kind.
         kind: u8,
     },
+    /// The process's memory when the trace was closed (`MEMORY`, version 1.2).
+    Memory(MemoryParts),
 }
