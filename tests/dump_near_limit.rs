@@ -75,9 +75,11 @@ impl Limited {
             let fstype = right.next().unwrap_or("");
             let options = right.nth(1).unwrap_or("");
             let mount = Path::new(left.split_whitespace().nth(4).unwrap_or("/"));
-            let limit_file = match fstype {
-                "cgroup2" => "memory.max",
-                "cgroup" if options.split(',').any(|o| o == "memory") => "memory.limit_in_bytes",
+            let (limit_file, swap_file) = match fstype {
+                "cgroup2" => ("memory.max", "memory.swap.max"),
+                "cgroup" if options.split(',').any(|o| o == "memory") => {
+                    ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+                }
                 _ => continue,
             };
             let dir = mount.join(&name);
@@ -86,6 +88,10 @@ impl Limited {
             }
             let limited = Limited { dir };
             if std::fs::write(limited.dir.join(limit_file), LIMIT.to_string()).is_ok() {
+                // No swap beyond the limit, where the machine has any: the OOM killer, not swap,
+                // must end the child (v2: no swap at all; v1: memory and swap within the limit).
+                let swap = if fstype == "cgroup2" { 0 } else { LIMIT };
+                let _ = std::fs::write(limited.dir.join(swap_file), swap.to_string());
                 return Some(limited);
             }
         }
@@ -130,7 +136,10 @@ fn run(cgroup: Option<&Limited>) {
                 .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
                 .arg(&limited.dir)
                 .arg(&exe);
-            c.env("MEMPROF_DUMP_NEAR_LIMIT", "75%");
+            // A backstop: if the limit is not enforced, the child ends itself at twice it, and
+            // the test fails saying the OOM killer did not end it.
+            c.env("MEMPROF_DUMP_NEAR_LIMIT", "75%")
+                .env("MEMPROF_TEST_KILL_AT", (2 * LIMIT).to_string());
             c
         }
         None => {
