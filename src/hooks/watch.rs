@@ -74,7 +74,13 @@ impl Probe {
 /// once, when the profiler starts.
 pub(super) fn install(config: &Config, settings: Settings) -> bool {
     if config.output.is_none() {
-        // The configuration has warned already.
+        // The configuration has warned already about its variables.
+        if config.dump_on_growth.is_none() && settings.dump_on_growth > 0 {
+            warn(format_args!(
+                "MemProf::dump_on_growth writes the MEMPROF_OUTPUT files, and MEMPROF_OUTPUT is \
+                 not set: no dumps on growth"
+            ));
+        }
         return false;
     }
     let step = config.dump_on_growth.unwrap_or(settings.dump_on_growth);
