@@ -58,6 +58,9 @@ pub enum Unwinder {
 /// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 /// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
 /// | `MEMPROF_LABEL` | unset | `key=value`: the allocation reports (`log_allocations`, `pretty_log_allocations`, the at-exit and dump reports) keep only the blocks allocated with that label (`with_labels`, `docs/labels.md`) |
+/// | `MEMPROF_DUMP_ON_GROWTH` | unset | a size (`256MiB`; `KiB`, `MiB`, `GiB` or plain bytes): the `MEMPROF_OUTPUT` files are written each time the live heap passes the previous dump's high-water mark by this much, by memprof's dump thread; `%n` in their names is the dump's number, from 1; `0` or `off`: none; unset: what `MemProf::dump_on_growth` chose (none by default). `docs/dumps.md` |
+/// | `MEMPROF_DUMP_KEEP` | unset | the most dumps whose files (named with `%n`) stay on disk; the oldest are removed; unset or `0`: all |
+/// | `MEMPROF_DUMP_NEAR_LIMIT` | unset | a share of the process's memory limit (`90%`, the cgroup v2 `memory.max`) or a size (`1536MiB`, compared with the process's resident memory): the `MEMPROF_OUTPUT` files are written once each time memory use crosses it upwards; with a share and no cgroup limit, a warning and no such dumps |
 /// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -103,6 +106,23 @@ pub struct Config {
     pub http: Option<SocketAddr>,
     /// The label (key, value) the allocation reports keep (`MEMPROF_LABEL`); `None`: all blocks.
     pub label: Option<(String, String)>,
+    /// Live-heap growth between dumps (`MEMPROF_DUMP_ON_GROWTH`); `Some(0)` for none, `None` to
+    /// let the allocator's builder decide.
+    pub dump_on_growth: Option<u64>,
+    /// The most dumps kept on disk; 0 for all (`MEMPROF_DUMP_KEEP`).
+    pub dump_keep: u64,
+    /// The memory use that writes a dump (`MEMPROF_DUMP_NEAR_LIMIT`).
+    pub dump_near_limit: Option<NearLimit>,
+}
+
+/// Where `MEMPROF_DUMP_NEAR_LIMIT` writes a dump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NearLimit {
+    /// This percentage (1 to 100) of the cgroup's memory limit, compared with the cgroup's memory
+    /// use less its inactive file cache.
+    Share(u8),
+    /// This many bytes, compared with the process's resident memory.
+    Bytes(u64),
 }
 
 impl Default for Config {
@@ -132,6 +152,9 @@ impl Default for Config {
             trace_min_count: 1,
             http: None,
             label: None,
+            dump_on_growth: None,
+            dump_keep: 0,
+            dump_near_limit: None,
         }
     }
 }
@@ -216,6 +239,7 @@ impl Config {
             defaults.trace_min_count,
             0..=u64::MAX,
         );
+        let dump_keep = number("MEMPROF_DUMP_KEEP", defaults.dump_keep, 0..=u32::MAX as u64);
         let trace_target = lookup("MEMPROF_TRACE_TARGET")
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty());
@@ -331,6 +355,37 @@ impl Config {
             }
             address
         });
+        let dump_on_growth = lookup("MEMPROF_DUMP_ON_GROWTH").and_then(|raw| {
+            let parsed = match raw.trim() {
+                "off" => Some(0),
+                value => parse_size(value),
+            };
+            if parsed.is_none() {
+                warn(format!(
+                    "MEMPROF_DUMP_ON_GROWTH={raw:?} is not a size (256MiB, 1GiB, 65536); \
+                     using the default: what MemProf::dump_on_growth chose"
+                ));
+            }
+            parsed
+        });
+        let dump_near_limit = lookup("MEMPROF_DUMP_NEAR_LIMIT").and_then(|raw| {
+            let parsed = parse_near_limit(&raw);
+            if parsed.is_none() {
+                warn(format!(
+                    "MEMPROF_DUMP_NEAR_LIMIT={raw:?} is neither a percentage from 1% to 100% nor \
+                     a size (1536MiB); using the default: no dump near the limit"
+                ));
+            }
+            parsed
+        });
+        let wants_dumps = dump_on_growth.is_some_and(|step| step > 0) || dump_near_limit.is_some();
+        if wants_dumps && output.is_none() {
+            warn(
+                "MEMPROF_DUMP_ON_GROWTH and MEMPROF_DUMP_NEAR_LIMIT write the MEMPROF_OUTPUT \
+                 files, and MEMPROF_OUTPUT is not set: no such dumps"
+                    .to_owned(),
+            );
+        }
         Config {
             enabled,
             stack_depth,
@@ -352,8 +407,42 @@ impl Config {
             trace_min_count,
             http,
             label,
+            dump_on_growth,
+            dump_keep,
+            dump_near_limit,
         }
     }
+}
+
+/// A size: whole bytes, or a whole number with `KiB`, `MiB` or `GiB` after it (a space between
+/// them is allowed).
+pub(crate) fn parse_size(raw: &str) -> Option<u64> {
+    let raw = raw.trim();
+    let digits = raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len());
+    let (number, unit) = raw.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let shift = match unit.trim_start() {
+        "" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return None,
+    };
+    number.checked_mul(1 << shift)
+}
+
+/// A value of `MEMPROF_DUMP_NEAR_LIMIT`: `90%` or a size.
+fn parse_near_limit(raw: &str) -> Option<NearLimit> {
+    let raw = raw.trim();
+    if let Some(percent) = raw.strip_suffix('%') {
+        let percent: u8 = percent.trim().parse().ok()?;
+        return (1..=100)
+            .contains(&percent)
+            .then_some(NearLimit::Share(percent));
+    }
+    parse_size(raw)
+        .filter(|&bytes| bytes > 0)
+        .map(NearLimit::Bytes)
 }
 
 /// A value of `MEMPROF_SAMPLE_INTERVAL`: `bytes:N`, or `0`/`off` for every allocation.
@@ -654,6 +743,59 @@ mod tests {
                 "{warnings:?}"
             );
         }
+    }
+
+    #[test]
+    fn dump_variables() {
+        let (config, warnings) = parse(&[
+            ("MEMPROF_OUTPUT", "/tmp/heap-%n.pb.gz"),
+            ("MEMPROF_DUMP_ON_GROWTH", "256MiB"),
+            ("MEMPROF_DUMP_KEEP", "3"),
+            ("MEMPROF_DUMP_NEAR_LIMIT", "90%"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.dump_on_growth, Some(256 << 20));
+        assert_eq!(config.dump_keep, 3);
+        assert_eq!(config.dump_near_limit, Some(NearLimit::Share(90)));
+        let (config, warnings) = parse(&[
+            ("MEMPROF_OUTPUT", "/tmp/heap-%n.pb.gz"),
+            ("MEMPROF_DUMP_ON_GROWTH", "off"),
+            ("MEMPROF_DUMP_NEAR_LIMIT", "1536 MiB"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.dump_on_growth, Some(0));
+        assert_eq!(config.dump_near_limit, Some(NearLimit::Bytes(1536 << 20)));
+        for (bad_growth, bad_limit) in [("256MB", "0%"), ("1.5GiB", "101%"), ("-1", "0")] {
+            let (config, warnings) = parse(&[
+                ("MEMPROF_OUTPUT", "/tmp/heap.pb.gz"),
+                ("MEMPROF_DUMP_ON_GROWTH", bad_growth),
+                ("MEMPROF_DUMP_NEAR_LIMIT", bad_limit),
+            ]);
+            assert_eq!(
+                (config.dump_on_growth, config.dump_near_limit),
+                (None, None)
+            );
+            assert_eq!(warnings.len(), 2, "{warnings:?}");
+            assert!(
+                warnings[0].starts_with("MEMPROF_DUMP_ON_GROWTH="),
+                "{warnings:?}"
+            );
+            assert!(
+                warnings[1].starts_with("MEMPROF_DUMP_NEAR_LIMIT="),
+                "{warnings:?}"
+            );
+        }
+        let (_, warnings) = parse(&[("MEMPROF_DUMP_ON_GROWTH", "1GiB")]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("MEMPROF_OUTPUT is not set"),
+            "{warnings:?}"
+        );
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("2 KiB"), Some(2048));
+        assert_eq!(parse_size("3GiB"), Some(3 << 30));
+        assert_eq!(parse_size("20000000000GiB"), None);
+        assert_eq!(parse_size("MiB"), None);
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub mod pprof;
 pub use call_sites::{CallSite, CallSites, Location};
 pub use events::{Event, Events};
 pub use options::{ExportOptions, Value};
+pub(crate) use outputs::write_listed;
 pub use outputs::{expand_path, write_outputs, write_path};
 
 use crate::guard::untracked;

@@ -27,6 +27,8 @@ pub(crate) struct Settings {
     pub track_peak: bool,
     /// Where the trace of every event goes (`MEMPROF_TRACE`); `None` for no trace.
     pub trace: Option<&'static str>,
+    /// Live-heap growth between dumps; 0 for none (`MEMPROF_DUMP_ON_GROWTH`).
+    pub dump_on_growth: u64,
 }
 
 /// The slot number a header holds for a block that is not recorded.

@@ -9,11 +9,13 @@
 //! registers the at-exit report and the [`fork`] handlers, and opens the trace.
 
 pub(crate) mod c_abi;
+mod dumps;
 mod fork;
 pub(crate) mod global_alloc;
 #[cfg(feature = "preload")]
 pub mod preload;
 mod triggers;
+mod watch;
 
 pub use global_alloc::MemProf;
 
@@ -42,7 +44,7 @@ impl record::Start for Doors {
             record::pause();
         }
         capture::trim::start();
-        triggers::install(config);
+        triggers::install(config, settings);
         fork::install();
         if let Some(spec) = config.trace.as_deref().or(settings.trace) {
             crate::trace::start(spec, TABLE.sample_interval());

@@ -7,8 +7,9 @@
 //!
 //! This page is the short manual. The full one is in the repository's `docs/` directory, one page
 //! per topic: `docs/reports.md`, `docs/labels.md`, `docs/exports.md`, `docs/configuration.md`,
-//! `docs/trace-mode.md`, `docs/viewer.md`, `docs/services.md`, `docs/heap-assertions.md`,
-//! `docs/builds-and-stacks.md`, `docs/overhead.md`, `docs/guarantees.md`.
+//! `docs/trace-mode.md`, `docs/viewer.md`, `docs/services.md`, `docs/dumps.md`,
+//! `docs/heap-assertions.md`, `docs/builds-and-stacks.md`, `docs/overhead.md`,
+//! `docs/guarantees.md`.
 //!
 //! # Quick start
 //!
@@ -80,6 +81,7 @@
 //! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
 //! | [`log_labels`] | TSV: live and allocated blocks and bytes per label set ([`with_labels`], `docs/labels.md`) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
+//! | [`MemoryBreakdown::get`] | resident memory by what holds it: the live heap, the allocator's rounding and free memory, memprof's own, stacks, code, other mappings |
 //! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
 //!
@@ -139,6 +141,7 @@
 
 // Shared building blocks, below every stage of the pipeline.
 mod address;
+mod alarm;
 mod config;
 mod fence;
 mod frames;
@@ -148,6 +151,7 @@ mod header;
 mod labels;
 mod modules;
 mod native;
+mod memory;
 mod sampling;
 
 // The pipeline, in the order data flows: the front doors, the allocation path and its stack
@@ -162,13 +166,15 @@ mod symbolize;
 pub mod types;
 mod object_graph;
 mod report;
+mod breakdown;
 pub mod export;
 #[cfg(feature = "http")]
 mod http;
 pub mod trace;
 
 pub use address::{ReturnAddress, StackId};
-pub use config::{Config, Unwinder};
+pub use breakdown::MemoryBreakdown;
+pub use config::{Config, NearLimit, Unwinder};
 pub use export::{ExportOptions, write_outputs};
 pub use frames::Frame;
 pub use guard::untracked;

@@ -134,3 +134,46 @@ pub(crate) fn thread_ended(tid: u64) -> bool {
     let sent = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
     sent == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
+
+/// Writes the one byte `byte` to the descriptor `fd` (a non-blocking pipe's write end), ignoring
+/// failure: a full pipe already holds a request. Async-signal-safe, allocates nothing, takes no
+/// lock; for the signal handlers and the allocation path's [`crate::alarm`].
+pub(crate) fn write_byte(fd: i32, byte: u8) {
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `write` reads one byte from `byte`, a valid one-byte buffer; a descriptor that is
+    // not open, or not writable, makes it fail, which is ignored.
+    unsafe {
+        libc::write(fd, (&byte as *const u8).cast(), 1);
+    }
+}
+
+/// glibc's allocator statistics (`mallinfo2`, over all arenas): bytes in chunks it mapped one by
+/// one (`hblkhd`), in use in the arenas (`uordblks`) and free there (`fordblks`). `None` where the C library is not glibc.
+pub(crate) fn allocator_statistics() -> Option<AllocatorStatistics> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallinfo2` takes no argument and returns a plain structure; it takes the
+        // arenas' locks, so it must not run on the allocation path, where this is never called.
+        let info = unsafe { libc::mallinfo2() };
+        Some(AllocatorStatistics {
+            mapped: info.hblkhd as u64,
+            in_use: info.uordblks as u64,
+            free: info.fordblks as u64,
+        })
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
+/// What [`allocator_statistics`] returns, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AllocatorStatistics {
+    /// In chunks mapped one by one (`hblkhd`), all in use.
+    pub mapped: u64,
+    /// In use in the arenas, chunk headers included (`uordblks`).
+    pub in_use: u64,
+    /// Free in the arenas (`fordblks`).
+    pub free: u64,
+}

@@ -2,12 +2,14 @@
 //! and one to its peak: totals, the peak, what was leaked at the end, the call sites with the
 //! most allocations and the most temporary ones, the largest at the peak, and how long blocks
 //! lived; and when the trace has any (the preloaded library's), the program's own memory
-//! mappings: made over the run, live at the end, their peak, and the largest live at the end.
+//! mappings: made over the run, live at the end, their peak, and the largest live at the end;
+//! and when the trace was closed by a memprof that measures it (trace format 1.2), where the
+//! resident memory went at the end (`docs/dumps.md`).
 
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::ReportOptions;
-use memprof_trace::{Accumulated, Block, Mapping, Moment, Timed, Trace, Visitor};
+use memprof_trace::{Accumulated, Block, Mapping, MemoryParts, Moment, Timed, Trace, Visitor};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
@@ -77,6 +79,8 @@ pub struct Summary {
     /// Live at the end: bytes and mappings.
     mapped_end: u64,
     mappings_end: u64,
+    /// The resident memory by what holds it, when the trace was closed (its `MEMORY` record).
+    memory: Option<MemoryParts>,
     sites: Vec<Site>,
     top: usize,
 }
@@ -166,6 +170,7 @@ impl Summary {
             executable: header.executable.clone(),
             closed: trace.end_record().is_some(),
             lost: trace.end_record().map_or(0, |(_, lost)| lost),
+            memory: trace.memory().copied(),
             top,
             ..Summary::default()
         };
@@ -291,6 +296,10 @@ impl Summary {
             )?;
         }
 
+        if let Some(memory) = &self.memory {
+            write_memory(out, memory)?;
+        }
+
         // Sites that only made mappings allocated nothing.
         let mut sites: Vec<&Site> = self.sites.iter().filter(|s| s.allocations > 0).collect();
         sites.sort_by(|a, b| {
@@ -359,6 +368,51 @@ impl Summary {
         }
         Ok(())
     }
+}
+
+/// The section of the resident memory at the end, one part a line with its share.
+fn write_memory(out: &mut dyn Write, m: &MemoryParts) -> io::Result<()> {
+    writeln!(out, "\nresident memory at the end: {} bytes", m.resident)?;
+    let share = |bytes: i64| {
+        if m.resident == 0 {
+            0.0
+        } else {
+            bytes as f64 * 100.0 / m.resident as f64
+        }
+    };
+    let parts: [(&str, Option<i64>); 9] = [
+        ("live heap, as requested", Some(m.heap_requested as i64)),
+        (
+            "allocator's rounding and headers",
+            m.heap_rounding.map(|b| b as i64),
+        ),
+        (
+            "free memory the allocator keeps",
+            m.allocator_free.map(|b| b as i64),
+        ),
+        ("memprof's own tables", Some(m.memprof_own as i64)),
+        ("thread stacks", Some(m.stacks as i64)),
+        (
+            "code, libraries, mapped files",
+            Some(m.code_and_files as i64),
+        ),
+        ("other anonymous mappings", Some(m.other_mappings as i64)),
+        (
+            "unaccounted (resident less the above)",
+            Some(m.unaccounted()),
+        ),
+        (
+            "resident in the allocator's mappings (holds the four heap parts)",
+            Some(m.allocator_resident as i64),
+        ),
+    ];
+    for (name, bytes) in parts {
+        match bytes {
+            Some(bytes) => writeln!(out, "{bytes:>12}  {:5.1}%  {name}", share(bytes))?,
+            None => writeln!(out, "{:>12}  {:>6}  {name}", "-", "")?,
+        }
+    }
+    Ok(())
 }
 
 fn seconds(ns: u64) -> String {

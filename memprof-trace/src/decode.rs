@@ -503,6 +503,24 @@ impl<'a> Records<'a> {
                         events: body.varint()?,
                         lost: body.varint()?,
                     },
+                    kind::MEMORY => {
+                        let resident = body.varint()?;
+                        let heap_requested = body.varint()?;
+                        // 0 for none, else the value plus 1.
+                        let heap_rounding = body.varint()?.checked_sub(1);
+                        let allocator_free = body.varint()?.checked_sub(1);
+                        Record::Memory(crate::records::MemoryParts {
+                            resident,
+                            heap_requested,
+                            heap_rounding,
+                            allocator_free,
+                            memprof_own: body.varint()?,
+                            stacks: body.varint()?,
+                            code_and_files: body.varint()?,
+                            other_mappings: body.varint()?,
+                            allocator_resident: body.varint()?,
+                        })
+                    }
                     kind => Record::Unknown { kind },
                 };
                 // Fields a later minor version appends to a known kind are skipped with the rest

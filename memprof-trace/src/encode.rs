@@ -398,6 +398,26 @@ impl ChunkEncoder {
         self.sized(kind::SYMBOL, flags::SYMBOLS);
     }
 
+    /// The process's memory by what holds it (`MEMORY`), written with the end record.
+    pub fn memory(&mut self, parts: &crate::records::MemoryParts) {
+        self.body.clear();
+        let optional = |v: Option<u64>| v.map_or(0, |v| v.saturating_add(1));
+        for value in [
+            parts.resident,
+            parts.heap_requested,
+            optional(parts.heap_rounding),
+            optional(parts.allocator_free),
+            parts.memprof_own,
+            parts.stacks,
+            parts.code_and_files,
+            parts.other_mappings,
+            parts.allocator_resident,
+        ] {
+            put_varint(&mut self.body, value);
+        }
+        self.sized(kind::MEMORY, flags::END);
+    }
+
     /// The end of the trace.
     pub fn end(&mut self, events: u64, lost: u64) {
         self.body.clear();

@@ -75,6 +75,8 @@ pub mod kind {
     pub const LABEL_SET: u8 = 0x49;
     /// The label set a stack's blocks were allocated with; version 1.2.
     pub const STACK_LABELS: u8 = 0x4A;
+    /// The process's resident memory by what holds it, when the trace was closed; version 1.2.
+    pub const MEMORY: u8 = 0x4B;
 }
 
 /// Flags of a chunk header.
@@ -304,6 +306,44 @@ pub struct ModuleEntry {
     pub text: Vec<(u64, u64)>,
 }
 
+/// The body of a `MEMORY` record: the process's resident memory by what holds it, in bytes, as
+/// `memprof::MemoryBreakdown` measures it (`docs/dumps.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryParts {
+    /// Resident memory.
+    pub resident: u64,
+    /// Live heap as requested.
+    pub heap_requested: u64,
+    /// The allocator's rounding and headers; `None` when glibc's allocator did not hold the heap.
+    pub heap_rounding: Option<u64>,
+    /// Free memory the allocator kept; `None` as for `heap_rounding`.
+    pub allocator_free: Option<u64>,
+    /// memprof's own memory.
+    pub memprof_own: u64,
+    /// Thread stacks.
+    pub stacks: u64,
+    /// Code, libraries, mapped files.
+    pub code_and_files: u64,
+    /// Other anonymous mappings.
+    pub other_mappings: u64,
+    /// Resident in the allocator's mappings.
+    pub allocator_resident: u64,
+}
+
+impl MemoryParts {
+    /// `resident` less every part.
+    pub fn unaccounted(&self) -> i64 {
+        let parts = self.heap_requested
+            + self.heap_rounding.unwrap_or(0)
+            + self.allocator_free.unwrap_or(0)
+            + self.memprof_own
+            + self.stacks
+            + self.code_and_files
+            + self.other_mappings;
+        self.resident as i64 - parts as i64
+    }
+}
+
 /// One decoded record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -431,4 +471,6 @@ pub enum Record {
         /// Its kind.
         kind: u8,
     },
+    /// The process's memory when the trace was closed (`MEMORY`, version 1.2).
+    Memory(MemoryParts),
 }

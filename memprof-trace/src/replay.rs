@@ -8,7 +8,9 @@
 //! and tells a visitor what it means.
 
 use crate::decode::Reader;
-use crate::records::{Error, ErrorKind, Header, ModuleEntry, Record, SymbolFrame, flags};
+use crate::records::{
+    Error, ErrorKind, Header, MemoryParts, ModuleEntry, Record, SymbolFrame, flags,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
@@ -106,6 +108,8 @@ pub struct Trace {
     symbols: HashMap<u64, Vec<SymbolFrame>>,
     modules: Vec<Vec<ModuleEntry>>,
     end: Option<(u64, u64)>,
+    /// The `MEMORY` record, when there is one.
+    memory: Option<MemoryParts>,
     events: u64,
     last_time: u64,
     file_len: u64,
@@ -173,6 +177,7 @@ impl Trace {
             symbols: HashMap::new(),
             modules: Vec::new(),
             end: None,
+            memory: None,
             events: 0,
             last_time: 0,
             file_len,
@@ -257,6 +262,7 @@ impl Trace {
             }
             Record::Modules(modules) => self.modules.push(modules),
             Record::End { events, lost } => self.end = Some((events, lost)),
+            Record::Memory(parts) => self.memory = Some(parts),
             _ => {}
         }
     }
@@ -318,6 +324,12 @@ impl Trace {
     /// The `END` record (events written, events lost), absent in a trace cut short.
     pub fn end_record(&self) -> Option<(u64, u64)> {
         self.end
+    }
+
+    /// The `MEMORY` record: the process's memory by what holds it when the trace was closed
+    /// (version 1.2; absent in older traces and in a trace cut short).
+    pub fn memory(&self) -> Option<&MemoryParts> {
+        self.memory.as_ref()
     }
 
     /// Where the trace was cut short, when it was.

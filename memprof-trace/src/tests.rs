@@ -288,3 +288,47 @@ fn label_records_round_trip() {
     );
     const { assert!(kind::LABEL_SET >= FIRST_SIZED_KIND && kind::STACK_LABELS >= FIRST_SIZED_KIND) };
 }
+
+/// The memory record (version 1.2): the parts, known or not.
+#[test]
+fn memory_records_round_trip() {
+    let with_glibc = MemoryParts {
+        resident: 94_310_400,
+        heap_requested: 41_916_856,
+        heap_rounding: Some(219_192),
+        allocator_free: Some(8_764_848),
+        memprof_own: 757_856,
+        stacks: 9_359_360,
+        code_and_files: 8_376_320,
+        other_mappings: 25_399_296,
+        allocator_resident: 51_175_424,
+    };
+    let without = MemoryParts {
+        heap_rounding: None,
+        allocator_free: None,
+        resident: u64::MAX,
+        ..with_glibc
+    };
+    let zero = MemoryParts {
+        heap_rounding: Some(0),
+        ..MemoryParts::default()
+    };
+    let mut end = ChunkEncoder::new(0);
+    end.memory(&with_glibc);
+    end.memory(&without);
+    end.memory(&zero);
+    end.end(0, 0);
+    let (header, decoded) = decode(&trace(&[end], Some(3))).unwrap();
+    assert_eq!(header.minor, 2);
+    assert_eq!(decoded[0].0.flags, flags::END);
+    assert_eq!(
+        decoded[0].1,
+        vec![
+            Record::Memory(with_glibc),
+            Record::Memory(without),
+            Record::Memory(zero),
+            Record::End { events: 0, lost: 0 }
+        ]
+    );
+    assert_eq!(with_glibc.unaccounted(), -483_328);
+}

@@ -98,14 +98,20 @@ pub fn write_path(
 /// named on stderr; an unknown ending or a failed write is reported there too, and the other files
 /// are still written. Never panics.
 pub fn write_outputs(spec: &str) {
+    write_listed(spec);
+}
+
+/// [`write_outputs`], returning the paths of the files written.
+pub(crate) fn write_listed(spec: &str) -> Vec<PathBuf> {
     untracked(|| {
+        let mut written_paths = Vec::new();
         let paths: Vec<&str> = spec
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .collect();
         if paths.is_empty() {
-            return;
+            return written_paths;
         }
         let snapshot = Snapshot::take();
         let options = ExportOptions::default();
@@ -116,12 +122,17 @@ pub fn write_outputs(spec: &str) {
                 }));
                 let mut stderr = io::stderr().lock();
                 let _ = match result {
-                    Ok(Ok(written)) => writeln!(stderr, "memprof: wrote {}", written.display()),
+                    Ok(Ok(written)) => {
+                        let line = writeln!(stderr, "memprof: wrote {}", written.display());
+                        written_paths.push(written);
+                        line
+                    }
                     Ok(Err(error)) => writeln!(stderr, "memprof: cannot write {path}: {error}"),
                     Err(_) => writeln!(stderr, "memprof: writing {path} failed"),
                 };
             }
         });
+        written_paths
     })
 }
 

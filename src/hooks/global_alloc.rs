@@ -46,6 +46,7 @@ impl<A> MemProf<A> {
                 sample_interval: 0,
                 track_peak: false,
                 trace: None,
+                dump_on_growth: 0,
             },
         }
     }
@@ -74,6 +75,14 @@ impl<A> MemProf<A> {
         self
     }
 
+    /// Writes the `MEMPROF_OUTPUT` files each time the live heap passes the previous dump's
+    /// high-water mark by `bytes` (`%n` in their names numbers the dumps); 0 writes none (the
+    /// default). `MEMPROF_DUMP_ON_GROWTH` overrides it; see `docs/dumps.md`.
+    pub const fn dump_on_growth(mut self, bytes: u64) -> Self {
+        self.settings.dump_on_growth = bytes;
+        self
+    }
+
     /// The wrapped allocator.
     pub const fn inner(&self) -> &A {
         &self.inner
@@ -92,17 +101,22 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `allocate` asks for valid layouts of a non-zero size.
-        unsafe { self.allocate(layout, |layout| self.inner.alloc(layout)) }
+        let ptr = unsafe { self.allocate(layout, |layout| self.inner.alloc(layout)) };
+        count_own(ptr, layout.size() as i64);
+        ptr
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `allocate` asks for valid layouts of a non-zero size.
-        unsafe { self.allocate(layout, |layout| self.inner.alloc_zeroed(layout)) }
+        let ptr = unsafe { self.allocate(layout, |layout| self.inner.alloc_zeroed(layout)) };
+        count_own(ptr, layout.size() as i64);
+        ptr
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count_own(ptr, -(layout.size() as i64));
         if !is_headed(layout, &self.settings) {
             let _ = path::free(ptr as usize, BlockRef::Headless);
             // SAFETY: the caller gives the block up: nothing reads it again before `inner` has it.
@@ -129,7 +143,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: `realloc`'s contract: the new size, rounded up to the alignment, fits `isize`.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        match (
+        let new_ptr = match (
             is_headed(layout, &self.settings),
             is_headed(new_layout, &self.settings),
         ) {
@@ -158,7 +172,18 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
             (true, false) => unsafe { self.realloc_to_headless(ptr, layout, new_layout) },
             // SAFETY: a live headless block of `layout`, and the new layout.
             (false, true) => unsafe { self.realloc_to_headed(ptr, layout, new_layout) },
-        }
+        };
+        count_own(new_ptr, new_size as i64 - layout.size() as i64);
+        new_ptr
+    }
+}
+
+/// Counts a change of memprof's own memory (`MemoryBreakdown::memprof_own`): what is allocated
+/// and freed inside the reentrancy guard. One thread-local read for the program's blocks.
+#[inline(always)]
+fn count_own(ptr: *mut u8, bytes: i64) {
+    if !ptr.is_null() && crate::guard::inside() {
+        crate::memory::own_changed(bytes);
     }
 }
 

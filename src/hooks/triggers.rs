@@ -11,8 +11,11 @@
 //! its files are the last ones. A forked child gets a pipe and a dump thread of its own (from the
 //! `pthread_atfork` child handler), so the dump signal sent to the child writes the child's heap.
 
+use super::{dumps, watch};
+use crate::alarm;
 use crate::config::{Config, warn};
 use crate::guard;
+use crate::header::Settings;
 use crate::native;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
@@ -62,16 +65,15 @@ impl Drop for Turn {
 }
 
 /// Sets up what `config` asks for. Runs once, when the profiler starts, inside the guard.
-pub(crate) fn install(config: &Config) {
+pub(crate) fn install(config: &Config, settings: Settings) {
     if (config.print_at_exit || config.output.is_some()) && !native::at_exit(at_exit) {
         warn(format_args!("cannot register the at-exit report"));
     }
     if let Some(signal) = config.toggle_signal {
         handle(signal, on_toggle, "MEMPROF_TOGGLE_SIGNAL");
     }
-    if let Some(signal) = config.dump_signal
-        && start_dump_thread(true)
-    {
+    let watched = watch::install(config, settings);
+    if (config.dump_signal.is_some() || watched) && start_dump_thread(true) {
         // SAFETY: `in_forked_child` is an `extern "C" fn()` that never unwinds; no prepare or
         // parent handler is registered.
         if unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) } != 0 {
@@ -80,7 +82,9 @@ pub(crate) fn install(config: &Config) {
                  go to its parent"
             ));
         }
-        handle(signal, on_dump, "MEMPROF_DUMP_SIGNAL");
+        if let Some(signal) = config.dump_signal {
+            handle(signal, on_dump, "MEMPROF_DUMP_SIGNAL");
+        }
     }
     if let Some(address) = config.http {
         start_http(address);
@@ -128,19 +132,22 @@ extern "C" fn at_exit() {
             warn(format_args!("writing the report at exit failed: {error}"));
         }
         if let Some(spec) = &config.output {
-            crate::export::write_outputs(spec);
+            dumps::write(spec, config.dump_keep);
         }
     });
 }
 
 /// Writes the dump: the `MEMPROF_OUTPUT` files, or the Markdown report on stderr.
-fn dump() {
+pub(super) fn dump() {
     let _ = std::panic::catch_unwind(|| {
         let Some(_turn) = Turn::take(None) else {
             return;
         };
-        match &crate::config::get().output {
-            Some(spec) => crate::export::write_outputs(spec),
+        let config = crate::config::get();
+        match &config.output {
+            Some(spec) => {
+                dumps::write(spec, config.dump_keep);
+            }
             None => {
                 if let Err(error) =
                     crate::report::pretty_log_allocations(&mut std::io::stderr().lock())
@@ -181,6 +188,7 @@ extern "C" fn in_forked_child() {
     WRITING.store(false, Ordering::Release);
     let write_end = DUMP_PIPE.swap(-1, Ordering::Relaxed);
     let read_end = DUMP_READ.swap(-1, Ordering::Relaxed);
+    alarm::set_pipe(-1);
     if write_end < 0 {
         return;
     }
@@ -202,7 +210,7 @@ fn start_dump_thread(loud: bool) -> bool {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
         if loud {
             warn(format_args!(
-                "MEMPROF_DUMP_SIGNAL: cannot create a pipe; no dumps"
+                "cannot create the dump thread's pipe; no dumps"
             ));
         }
         return false;
@@ -224,28 +232,51 @@ fn start_dump_thread(loud: bool) -> bool {
         }
         if loud {
             warn(format_args!(
-                "MEMPROF_DUMP_SIGNAL: cannot start the dump thread: {}",
+                "cannot start the dump thread, no dumps: {}",
                 std::io::Error::from_raw_os_error(error)
             ));
         }
         return false;
     }
     DUMP_PIPE.store(write_end, Ordering::Relaxed);
+    alarm::set_pipe(write_end);
     true
 }
 
-/// The dump thread: a dump for each byte read from the pipe whose read end is in `DUMP_READ`
-/// when it starts.
+/// The dump thread: a dump for each byte 1 (the dump signal) read from the pipe whose read end
+/// is in `DUMP_READ` when it starts; for the heap alarm's byte, and when the wait for one times
+/// out ([`watch::timeout`]), the dumps on growth and near the limit ([`watch::check`]).
 fn dump_thread() {
     let read_end = DUMP_READ.load(Ordering::Relaxed);
+    guard::untracked(watch::start);
     let mut byte = 0u8;
     loop {
+        let timeout = watch::timeout().map_or(-1, |t| t.as_millis() as libc::c_int);
+        let mut ready = libc::pollfd {
+            fd: read_end,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `ready` is one valid `pollfd`.
+        match unsafe { libc::poll(&mut ready, 1, timeout) } {
+            0 => {
+                guard::untracked(watch::check);
+                continue;
+            }
+            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
+                continue;
+            }
+            -1 => return,
+            _ => {}
+        }
         // SAFETY: reads at most one byte into `byte` from the pipe's read end, which only this
         // thread reads.
         let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
-        match n {
-            1 => guard::untracked(dump),
-            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+        match (n, byte) {
+            (1, alarm::WAKE) => guard::untracked(watch::check),
+            (1, _) => guard::untracked(dump),
+            (-1, _)
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
             _ => return,
         }
     }

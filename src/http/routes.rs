@@ -196,6 +196,11 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
                 crate::report::types::write(&typing.counts(), out)
             })
         }
+        ("/debug/memprof/memory", _) => {
+            let _turn = turn();
+            let breakdown = crate::MemoryBreakdown::get();
+            Response::made("text/plain; charset=utf-8", |out| breakdown.write_text(out))
+        }
         ("/" | "/debug/memprof/" | "/debug/memprof" | "/debug/pprof/" | "/debug/pprof", _) => {
             index()
         }
@@ -340,6 +345,8 @@ fn index() -> Response {
          Markdown</li>\n\
          <li><a href=\"/debug/memprof/report.tsv\">report.tsv</a>: the same, tab-separated</li>\n\
          <li><a href=\"/debug/memprof/objects\">objects</a>: live objects per type</li>\n\
+         <li><a href=\"/debug/memprof/memory\">memory</a>: resident memory by what holds it \
+         (the heap, the allocator's rounding and free memory, memprof, stacks, code)</li>\n\
          </ul>\n</body></html>\n",
         stats.live_blocks,
         stats.live_bytes,

@@ -151,6 +151,13 @@ impl Table {
         );
     }
 
+    /// The live bytes of the shared counter, as the threads' batches reached it (what the heap
+    /// alarm compares with its level): short of the true figure by under [`PEAK_BATCH`] bytes per
+    /// thread; cheap enough to read at any time.
+    pub(crate) fn counted_live_bytes(&self) -> u64 {
+        self.peak.counter.live_bytes()
+    }
+
     /// The table of the heap's peak, when tracked: `None` otherwise.
     pub(crate) fn peak_table(&self) -> Option<PeakTable> {
         self.tracks_peak().then(|| {

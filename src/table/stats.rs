@@ -59,6 +59,8 @@ impl Peak {
     #[inline]
     pub(super) fn change(&self, bytes: i64) -> bool {
         let live = self.live_bytes.fetch_add(bytes, Relaxed) + bytes;
+        // Dumps on growth and near the memory limit: a load and a comparison.
+        crate::alarm::check(live);
         // Most changes do not set a new peak: a plain load keeps the common case cheap.
         bytes > 0
             && live > 0

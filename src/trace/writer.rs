@@ -611,6 +611,7 @@ impl Sink {
         self.symbols()?;
         let lost = buffer::LOST.load(Ordering::Relaxed);
         self.chunk.reset(0);
+        self.chunk.memory(&crate::breakdown::trace_parts());
         self.chunk.end(self.events, lost);
         self.write_chunk(false)?;
         self.out.as_mut().expect("open").flush()?;

@@ -127,6 +127,8 @@ pub fn replay(bytes: &[u8], until: Option<&str>) -> Replay {
                     labels.insert(id, text);
                 }
                 Record::End { events, lost } => replay.end = Some((events, lost)),
+                // The memory breakdown at the close (1.2), checked by tests/trace_memory.rs.
+                Record::Memory(_) => {}
                 other => panic!("unexpected record {other:?}"),
             }
         }
