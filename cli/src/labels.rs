@@ -2,6 +2,7 @@
 //! live blocks and bytes at the end and allocated over the run, per label set.
 
 use crate::{Failure, snapshot_at, written};
+use memprof::Snapshot;
 use memprof_trace::{Moment, Trace};
 use std::collections::HashMap;
 use std::io::Write;
@@ -12,7 +13,26 @@ pub fn write_label_sets(trace: &Trace, out: &mut impl Write) -> Result<(), Failu
         return Ok(());
     }
     let (snapshot, _) = snapshot_at(trace, &Moment::End)?;
-    // (live blocks, live bytes, allocated blocks, allocated bytes) per label set id.
+    let rows: Vec<(String, [u64; 4])> = rows(&snapshot)
+        .into_iter()
+        .map(|(id, row)| (text(snapshot.label_set(id)), row))
+        .collect();
+    let mut text_out = String::from(
+        "\nlabel sets (live at the end, allocated over the run):\n  \
+         live blocks  live bytes  allocated blocks  allocated bytes  labels\n",
+    );
+    for (labels, [live_blocks, live_bytes, blocks, bytes]) in rows {
+        text_out.push_str(&format!(
+            "  {live_blocks:>11}  {live_bytes:>10}  {blocks:>16}  {bytes:>15}  {labels}\n"
+        ));
+    }
+    written(out.write_all(text_out.as_bytes()))
+}
+
+/// (live blocks, live bytes, allocated blocks, allocated bytes) per label set id of `snapshot`'s
+/// stacks, the sets with blocks live or allocated only, most live bytes first (then most bytes
+/// allocated, then by the sets' pairs).
+pub fn rows(snapshot: &Snapshot) -> Vec<(u32, [u64; 4])> {
     let mut sets: HashMap<u32, [u64; 4]> = HashMap::new();
     for stack in &snapshot.stacks {
         let row = sets.entry(stack.labels).or_default();
@@ -25,27 +45,17 @@ pub fn write_label_sets(trace: &Trace, out: &mut impl Write) -> Result<(), Failu
             *sum = sum.saturating_add(value);
         }
     }
-    let mut rows: Vec<(String, [u64; 4])> = sets
+    let mut rows: Vec<(u32, [u64; 4])> = sets
         .into_iter()
-        .filter(|(_, row)| row[2] > 0 || row[0] > 0)
-        .map(|(id, row)| (text(snapshot.label_set(id)), row))
+        .filter(|(_, row)| row[0] > 0 || row[2] > 0)
         .collect();
     rows.sort_by(|a, b| {
         b.1[1]
             .cmp(&a.1[1])
             .then(b.1[3].cmp(&a.1[3]))
-            .then(a.0.cmp(&b.0))
+            .then_with(|| snapshot.label_set(a.0).cmp(snapshot.label_set(b.0)))
     });
-    let mut text_out = String::from(
-        "\nlabel sets (live at the end, allocated over the run):\n  \
-         live blocks  live bytes  allocated blocks  allocated bytes  labels\n",
-    );
-    for (labels, [live_blocks, live_bytes, blocks, bytes]) in rows {
-        text_out.push_str(&format!(
-            "  {live_blocks:>11}  {live_bytes:>10}  {blocks:>16}  {bytes:>15}  {labels}\n"
-        ));
-    }
-    written(out.write_all(text_out.as_bytes()))
+    rows
 }
 
 /// A label set as `key=value,key=value`, `(none)` when empty (as `memprof::log_labels` writes).

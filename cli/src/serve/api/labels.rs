@@ -7,7 +7,6 @@ use super::view::Query;
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
 
 /// The label sets at the query's moment, most live bytes first: each with its labels (an
 /// object, key to value; empty for blocks allocated without labels), its live blocks and bytes
@@ -27,28 +26,7 @@ pub fn labels(state: &State, params: &Params) -> Result<Value, ApiError> {
         live_heap(state, &q, stop_events, stop_time)?
     };
     let snapshot = crate::moment::snapshot(&state.trace, &heap, heap.live_bytes);
-    let mut sets: HashMap<u32, [u64; 4]> = HashMap::new();
-    for stack in &snapshot.stacks {
-        let row = sets.entry(stack.labels).or_default();
-        for (sum, value) in row.iter_mut().zip([
-            stack.live_blocks,
-            stack.live_bytes,
-            stack.allocated_blocks,
-            stack.allocated_bytes,
-        ]) {
-            *sum = sum.saturating_add(value);
-        }
-    }
-    let mut rows: Vec<(u32, [u64; 4])> = sets
-        .into_iter()
-        .filter(|(_, row)| row[0] > 0 || row[2] > 0)
-        .collect();
-    rows.sort_by(|a, b| {
-        b.1[1]
-            .cmp(&a.1[1])
-            .then(b.1[3].cmp(&a.1[3]))
-            .then_with(|| snapshot.label_set(a.0).cmp(snapshot.label_set(b.0)))
-    });
+    let rows = crate::labels::rows(&snapshot);
     let label_sets: Vec<Value> = rows
         .into_iter()
         .map(|(id, [live_blocks, live_bytes, blocks, bytes])| {
