@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::frames;
 use crate::guard::untracked;
 use crate::object_graph::Heap;
-use crate::snapshot::{Snapshot, SnapshotDiff, StackSummary};
+use crate::snapshot::{Snapshot, SnapshotDiff, StackDelta, StackSummary};
 use crate::symbolize::{self, Resolve};
 use crate::types::Typing;
 use contexts::{ContextKey, Contexts};
@@ -253,7 +253,11 @@ impl DiffReport {
     ) -> DiffReport {
         let mut contexts = Contexts::new(resolver, options);
         let mut groups: HashMap<ContextKey, (i64, i64)> = HashMap::new();
-        for stack in &diff.stacks {
+        let labelled = |stack: &StackDelta| match &options.label {
+            Some((key, value)) => stack.labels.iter().any(|(k, v)| k == key && v == value),
+            None => true,
+        };
+        for stack in diff.stacks.iter().filter(|s| labelled(s)) {
             let group = groups.entry(contexts.key(&stack.frames)).or_default();
             group.0 += stack.live_blocks;
             group.1 += stack.live_bytes;

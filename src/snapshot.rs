@@ -245,6 +245,7 @@ impl Snapshot {
                         .allocated_blocks
                         .saturating_sub(before.allocated_blocks),
                     allocated_bytes: later.allocated_bytes.saturating_sub(before.allocated_bytes),
+                    labels: self.label_set(later.labels).to_vec(),
                 };
                 (delta.live_blocks != 0 || delta.live_bytes != 0 || delta.allocated_blocks != 0)
                     .then_some(delta)
@@ -270,6 +271,9 @@ pub struct StackDelta {
     pub allocated_blocks: u64,
     /// Bytes allocated between the two snapshots.
     pub allocated_bytes: u64,
+    /// The labels its blocks were allocated with ([`with_labels`](crate::with_labels)), sorted by
+    /// key; empty for none.
+    pub labels: Vec<(String, String)>,
 }
 
 /// What changed between two snapshots, per stack: [`Snapshot::diff`].

@@ -10,7 +10,7 @@
 mod common;
 
 use memprof::export::{self, ExportOptions};
-use memprof::{Labels, Report, ReportOptions, Snapshot};
+use memprof::{DiffReport, Labels, Report, ReportOptions, Snapshot};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -48,6 +48,7 @@ fn logged() -> Vec<(String, [u64; 4])> {
 
 #[test]
 fn labels_in_log_labels_reports_and_go_pprof() {
+    let earlier = Snapshot::take();
     // The containers are made before the labels are set: only the blocks carry them.
     let mut acme: Vec<Vec<u8>> = Vec::with_capacity(2000);
     let mut zeta: Vec<Vec<u8>> = Vec::with_capacity(10);
@@ -107,6 +108,21 @@ fn labels_in_log_labels_reports_and_go_pprof() {
     let bytes: u64 = report.groups.iter().map(|g| g.bytes).sum();
     let blocks: u64 = report.groups.iter().map(|g| g.blocks).sum();
     assert_eq!((blocks, bytes), (5, 5 << 17), "{report:?}");
+    // So does the diff report, of what grew since the test began.
+    let diff = memprof::with_symbolizer(|s| {
+        DiffReport::new(
+            &snapshot.diff(&earlier),
+            s,
+            &ReportOptions::default()
+                .min_bytes(0)
+                .label("tenant", "beta"),
+        )
+    });
+    let grown: (i64, i64) = diff
+        .changes
+        .iter()
+        .fold((0, 0), |(b, n), g| (b + g.blocks, n + g.bytes));
+    assert_eq!(grown, (3, 3 << 16), "{diff:?}");
 
     // An export file, read by Go's pprof.
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
