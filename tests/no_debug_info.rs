@@ -132,7 +132,12 @@ fn no_debug_info() {
             // a stale word in a block's unused capacity may add a block that is not the index's.
             assert!(size >= owned && size <= 2 * owned, "{context}");
         } else {
-            assert_eq!(size, owned, "{context}");
+            // With types, blocks that hold no pointer (the keys' strings, the positions) are not
+            // read, but the maps' tables are, empty buckets included: a stale word there, left
+            // by the memory's earlier use, that equals a live block's start counts that block
+            // (MemProf's rule: a guess, never an omission). Seen once in many runs, under load:
+            // 2,752 bytes over 120,312.
+            assert!(size >= owned && size - owned <= owned / 16, "{context}");
         }
         let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains(WARNING)).collect();
         if stripped {
