@@ -179,29 +179,22 @@ struct Mapping<'a> {
 fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
     let mut out: Vec<Mapping<'_>> = Vec::new();
     for line in smaps.lines() {
-        if let Some(rss) = line.strip_prefix("Rss:") {
+        if line.starts_with("Rss:") {
             if let Some(last) = out.last_mut() {
-                last.rss = memory::kib_field(&format!("Rss:{rss}"), "Rss:").unwrap_or(0);
+                last.rss = memory::kib_field(line, "Rss:").unwrap_or(0);
             }
             continue;
         }
-        // A header: `start-end perms offset dev inode [name]`.
-        let mut fields = line.split_whitespace();
-        let Some((start, end)) = fields.next().and_then(|r| r.split_once('-')) else {
+        let Some(memory::MapsLine {
+            start,
+            end,
+            perms,
+            inode,
+            name,
+        }) = memory::maps_line(line)
+        else {
             continue;
         };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
-        let perms = fields.next().unwrap_or("");
-        let (_offset, _dev) = (fields.next(), fields.next());
-        let Some(inode) = fields.next().and_then(|i| i.parse().ok()) else {
-            continue;
-        };
-        let name = fields.next().unwrap_or("");
         out.push(Mapping {
             start,
             end,

@@ -37,6 +37,36 @@ pub(crate) fn kib_field(text: &str, name: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// A mapping's header line of `/proc/self/maps` (or `smaps`):
+/// `start-end perms offset dev inode [name]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MapsLine<'a> {
+    pub start: usize,
+    pub end: usize,
+    pub perms: &'a str,
+    pub inode: u64,
+    /// The file's path or the kernel's name (`[heap]`), empty for an anonymous mapping.
+    pub name: &'a str,
+}
+
+/// `line` read as a mapping's header line; `None` for any other line (an `smaps` field).
+pub(crate) fn maps_line(line: &str) -> Option<MapsLine<'_>> {
+    let mut fields = line.split_ascii_whitespace();
+    let (start, end) = fields.next()?.split_once('-')?;
+    let start = usize::from_str_radix(start, 16).ok()?;
+    let end = usize::from_str_radix(end, 16).ok()?;
+    let perms = fields.next()?;
+    let (_offset, _dev) = (fields.next()?, fields.next()?);
+    let inode = fields.next()?.parse().ok()?;
+    Some(MapsLine {
+        start,
+        end,
+        perms,
+        inode,
+        name: fields.next().unwrap_or(""),
+    })
+}
+
 /// The cgroup whose memory limit binds this process: of the process's own cgroup and its
 /// ancestors, the one with the smallest limit.
 #[derive(Clone, Debug)]

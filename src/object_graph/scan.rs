@@ -185,24 +185,19 @@ impl Readable {
     fn parse(maps: &str) -> Vec<(usize, usize)> {
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         for line in maps.lines() {
-            let mut fields = line.split_ascii_whitespace();
-            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            let Some(crate::memory::MapsLine {
+                start,
+                end,
+                perms,
+                name,
+                ..
+            }) = crate::memory::maps_line(line)
+            else {
                 continue;
             };
-            // Offset, device and inode, then the name.
-            let name = fields.nth(3).unwrap_or("");
             if !perms.starts_with('r') || name.starts_with("[vvar") {
                 continue;
             }
-            let Some((start, end)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end)) = (
-                usize::from_str_radix(start, 16),
-                usize::from_str_radix(end, 16),
-            ) else {
-                continue;
-            };
             match ranges.last_mut() {
                 Some(last) if last.1 == start => last.1 = end,
                 _ => ranges.push((start, end)),
