@@ -1309,3 +1309,179 @@ fn group_filters() {
     server.error("/api/sites?group_allocations_min=x", 400);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// The time between a group's first and last allocation (`group_interval_min`, `_max`), and
+/// the group filters on the endpoints besides `/api/sites`.
+#[test]
+fn group_interval_and_group_filters_everywhere() {
+    let path = known_trace_file("interval");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let ids = |query: &str| -> Vec<u64> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    // `app::leaky` (0) allocates at 100, 500 (main) and 550 (worker): 450 ns apart;
+    // `app::temp` (1) at 200 and 400: 200 ns apart.
+    assert_eq!(ids("group_interval_min=450"), [0]);
+    assert_eq!(ids("group_interval_min=451"), Vec::<u64>::new());
+    assert_eq!(ids("group_interval_max=449"), [1]);
+    assert_eq!(ids("group_interval_max=200"), [1]);
+    assert_eq!(ids("group_interval_max=199"), Vec::<u64>::new());
+    assert_eq!(ids("group_interval_min=200&group_interval_max=450"), [0, 1]);
+    // The groups are of the blocks that pass the filters: main's blocks of `app::leaky` are
+    // 400 ns apart; a size filter (a scan) leaves `app::leaky`'s three.
+    assert_eq!(ids("thread=1&group_interval_min=400"), [0]);
+    assert_eq!(ids("thread=1&group_interval_min=401"), Vec::<u64>::new());
+    assert_eq!(ids("size_min=1000&group_interval_min=450"), [0]);
+    assert_eq!(ids("size_max=10&group_interval_max=0"), [1]);
+    // A group of one allocation spans 0 ns.
+    assert_eq!(ids("thread=2&group_interval_max=0"), [0]);
+    // The figures of a site that passes are those without the group filter.
+    assert_eq!(
+        sites(&server, "group_interval_max=200").1,
+        [row(1, TEMP_ALL)]
+    );
+    server.error("/api/sites?group_interval_min=1ms", 400);
+
+    // The other endpoints keep the blocks of the groups that pass.
+    let flame = |query: &str| server.json(&format!("/api/flame?{query}"))["value"].clone();
+    assert_eq!(flame("what=allocated"), 7030);
+    assert_eq!(flame("what=allocated&group_interval_max=200"), 30);
+    assert_eq!(flame("what=allocated&group_allocations_min=3"), 7000);
+    assert_eq!(flame("what=live&at=0.00000045&group_interval_max=200"), 20);
+    let timeline = server.json("/api/timeline?points=2&to=0.000001&group_interval_min=450");
+    let points = timeline["points"].as_array().unwrap();
+    let last = points.last().unwrap();
+    // Up to 1,000 ns (the index draws it: widened to its bucket edge, 1,024 ns) `app::leaky`
+    // allocated 7,000 bytes in 3 blocks and freed 5,000 in 1.
+    assert_eq!(timeline["bucket_ns"], 1024);
+    assert_eq!(
+        (
+            last["t_ns"].as_u64(),
+            last["live_bytes"].as_u64(),
+            last["live_blocks"].as_u64()
+        ),
+        (Some(1024), Some(2000), Some(2))
+    );
+    let alloc_sum: u64 = points
+        .iter()
+        .map(|p| p["alloc_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(alloc_sum, 7000);
+    let diff = server.json("/api/diff?from=0.00000045&to=end&group_interval_max=200");
+    let changed: Vec<(u64, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["delta_bytes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(changed, [(1, -20)]);
+    let allocations = server.json("/api/allocations?group_interval_max=200");
+    assert_eq!(allocations["total_count"], 2);
+    let labels = server.json("/api/labels?at=0.00000045&group_interval_max=200");
+    assert_eq!(labels["label_sets"][0]["live_bytes"], 20);
+    let (status, _, body) = server.get("/api/export/folded?at=0.00000045&group_interval_max=200");
+    assert_eq!(status, 200);
+    let folded: u64 = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(folded, 20);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// bytehound's lifetime classes: `life=freed_in_range`, the blocks freed within the query's
+/// range; `life=kept_in_range`, those not freed within it (freed after it, or never).
+#[test]
+fn lifetime_classes_of_the_range() {
+    let path = known_trace_file("inrange");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let figures = |query: &str| -> Vec<(u64, u64, u64, u64, u64)> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| {
+                let n = |k: &str| r[k].as_u64().unwrap();
+                (
+                    n("id"),
+                    n("allocations"),
+                    n("allocated_bytes"),
+                    n("frees"),
+                    n("live_bytes"),
+                )
+            })
+            .collect()
+    };
+    // Up to 1,000 ns: 0xa200 (10 B, freed at 300), 0xa200 (20 B, at 600) and 0xb000 (5,000 B,
+    // at 650) are freed; 0xa100 (never freed) and 0xa300 (freed at 2,000,700) are not.
+    assert_eq!(
+        figures("life=freed_in_range&to=0.000001&sort=id&desc=0"),
+        [(0, 1, 5000, 1, 0), (1, 2, 30, 2, 0)]
+    );
+    assert_eq!(
+        figures("life=kept_in_range&to=0.000001&sort=id&desc=0"),
+        [(0, 2, 2000, 0, 1000)]
+    );
+    // The whole run: only 0xa100 is not freed within it, as `life=never`.
+    assert_eq!(
+        figures("life=kept_in_range"),
+        figures("life=never"),
+        "kept over the whole run is never freed"
+    );
+    assert_eq!(
+        figures("life=freed_in_range&sort=id&desc=0"),
+        [(0, 2, 6000, 2, 0), (1, 2, 30, 2, 0)]
+    );
+    // From 500 ns (excluded) to 1,000 ns: freed within it are 0xa200 (the 20 B one, allocated
+    // at 400, before the range: its free counts, not its allocation) and 0xb000 (550).
+    assert_eq!(
+        figures("life=freed_in_range&from=0.0000005&to=0.000001&sort=id&desc=0"),
+        [(0, 1, 5000, 1, 0), (1, 0, 0, 1, 0)]
+    );
+    // Single allocations.
+    let addresses = |query: &str| -> Vec<String> {
+        server.json(&format!("/api/allocations?{query}"))["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["address"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        addresses("life=freed_in_range&to=0.000001"),
+        ["0xa200", "0xa200", "0xb000"]
+    );
+    assert_eq!(
+        addresses("life=kept_in_range&to=0.000001"),
+        ["0xa100", "0xa300"]
+    );
+    // The timeline and the flame graph count the same blocks.
+    let flame = |query: &str| server.json(&format!("/api/flame?{query}"))["value"].clone();
+    assert_eq!(flame("what=allocated&life=kept_in_range&to=0.000001"), 2000);
+    assert_eq!(
+        flame("what=allocated&life=freed_in_range&to=0.000001"),
+        5030
+    );
+    let timeline = server.json("/api/timeline?points=2&to=0.000001&life=freed_in_range");
+    let points = timeline["points"].as_array().unwrap();
+    assert_eq!(points.last().unwrap()["live_bytes"], 0);
+    let frees: u64 = points.iter().map(|p| p["frees"].as_u64().unwrap()).sum();
+    assert_eq!(frees, 3);
+    // Group filters with them: the groups of blocks freed within the range.
+    assert_eq!(
+        figures("life=freed_in_range&to=0.000001&group_allocations_min=2"),
+        [(1, 2, 30, 2, 0)]
+    );
+    let message = server.error("/api/sites?life=in_range", 400);
+    assert!(message.contains("freed_in_range"), "{message}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

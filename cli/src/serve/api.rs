@@ -8,6 +8,7 @@ mod allocations;
 mod diff;
 mod export;
 mod flame;
+mod groups;
 mod labels;
 mod sites;
 mod summary;
