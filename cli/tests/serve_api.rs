@@ -1485,3 +1485,150 @@ fn lifetime_classes_of_the_range() {
     assert!(message.contains("freed_in_range"), "{message}");
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// Several traces served at once: `/api/traces` lists them, `/api/traces/ID/...` asks one, the
+/// paths without an id the first; `/api/diff` compares trace A at one moment with trace B at
+/// another, by call site context.
+#[test]
+fn several_traces_at_once() {
+    let known = known_trace_file("several");
+    let named = known.parent().unwrap().join("named.mptrace");
+    std::fs::write(&named, support::named_trace()).unwrap();
+    let (k, n) = (known.to_str().unwrap(), named.to_str().unwrap());
+    let server = Server::start(&[k, n, k]);
+
+    let traces = server.json("/api/traces");
+    let listed: Vec<(u64, &str, u64)> = traces["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().unwrap(),
+                t["path"].as_str().unwrap(),
+                t["duration_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [(0, k, 2_000_700), (1, n, 800), (2, k, 2_000_700)]);
+    assert_eq!(traces["traces"][0]["events"], 10);
+    assert_eq!(traces["traces"][0]["sites"], 2);
+    assert_eq!(traces["traces"][1]["sites"], 5);
+    // The first trace answers the paths without an id, as with one trace.
+    assert_eq!(
+        server.json("/api/summary"),
+        server.json("/api/traces/0/summary")
+    );
+    assert_eq!(server.json("/api/traces/1/summary")["path"], n);
+    assert_eq!(
+        server.json("/api/traces/2/sites?at=peak"),
+        server.json("/api/sites?at=peak")
+    );
+    let named_sites = server.json("/api/traces/1/sites?sort=live_bytes");
+    assert_eq!(named_sites["sites"][0]["function"], "app::grow");
+    assert_eq!(named_sites["sites"][0]["live_bytes"], 3000);
+    server.error("/api/traces/3/summary", 404);
+    server.error("/api/traces/x/sites", 404);
+    server.error("/api/traces/1/nothing", 404);
+
+    // The same trace on both sides: the diff of one trace between the two moments.
+    let deltas = |answer: &Value| -> Vec<(Value, Value, i64, i64)> {
+        answer["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["from_id"].clone(),
+                    s["to_id"].clone(),
+                    s["delta_bytes"].as_i64().unwrap(),
+                    s["delta_blocks"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let diff = server.json("/api/diff?from_trace=0&from=peak&to_trace=2&marker_to=m");
+    assert_eq!(
+        (
+            &diff["from_trace"],
+            &diff["to_trace"],
+            &diff["from_ns"],
+            &diff["to_ns"]
+        ),
+        (&json!(0), &json!(2), &json!(550), &json!(700))
+    );
+    assert_eq!(
+        deltas(&diff),
+        [
+            (json!(0), json!(0), -5000, -1),
+            (json!(1), json!(1), -20, -1)
+        ]
+    );
+    assert_eq!(diff["total_sites"], 2);
+    // Asked through trace 2's path, `to_trace` defaults to 2; the filters apply to both sides.
+    let diff = server.json("/api/traces/2/diff?from_trace=0&from=peak&marker_to=m&thread=1");
+    assert_eq!(
+        deltas(&diff),
+        [(json!(1), json!(1), -20, -1)],
+        "main's blocks of app::leaky live at the peak are live at the marker"
+    );
+    // Two different programs: the known trace's sites at its end against the named trace's.
+    let diff = server.json("/api/diff?from_trace=0&to_trace=1");
+    let named_ids: Vec<(String, u64)> = named_sites["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap().to_owned(),
+                s["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let id_of = |f: &str| json!(named_ids.iter().find(|(n, _)| n == f).unwrap().1);
+    let got: Vec<(String, Value, Value, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap().to_owned(),
+                s["from_id"].clone(),
+                s["to_id"].clone(),
+                s["delta_bytes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let init = named_sites["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["live_bytes"] == 64)
+        .unwrap()["function"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        got,
+        [
+            (
+                "app::grow".to_owned(),
+                Value::Null,
+                id_of("app::grow"),
+                3000
+            ),
+            (
+                "app::build".to_owned(),
+                Value::Null,
+                id_of("app::build"),
+                1000
+            ),
+            (init.clone(), Value::Null, id_of(&init), 64),
+            ("app::tiny".to_owned(), Value::Null, id_of("app::tiny"), 10),
+            ("app::leaky".to_owned(), json!(0), Value::Null, -1000),
+        ]
+    );
+    server.error("/api/diff?from_trace=3", 400);
+    server.error("/api/diff?from_trace=1&marker_from=m", 400);
+    std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
+}
