@@ -1632,3 +1632,122 @@ fn several_traces_at_once() {
     server.error("/api/diff?from_trace=1&marker_from=m", 400);
     std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
 }
+
+/// `/api/mappings`: the program's own mappings live at a moment by call site, over time, their
+/// peak and totals, with the filters on threads and frames; none on a trace without them.
+#[test]
+fn the_programs_own_mappings() {
+    use support::PAGE;
+    let dir = std::env::temp_dir().join(format!("memprof-serve-mmap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("maps.mptrace");
+    std::fs::write(&path, support::mappings_trace()).unwrap();
+    let known = known_trace_file("maps");
+    let server = Server::start(&[path.to_str().unwrap(), known.to_str().unwrap()]);
+    let sites = |answer: &Value| -> Vec<(String, u64, u64)> {
+        answer["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["function"].as_str().unwrap().to_owned(),
+                    s["bytes"].as_u64().unwrap(),
+                    s["mappings"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let small = |bytes, count| ("app::map_small".to_owned(), bytes, count);
+    let big = |bytes, count| ("app::map_big".to_owned(), bytes, count);
+    // At the end: app::map_big's 3 pages less the middle one, in 2 pieces; app::map_small's
+    // first page.
+    let end = server.json("/api/mappings?points=6");
+    assert_eq!(sites(&end), [big(2 * PAGE, 2), small(PAGE, 1)]);
+    assert_eq!(
+        (&end["bytes"], &end["mappings"]),
+        (&json!(3 * PAGE), &json!(3))
+    );
+    assert_eq!(end["time_ns"], 600);
+    assert_eq!(end["peak"], json!({"time_ns": 500, "bytes": 11 * PAGE}));
+    assert_eq!(
+        end["totals"],
+        json!({"made": 3, "made_bytes": 12 * PAGE, "unmaps": 2})
+    );
+    let drawn: Vec<(u64, u64, u64)> = end["timeline"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["t_ns"].as_u64().unwrap(),
+                p["bytes"].as_u64().unwrap(),
+                p["mappings"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        drawn,
+        [
+            (100, 0, 0),
+            (200, 3 * PAGE, 1),
+            (300, 4 * PAGE, 2),
+            (400, 3 * PAGE, 3),
+            (500, 11 * PAGE, 4),
+            (600, 3 * PAGE, 3)
+        ]
+    );
+    // At 550 ns, the 8 pages mapped at 500 are live; at 500 ns too (after every event at or
+    // before it), not at 499.
+    let at = server.json("/api/mappings?at=0.00000055");
+    assert_eq!(sites(&at), [small(9 * PAGE, 2), big(2 * PAGE, 2)]);
+    assert_eq!(
+        sites(&server.json("/api/mappings?at=0.0000005")),
+        sites(&at)
+    );
+    assert_eq!(
+        sites(&server.json("/api/mappings?at=0.000000499")),
+        [big(2 * PAGE, 2), small(PAGE, 1)]
+    );
+    assert_eq!(
+        sites(&server.json("/api/mappings?at=0.0000002")),
+        [big(3 * PAGE, 1)]
+    );
+    // The heap's peak (the one allocation, at 100 ns): no mapping yet.
+    assert_eq!(server.json("/api/mappings?at=peak")["mappings"], 0);
+    // A range: the timeline's points within it.
+    let ranged = server.json("/api/mappings?from=0.0000003&to=0.0000005&points=2");
+    assert_eq!(
+        ranged["timeline"],
+        json!({"from_ns": 300, "to_ns": 500, "points": [
+            {"t_ns": 400, "bytes": 3 * PAGE, "mappings": 3},
+            {"t_ns": 500, "bytes": 11 * PAGE, "mappings": 4}]})
+    );
+    // Filters on frames and threads.
+    let only_small = server.json("/api/mappings?func=map_small");
+    assert_eq!(sites(&only_small), [small(PAGE, 1)]);
+    assert_eq!(
+        only_small["peak"],
+        json!({"time_ns": 500, "bytes": 9 * PAGE})
+    );
+    assert_eq!(
+        only_small["totals"],
+        json!({"made": 2, "made_bytes": 9 * PAGE, "unmaps": 1})
+    );
+    assert_eq!(
+        sites(&server.json("/api/mappings?nofunc=map_small&thread=1")),
+        [big(2 * PAGE, 2)]
+    );
+    assert_eq!(server.json("/api/mappings?thread=2")["bytes"], 0);
+    let message = server.error("/api/mappings?size_min=1", 400);
+    assert!(message.contains("size_min"), "{message}");
+    server.error("/api/mappings?points=0", 400);
+    // A trace without mappings: none, under its id.
+    let none = server.json("/api/traces/1/mappings");
+    assert_eq!(
+        (&none["bytes"], &none["sites"], &none["totals"]["made"]),
+        (&json!(0), &json!([]), &json!(0))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
+}

@@ -10,6 +10,7 @@ mod export;
 mod flame;
 mod groups;
 mod labels;
+mod mappings;
 mod sites;
 mod summary;
 mod timeline;
@@ -117,6 +118,7 @@ fn answer(traces: &[&State], trace: usize, path: &str, query: &str) -> Result<Re
             _ => Reply::json_text(body.into()),
         }),
         "/api/diff" => diff::diff(traces, trace, &params).map(Reply::json_text),
+        "/api/mappings" => mappings::mappings(state, &params).map(|v| Reply::json(&v)),
         "/api/labels" => labels::labels(state, &params).map(|v| Reply::json(&v)),
         "/api/allocations" => allocations::allocations(state, &params).map(|v| Reply::json(&v)),
         _ => {

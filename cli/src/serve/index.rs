@@ -9,7 +9,7 @@
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
-use memprof_trace::{Accumulated, AddressHasher, Block, Event, Timed, Visitor};
+use memprof_trace::{Accumulated, AddressHasher, Block, Event, Mapping, Timed, Visitor};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
@@ -173,6 +173,14 @@ pub struct Classes {
 }
 
 impl Classes {
+    /// These pairs as classes, in this order.
+    pub fn from_pairs(list: Vec<(u32, u32)>) -> Classes {
+        Classes {
+            list,
+            ids: HashMap::new(),
+        }
+    }
+
     fn intern(&mut self, stack: u32, thread: u32) -> u32 {
         let next = self.list.len() as u32;
         let id = *self.ids.entry((stack, thread)).or_insert(next);
@@ -743,6 +751,18 @@ impl Visitor for Builder<'_> {
         if let Some(block) = self.live.remove(&address) {
             self.resolve(address, block, Some(temporary), timed, bucket);
         }
+    }
+
+    /// A mapping of the program's own: not a block, but an event of the run, whose time the
+    /// run's length and the buckets cover (`/api/mappings` answers for the mappings).
+    fn map(&mut self, timed: &Timed, _: u64, _: u64, _: &Mapping, _: &[(u64, u64, Mapping)]) {
+        self.agg.totals.last_time = timed.time;
+        self.bucket(timed.time);
+    }
+
+    fn unmap(&mut self, timed: &Timed, _: u64, _: u64, _: &[(u64, u64, Mapping)]) {
+        self.agg.totals.last_time = timed.time;
+        self.bucket(timed.time);
     }
 
     fn mark(&mut self, timed: &Timed, label: u32) {
