@@ -137,6 +137,9 @@ fn ordered<K: Ord, T>(mut changed: Vec<(i128, K, T, T)>, limit: usize) -> Vec<(i
     changed
 }
 
+/// Per call site context: the site's id in its trace, and its live bytes and blocks.
+type ByContext = BTreeMap<String, (u32, Live)>;
+
 /// One side of a diff between traces: per call site context (its frames' function, file and
 /// line), the site's id and its live bytes and blocks at the moment.
 fn side(
@@ -145,7 +148,7 @@ fn side(
     rest: &Params,
     name: &str,
     default: At,
-) -> Result<(At, BTreeMap<String, (u32, Live)>), ApiError> {
+) -> Result<(At, ByContext), ApiError> {
     let mut q = Query::parse(state, rest)?;
     let marker_name = format!("marker_{name}");
     let at = match (params.get(name), params.get(&marker_name)) {
