@@ -1628,6 +1628,25 @@ fn several_traces_at_once() {
             ("app::leaky".to_owned(), json!(0), Value::Null, -1000),
         ]
     );
+    // A live trace is served alone.
+    let refused = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args([
+            "serve",
+            k,
+            n,
+            "--listen-trace",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("receives one trace"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     server.error("/api/diff?from_trace=3", 400);
     server.error("/api/diff?from_trace=1&marker_from=m", 400);
     std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
