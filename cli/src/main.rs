@@ -111,8 +111,9 @@ enum Command {
     },
     /// The viewer: a web page and a REST API over a trace (docs/viewer-api.md).
     Serve {
-        /// The trace file (with --listen-trace: where the received trace is written).
-        trace: Option<PathBuf>,
+        /// The trace files, each served under its id (`/api/traces`), the first also without
+        /// (with --listen-trace: one file, where the received trace is written).
+        trace: Vec<PathBuf>,
         /// The address to serve on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,

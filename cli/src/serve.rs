@@ -30,39 +30,56 @@ const MAX_URL: usize = 16 * 1024;
 /// The trace being served; replaced as a live trace grows.
 type Shared = Arc<RwLock<Option<Arc<State>>>>;
 
-/// Runs the server until the process is stopped.
+/// Runs the server until the process is stopped: over `traces` (the first answers the paths
+/// without a trace id), or over the trace received at `listen_trace` (written to the one path
+/// given, if any).
 pub fn serve(
-    trace: Option<PathBuf>,
+    traces: Vec<PathBuf>,
     listen: &str,
     listen_trace: Option<&str>,
 ) -> Result<(), Failure> {
     let shared: Shared = Arc::new(RwLock::new(None));
-    match (trace, listen_trace) {
-        (Some(path), None) => {
-            let trace = crate::open(&path)?;
-            let state = State::build(trace, false)?;
-            eprintln!(
-                "memprof: {}: {} events, {} call sites, {} classes indexed",
-                path.display(),
-                state.trace.events(),
-                state.sites.len(),
-                state.classes.list.len()
-            );
-            *shared.write().map_err(|_| Failure("lock".into(), 1))? = Some(Arc::new(state));
-        }
-        (path, Some(address)) => {
-            let path = path.unwrap_or_else(|| {
-                std::env::temp_dir().join(format!("memprof-live-{}.mptrace", std::process::id()))
-            });
-            receive_live(address, path, shared.clone())?;
-        }
-        (None, None) => {
+    let mut others: Vec<Arc<State>> = Vec::new();
+    match listen_trace {
+        None if traces.is_empty() => {
             return Err(Failure(
                 "serve: give a TRACE, or --listen-trace ADDR to receive one".into(),
                 2,
             ));
         }
+        None => {
+            for (id, path) in traces.iter().enumerate() {
+                let trace = crate::open(path)?;
+                let state = State::build(trace, false)?;
+                eprintln!(
+                    "memprof: trace {id}: {}: {} events, {} call sites, {} classes indexed",
+                    path.display(),
+                    state.trace.events(),
+                    state.sites.len(),
+                    state.classes.list.len()
+                );
+                if id == 0 {
+                    *shared.write().map_err(|_| Failure("lock".into(), 1))? = Some(Arc::new(state));
+                } else {
+                    others.push(Arc::new(state));
+                }
+            }
+        }
+        Some(address) => {
+            if traces.len() > 1 {
+                return Err(Failure(
+                    "serve: --listen-trace receives one trace: give at most one file to write it to"
+                        .into(),
+                    2,
+                ));
+            }
+            let path = traces.into_iter().next().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("memprof-live-{}.mptrace", std::process::id()))
+            });
+            receive_live(address, path, shared.clone())?;
+        }
     }
+    let others = Arc::new(others);
     let server = tiny_http::Server::http(listen)
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
     let server = Arc::new(server);
@@ -83,9 +100,10 @@ pub fn serve(
         .map(|_| {
             let server = server.clone();
             let shared = shared.clone();
+            let others = others.clone();
             std::thread::spawn(move || {
                 while let Ok(request) = server.recv() {
-                    handle(&shared, request);
+                    handle(&shared, &others, request);
                 }
             })
         })
@@ -96,7 +114,7 @@ pub fn serve(
     Ok(())
 }
 
-fn handle(shared: &Shared, request: tiny_http::Request) {
+fn handle(shared: &Shared, others: &[Arc<State>], request: tiny_http::Request) {
     let url = request.url().to_owned();
     let mut hosts = request
         .headers()
@@ -132,10 +150,12 @@ fn handle(shared: &Shared, request: tiny_http::Request) {
         let (path, query) = url.split_once('?').unwrap_or((&url, ""));
         let current = shared.read().ok().and_then(|s| s.clone());
         // A bug in one query answers 500 and leaves the server running.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route(current, path, query)))
-            .unwrap_or_else(|_| {
-                api::Reply::error(&ApiError::internal(format!("{path}: internal error")))
-            })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            route(current, others, path, query)
+        }))
+        .unwrap_or_else(|_| {
+            api::Reply::error(&ApiError::internal(format!("{path}: internal error")))
+        })
     };
     let mut response = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
     let mut headers = vec![("Content-Type", reply.content_type.to_owned())];
@@ -173,7 +193,7 @@ fn host_accepted(value: &str) -> bool {
         && (host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::Ipv4Addr>().is_ok())
 }
 
-fn route(state: Option<Arc<State>>, path: &str, query: &str) -> api::Reply {
+fn route(state: Option<Arc<State>>, others: &[Arc<State>], path: &str, query: &str) -> api::Reply {
     if path == "/" || path == "/index.html" {
         return file("index.html");
     }
@@ -189,7 +209,9 @@ fn route(state: Option<Arc<State>>, path: &str, query: &str) -> api::Reply {
             message: "no trace yet: waiting for the traced program to connect".into(),
         });
     };
-    api::answer(&state, path, query).unwrap_or_else(|e| api::Reply::error(&e))
+    let mut traces: Vec<&State> = vec![&state];
+    traces.extend(others.iter().map(|s| &**s));
+    api::route(&traces, path, query).unwrap_or_else(|e| api::Reply::error(&e))
 }
 
 fn file(name: &str) -> api::Reply {

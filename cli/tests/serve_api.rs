@@ -1309,3 +1309,464 @@ fn group_filters() {
     server.error("/api/sites?group_allocations_min=x", 400);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// The time between a group's first and last allocation (`group_interval_min`, `_max`), and
+/// the group filters on the endpoints besides `/api/sites`.
+#[test]
+fn group_interval_and_group_filters_everywhere() {
+    let path = known_trace_file("interval");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let ids = |query: &str| -> Vec<u64> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    // `app::leaky` (0) allocates at 100, 500 (main) and 550 (worker): 450 ns apart;
+    // `app::temp` (1) at 200 and 400: 200 ns apart.
+    assert_eq!(ids("group_interval_min=450"), [0]);
+    assert_eq!(ids("group_interval_min=451"), Vec::<u64>::new());
+    assert_eq!(ids("group_interval_max=449"), [1]);
+    assert_eq!(ids("group_interval_max=200"), [1]);
+    assert_eq!(ids("group_interval_max=199"), Vec::<u64>::new());
+    assert_eq!(ids("group_interval_min=200&group_interval_max=450"), [0, 1]);
+    // The groups are of the blocks that pass the filters: main's blocks of `app::leaky` are
+    // 400 ns apart; a size filter (a scan) leaves `app::leaky`'s three.
+    assert_eq!(ids("thread=1&group_interval_min=400"), [0]);
+    assert_eq!(ids("thread=1&group_interval_min=401"), Vec::<u64>::new());
+    assert_eq!(ids("size_min=1000&group_interval_min=450"), [0]);
+    assert_eq!(ids("size_max=10&group_interval_max=0"), [1]);
+    // A group of one allocation spans 0 ns.
+    assert_eq!(ids("thread=2&group_interval_max=0"), [0]);
+    // The figures of a site that passes are those without the group filter.
+    assert_eq!(
+        sites(&server, "group_interval_max=200").1,
+        [row(1, TEMP_ALL)]
+    );
+    server.error("/api/sites?group_interval_min=1ms", 400);
+
+    // The other endpoints keep the blocks of the groups that pass.
+    let flame = |query: &str| server.json(&format!("/api/flame?{query}"))["value"].clone();
+    assert_eq!(flame("what=allocated"), 7030);
+    assert_eq!(flame("what=allocated&group_interval_max=200"), 30);
+    assert_eq!(flame("what=allocated&group_allocations_min=3"), 7000);
+    assert_eq!(flame("what=live&at=0.00000045&group_interval_max=200"), 20);
+    let timeline = server.json("/api/timeline?points=2&to=0.000001&group_interval_min=450");
+    let points = timeline["points"].as_array().unwrap();
+    let last = points.last().unwrap();
+    // Up to 1,000 ns (the index draws it: widened to its bucket edge, 1,024 ns) `app::leaky`
+    // allocated 7,000 bytes in 3 blocks and freed 5,000 in 1.
+    assert_eq!(timeline["bucket_ns"], 1024);
+    assert_eq!(
+        (
+            last["t_ns"].as_u64(),
+            last["live_bytes"].as_u64(),
+            last["live_blocks"].as_u64()
+        ),
+        (Some(1024), Some(2000), Some(2))
+    );
+    let alloc_sum: u64 = points
+        .iter()
+        .map(|p| p["alloc_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(alloc_sum, 7000);
+    let diff = server.json("/api/diff?from=0.00000045&to=end&group_interval_max=200");
+    let changed: Vec<(u64, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["delta_bytes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(changed, [(1, -20)]);
+    let allocations = server.json("/api/allocations?group_interval_max=200");
+    assert_eq!(allocations["total_count"], 2);
+    let labels = server.json("/api/labels?at=0.00000045&group_interval_max=200");
+    assert_eq!(labels["label_sets"][0]["live_bytes"], 20);
+    let (status, _, body) = server.get("/api/export/folded?at=0.00000045&group_interval_max=200");
+    assert_eq!(status, 200);
+    let folded: u64 = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(folded, 20);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// bytehound's lifetime classes: `life=freed_in_range`, the blocks freed within the query's
+/// range; `life=kept_in_range`, those not freed within it (freed after it, or never).
+#[test]
+fn lifetime_classes_of_the_range() {
+    let path = known_trace_file("inrange");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let figures = |query: &str| -> Vec<(u64, u64, u64, u64, u64)> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| {
+                let n = |k: &str| r[k].as_u64().unwrap();
+                (
+                    n("id"),
+                    n("allocations"),
+                    n("allocated_bytes"),
+                    n("frees"),
+                    n("live_bytes"),
+                )
+            })
+            .collect()
+    };
+    // Up to 1,000 ns: 0xa200 (10 B, freed at 300), 0xa200 (20 B, at 600) and 0xb000 (5,000 B,
+    // at 650) are freed; 0xa100 (never freed) and 0xa300 (freed at 2,000,700) are not.
+    assert_eq!(
+        figures("life=freed_in_range&to=0.000001&sort=id&desc=0"),
+        [(0, 1, 5000, 1, 0), (1, 2, 30, 2, 0)]
+    );
+    assert_eq!(
+        figures("life=kept_in_range&to=0.000001&sort=id&desc=0"),
+        [(0, 2, 2000, 0, 1000)]
+    );
+    // The whole run: only 0xa100 is not freed within it, as `life=never`.
+    assert_eq!(
+        figures("life=kept_in_range"),
+        figures("life=never"),
+        "kept over the whole run is never freed"
+    );
+    assert_eq!(
+        figures("life=freed_in_range&sort=id&desc=0"),
+        [(0, 2, 6000, 2, 0), (1, 2, 30, 2, 0)]
+    );
+    // From 500 ns (excluded) to 1,000 ns: freed within it are 0xa200 (the 20 B one, allocated
+    // at 400, before the range: its free counts, not its allocation) and 0xb000 (550).
+    assert_eq!(
+        figures("life=freed_in_range&from=0.0000005&to=0.000001&sort=id&desc=0"),
+        [(0, 1, 5000, 1, 0), (1, 0, 0, 1, 0)]
+    );
+    // Single allocations.
+    let addresses = |query: &str| -> Vec<String> {
+        server.json(&format!("/api/allocations?{query}"))["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["address"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        addresses("life=freed_in_range&to=0.000001"),
+        ["0xa200", "0xa200", "0xb000"]
+    );
+    assert_eq!(
+        addresses("life=kept_in_range&to=0.000001"),
+        ["0xa100", "0xa300"]
+    );
+    // The timeline and the flame graph count the same blocks.
+    let flame = |query: &str| server.json(&format!("/api/flame?{query}"))["value"].clone();
+    assert_eq!(flame("what=allocated&life=kept_in_range&to=0.000001"), 2000);
+    assert_eq!(
+        flame("what=allocated&life=freed_in_range&to=0.000001"),
+        5030
+    );
+    let timeline = server.json("/api/timeline?points=2&to=0.000001&life=freed_in_range");
+    let points = timeline["points"].as_array().unwrap();
+    assert_eq!(points.last().unwrap()["live_bytes"], 0);
+    let frees: u64 = points.iter().map(|p| p["frees"].as_u64().unwrap()).sum();
+    assert_eq!(frees, 3);
+    // Group filters with them: the groups of blocks freed within the range.
+    assert_eq!(
+        figures("life=freed_in_range&to=0.000001&group_allocations_min=2"),
+        [(1, 2, 30, 2, 0)]
+    );
+    let message = server.error("/api/sites?life=in_range", 400);
+    assert!(message.contains("freed_in_range"), "{message}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// Several traces served at once: `/api/traces` lists them, `/api/traces/ID/...` asks one, the
+/// paths without an id the first; `/api/diff` compares trace A at one moment with trace B at
+/// another, by call site context.
+#[test]
+fn several_traces_at_once() {
+    let known = known_trace_file("several");
+    let named = known.parent().unwrap().join("named.mptrace");
+    std::fs::write(&named, support::named_trace()).unwrap();
+    let (k, n) = (known.to_str().unwrap(), named.to_str().unwrap());
+    let server = Server::start(&[k, n, k]);
+
+    let traces = server.json("/api/traces");
+    let listed: Vec<(u64, &str, u64)> = traces["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().unwrap(),
+                t["path"].as_str().unwrap(),
+                t["duration_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [(0, k, 2_000_700), (1, n, 800), (2, k, 2_000_700)]);
+    assert_eq!(traces["traces"][0]["events"], 10);
+    assert_eq!(traces["traces"][0]["sites"], 2);
+    assert_eq!(traces["traces"][1]["sites"], 5);
+    // The first trace answers the paths without an id, as with one trace.
+    assert_eq!(
+        server.json("/api/summary"),
+        server.json("/api/traces/0/summary")
+    );
+    assert_eq!(server.json("/api/traces/1/summary")["path"], n);
+    assert_eq!(
+        server.json("/api/traces/2/sites?at=peak"),
+        server.json("/api/sites?at=peak")
+    );
+    let named_sites = server.json("/api/traces/1/sites?sort=live_bytes");
+    assert_eq!(named_sites["sites"][0]["function"], "app::grow");
+    assert_eq!(named_sites["sites"][0]["live_bytes"], 3000);
+    server.error("/api/traces/3/summary", 404);
+    server.error("/api/traces/x/sites", 404);
+    server.error("/api/traces/1/nothing", 404);
+
+    // The same trace on both sides: the diff of one trace between the two moments.
+    let deltas = |answer: &Value| -> Vec<(Value, Value, i64, i64)> {
+        answer["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["from_id"].clone(),
+                    s["to_id"].clone(),
+                    s["delta_bytes"].as_i64().unwrap(),
+                    s["delta_blocks"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let diff = server.json("/api/diff?from_trace=0&from=peak&to_trace=2&marker_to=m");
+    assert_eq!(
+        (
+            &diff["from_trace"],
+            &diff["to_trace"],
+            &diff["from_ns"],
+            &diff["to_ns"]
+        ),
+        (&json!(0), &json!(2), &json!(550), &json!(700))
+    );
+    assert_eq!(
+        deltas(&diff),
+        [
+            (json!(0), json!(0), -5000, -1),
+            (json!(1), json!(1), -20, -1)
+        ]
+    );
+    assert_eq!(diff["total_sites"], 2);
+    // Asked through trace 2's path, `to_trace` defaults to 2; the filters apply to both sides.
+    let diff = server.json("/api/traces/2/diff?from_trace=0&from=peak&marker_to=m&thread=1");
+    assert_eq!(
+        deltas(&diff),
+        [(json!(1), json!(1), -20, -1)],
+        "main's blocks of app::leaky live at the peak are live at the marker"
+    );
+    // Two different programs: the known trace's sites at its end against the named trace's.
+    let diff = server.json("/api/diff?from_trace=0&to_trace=1");
+    let named_ids: Vec<(String, u64)> = named_sites["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap().to_owned(),
+                s["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let id_of = |f: &str| json!(named_ids.iter().find(|(n, _)| n == f).unwrap().1);
+    let got: Vec<(String, Value, Value, i64)> = diff["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["function"].as_str().unwrap().to_owned(),
+                s["from_id"].clone(),
+                s["to_id"].clone(),
+                s["delta_bytes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let init = named_sites["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["live_bytes"] == 64)
+        .unwrap()["function"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        got,
+        [
+            (
+                "app::grow".to_owned(),
+                Value::Null,
+                id_of("app::grow"),
+                3000
+            ),
+            (
+                "app::build".to_owned(),
+                Value::Null,
+                id_of("app::build"),
+                1000
+            ),
+            (init.clone(), Value::Null, id_of(&init), 64),
+            ("app::tiny".to_owned(), Value::Null, id_of("app::tiny"), 10),
+            ("app::leaky".to_owned(), json!(0), Value::Null, -1000),
+        ]
+    );
+    // A live trace is served alone.
+    let refused = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args([
+            "serve",
+            k,
+            n,
+            "--listen-trace",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("receives one trace"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    server.error("/api/diff?from_trace=3", 400);
+    server.error("/api/diff?from_trace=1&marker_from=m", 400);
+    std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
+}
+
+/// `/api/mappings`: the program's own mappings live at a moment by call site, over time, their
+/// peak and totals, with the filters on threads and frames; none on a trace without them.
+#[test]
+fn the_programs_own_mappings() {
+    use support::PAGE;
+    let dir = std::env::temp_dir().join(format!("memprof-serve-mmap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("maps.mptrace");
+    std::fs::write(&path, support::mappings_trace()).unwrap();
+    let known = known_trace_file("maps");
+    let server = Server::start(&[path.to_str().unwrap(), known.to_str().unwrap()]);
+    let sites = |answer: &Value| -> Vec<(String, u64, u64)> {
+        answer["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["function"].as_str().unwrap().to_owned(),
+                    s["bytes"].as_u64().unwrap(),
+                    s["mappings"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let small = |bytes, count| ("app::map_small".to_owned(), bytes, count);
+    let big = |bytes, count| ("app::map_big".to_owned(), bytes, count);
+    // At the end: app::map_big's 3 pages less the middle one, in 2 pieces; app::map_small's
+    // first page.
+    let end = server.json("/api/mappings?points=6");
+    assert_eq!(sites(&end), [big(2 * PAGE, 2), small(PAGE, 1)]);
+    assert_eq!(
+        (&end["bytes"], &end["mappings"]),
+        (&json!(3 * PAGE), &json!(3))
+    );
+    assert_eq!(end["time_ns"], 600);
+    assert_eq!(end["peak"], json!({"time_ns": 500, "bytes": 11 * PAGE}));
+    assert_eq!(
+        end["totals"],
+        json!({"made": 3, "made_bytes": 12 * PAGE, "unmaps": 2})
+    );
+    let drawn: Vec<(u64, u64, u64)> = end["timeline"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["t_ns"].as_u64().unwrap(),
+                p["bytes"].as_u64().unwrap(),
+                p["mappings"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        drawn,
+        [
+            (100, 0, 0),
+            (200, 3 * PAGE, 1),
+            (300, 4 * PAGE, 2),
+            (400, 3 * PAGE, 3),
+            (500, 11 * PAGE, 4),
+            (600, 3 * PAGE, 3)
+        ]
+    );
+    // At 550 ns, the 8 pages mapped at 500 are live; at 500 ns too (after every event at or
+    // before it), not at 499.
+    let at = server.json("/api/mappings?at=0.00000055");
+    assert_eq!(sites(&at), [small(9 * PAGE, 2), big(2 * PAGE, 2)]);
+    assert_eq!(
+        sites(&server.json("/api/mappings?at=0.0000005")),
+        sites(&at)
+    );
+    assert_eq!(
+        sites(&server.json("/api/mappings?at=0.000000499")),
+        [big(2 * PAGE, 2), small(PAGE, 1)]
+    );
+    assert_eq!(
+        sites(&server.json("/api/mappings?at=0.0000002")),
+        [big(3 * PAGE, 1)]
+    );
+    // The heap's peak (the one allocation, at 100 ns): no mapping yet.
+    assert_eq!(server.json("/api/mappings?at=peak")["mappings"], 0);
+    // A range: the timeline's points within it.
+    let ranged = server.json("/api/mappings?from=0.0000003&to=0.0000005&points=2");
+    assert_eq!(
+        ranged["timeline"],
+        json!({"from_ns": 300, "to_ns": 500, "points": [
+            {"t_ns": 400, "bytes": 3 * PAGE, "mappings": 3},
+            {"t_ns": 500, "bytes": 11 * PAGE, "mappings": 4}]})
+    );
+    // Filters on frames and threads.
+    let only_small = server.json("/api/mappings?func=map_small");
+    assert_eq!(sites(&only_small), [small(PAGE, 1)]);
+    assert_eq!(
+        only_small["peak"],
+        json!({"time_ns": 500, "bytes": 9 * PAGE})
+    );
+    assert_eq!(
+        only_small["totals"],
+        json!({"made": 2, "made_bytes": 9 * PAGE, "unmaps": 1})
+    );
+    assert_eq!(
+        sites(&server.json("/api/mappings?nofunc=map_small&thread=1")),
+        [big(2 * PAGE, 2)]
+    );
+    assert_eq!(server.json("/api/mappings?thread=2")["bytes"], 0);
+    let message = server.error("/api/mappings?size_min=1", 400);
+    assert!(message.contains("size_min"), "{message}");
+    server.error("/api/mappings?points=0", 400);
+    // A trace without mappings: none, under its id.
+    let none = server.json("/api/traces/1/mappings");
+    assert_eq!(
+        (&none["bytes"], &none["sites"], &none["totals"]["made"]),
+        (&json!(0), &json!([]), &json!(0))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
+}

@@ -9,8 +9,11 @@
 "use strict";
 
 // The filters every endpoint takes, with the same names in the URL and in the API.
+// The group filters have no input: written in the URL, they are kept and applied.
 const FILTERS = ["size_min", "size_max", "life_min", "life_max", "life", "thread", "func",
-  "nofunc", "file", "nofile", "label", "marker_from", "marker_to"];
+  "nofunc", "file", "nofile", "label", "marker_from", "marker_to", "group_allocations_min",
+  "group_allocations_max", "group_leaked_min", "group_leaked_max", "group_interval_min",
+  "group_interval_max"];
 const MOMENTS = ["at", "from", "to"];
 const VIEWS = ["timeline", "sites", "flame", "diff", "labels"];
 const MAX_POINTS = 10000;

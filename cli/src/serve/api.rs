@@ -8,7 +8,9 @@ mod allocations;
 mod diff;
 mod export;
 mod flame;
+mod groups;
 mod labels;
+mod mappings;
 mod sites;
 mod summary;
 mod timeline;
@@ -71,8 +73,33 @@ const MIN_INDEX_POINTS: usize = 100;
 /// Scans kept for the queries that follow (a page asks for a view, then the same view again).
 const CACHED_SCANS: usize = 4;
 
-/// Answers one API request.
-pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError> {
+/// Answers one API request over the traces served: `/api/traces` lists them,
+/// `/api/traces/ID/...` asks trace `ID`, every other path the first.
+pub fn route(traces: &[&State], path: &str, query: &str) -> Result<Reply, ApiError> {
+    let endpoint = path.trim_end_matches('/');
+    if endpoint == "/api/traces" {
+        return Ok(Reply::json(&summary::traces(traces)));
+    }
+    if let Some(rest) = endpoint.strip_prefix("/api/traces/") {
+        let (id, rest) = rest.split_once('/').unwrap_or((rest, ""));
+        let trace = id
+            .parse::<usize>()
+            .ok()
+            .filter(|&i| i < traces.len())
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "trace {id:?}: the server has traces 0 to {}",
+                    traces.len() - 1
+                ))
+            })?;
+        return answer(traces, trace, &format!("/api/{rest}"), query);
+    }
+    answer(traces, 0, path, query)
+}
+
+/// Answers one API request about trace `trace` of `traces`.
+fn answer(traces: &[&State], trace: usize, path: &str, query: &str) -> Result<Reply, ApiError> {
+    let state = traces[trace];
     let params = Params::parse(query)?;
     let endpoint = path.trim_end_matches('/');
     match endpoint {
@@ -90,7 +117,8 @@ pub fn answer(state: &State, path: &str, query: &str) -> Result<Reply, ApiError>
             },
             _ => Reply::json_text(body.into()),
         }),
-        "/api/diff" => diff::diff(state, &params).map(Reply::json_text),
+        "/api/diff" => diff::diff(traces, trace, &params).map(Reply::json_text),
+        "/api/mappings" => mappings::mappings(state, &params).map(|v| Reply::json(&v)),
         "/api/labels" => labels::labels(state, &params).map(|v| Reply::json(&v)),
         "/api/allocations" => allocations::allocations(state, &params).map(|v| Reply::json(&v)),
         _ => {

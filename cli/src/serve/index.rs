@@ -9,7 +9,7 @@
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
-use memprof_trace::{Accumulated, AddressHasher, Block, Event, Timed, Visitor};
+use memprof_trace::{Accumulated, AddressHasher, Block, Event, Mapping, Timed, Visitor};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
@@ -110,6 +110,9 @@ pub struct Selection {
     pub never: bool,
     /// Only temporary blocks.
     pub temporary: bool,
+    /// Only blocks freed (true) or not freed (false) within a range: events after the first
+    /// time (none: from the first) up to and with the second.
+    pub freed_in: Option<(bool, Option<u64>, u64)>,
 }
 
 impl Selection {
@@ -127,10 +130,17 @@ impl Selection {
             .is_none_or(|c| c.get(class as usize).copied().unwrap_or(false))
     }
 
-    /// Whether a block resolved with this outcome counts (`life`: `None` when never freed).
-    pub fn outcome(&self, life: Option<u64>, temporary: bool) -> bool {
+    /// Whether a block resolved with this outcome counts (`life`: `None` when never freed;
+    /// `freed`: when it was freed, `None` when never).
+    pub fn outcome(&self, life: Option<u64>, temporary: bool, freed: Option<u64>) -> bool {
         if self.never && life.is_some() {
             return false;
+        }
+        if let Some((want, lo, hi)) = self.freed_in {
+            let within = freed.is_some_and(|t| lo.is_none_or(|lo| t > lo) && t <= hi);
+            if within != want {
+                return false;
+            }
         }
         if self.temporary && !temporary {
             return false;
@@ -163,6 +173,14 @@ pub struct Classes {
 }
 
 impl Classes {
+    /// These pairs as classes, in this order.
+    pub fn from_pairs(list: Vec<(u32, u32)>) -> Classes {
+        Classes {
+            list,
+            ids: HashMap::new(),
+        }
+    }
+
     fn intern(&mut self, stack: u32, thread: u32) -> u32 {
         let next = self.list.len() as u32;
         let id = *self.ids.entry((stack, thread)).or_insert(next);
@@ -238,6 +256,8 @@ pub struct Agg {
     pub end: Vec<Live>,
     /// Whole-run figures (the index's; a scan's count only what it selects).
     pub totals: Totals,
+    /// Per class, the times of its first and last allocation counted (`(u64::MAX, 0)`: none).
+    pub first_last: Vec<(u64, u64)>,
 }
 
 impl Agg {
@@ -372,6 +392,7 @@ impl<'a> Builder<'a> {
                 marker_live: HashMap::new(),
                 end: Vec::new(),
                 totals: Totals::default(),
+                first_last: vec![(u64::MAX, 0); classes],
             },
             index,
             classes: Classes::default(),
@@ -543,7 +564,10 @@ impl<'a> Builder<'a> {
             }
             return;
         }
-        if !self.selection.outcome(Some(life), is_temporary) {
+        if !self
+            .selection
+            .outcome(Some(life), is_temporary, Some(timed.time))
+        {
             return;
         }
         self.count_allocation(&block);
@@ -575,12 +599,20 @@ impl<'a> Builder<'a> {
 
     /// A scan counts an allocation once its block's outcome passed the selection.
     fn count_allocation(&mut self, block: &Pending) {
+        self.first_last(block.class, block.time);
         let cell = self.cell(block.class, block.bucket);
         cell.allocs += 1;
         cell.alloc_bytes += block.size;
         let totals = &mut self.agg.totals;
         totals.allocations += 1;
         totals.allocated_bytes += block.size;
+    }
+
+    fn first_last(&mut self, class: u32, time: u64) {
+        if let Some(entry) = self.agg.first_last.get_mut(class as usize) {
+            entry.0 = entry.0.min(time);
+            entry.1 = entry.1.max(time);
+        }
     }
 
     /// The aggregates, with the blocks still live counted as never freed.
@@ -604,7 +636,7 @@ impl<'a> Builder<'a> {
             let mut end = vec![(0u64, 0u64); classes];
             let live: Vec<Pending> = self.live.drain().map(|(_, p)| p).collect();
             for block in live {
-                if !self.selection.outcome(None, false) {
+                if !self.selection.outcome(None, false, None) {
                     continue;
                 }
                 self.count_allocation(&block);
@@ -669,6 +701,7 @@ impl Visitor for Builder<'_> {
                     self.current.push((0, 0));
                     self.peak_live.push((0, 0));
                     self.is_dirty.push(false);
+                    self.agg.first_last.push((u64::MAX, 0));
                 }
                 Some(class)
             }
@@ -695,6 +728,7 @@ impl Visitor for Builder<'_> {
             },
         );
         if self.index {
+            self.first_last(class, timed.time);
             let cell = self.cell(class, bucket);
             cell.allocs += 1;
             cell.alloc_bytes += size;
@@ -717,6 +751,18 @@ impl Visitor for Builder<'_> {
         if let Some(block) = self.live.remove(&address) {
             self.resolve(address, block, Some(temporary), timed, bucket);
         }
+    }
+
+    /// A mapping of the program's own: not a block, but an event of the run, whose time the
+    /// run's length and the buckets cover (`/api/mappings` answers for the mappings).
+    fn map(&mut self, timed: &Timed, _: u64, _: u64, _: &Mapping, _: &[(u64, u64, Mapping)]) {
+        self.agg.totals.last_time = timed.time;
+        self.bucket(timed.time);
+    }
+
+    fn unmap(&mut self, timed: &Timed, _: u64, _: u64, _: &[(u64, u64, Mapping)]) {
+        self.agg.totals.last_time = timed.time;
+        self.bucket(timed.time);
     }
 
     fn mark(&mut self, timed: &Timed, label: u32) {

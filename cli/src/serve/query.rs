@@ -242,6 +242,12 @@ pub struct Filters {
     pub temporary: bool,
     /// `label=KEY=VALUE`: only stacks whose label set has that label.
     pub label: Option<(String, String)>,
+    /// `life=freed_in_range` (true) or `life=kept_in_range` (false): blocks freed, or not
+    /// freed, within [`Filters::range`].
+    pub in_range: Option<bool>,
+    /// The query's range, for `in_range`: events after the first (none: from the first) up to
+    /// and with the second. Set by the query once its moments are known.
+    pub range: (Option<u64>, u64),
 }
 
 fn regex(params: &Params, name: &str) -> Result<Option<Regex>, ApiError> {
@@ -302,14 +308,16 @@ impl Filters {
                 "life_min={lo} is above life_max={hi}"
             )));
         }
-        let (mut never, mut temporary) = (false, false);
+        let (mut never, mut temporary, mut in_range) = (false, false, None);
         match params.get("life") {
             None | Some("") => {}
             Some("never") => never = true,
             Some("temporary") => temporary = true,
+            Some("freed_in_range") => in_range = Some(true),
+            Some("kept_in_range") => in_range = Some(false),
             Some(other) => {
                 return Err(ApiError::bad(format!(
-                    "life={other:?}: use never or temporary"
+                    "life={other:?}: use never, temporary, freed_in_range or kept_in_range"
                 )));
             }
         }
@@ -332,12 +340,18 @@ impl Filters {
             life,
             never,
             temporary,
+            in_range,
+            range: (None, u64::MAX),
         })
     }
 
     /// Whether only whole classes are selected (the index answers).
     pub fn by_class_only(&self) -> bool {
-        self.size == (0, u64::MAX) && self.life.is_none() && !self.never && !self.temporary
+        self.size == (0, u64::MAX)
+            && self.life.is_none()
+            && !self.never
+            && !self.temporary
+            && self.in_range.is_none()
     }
 
     /// Whether any frame filter (or the stack's depth) is set.
@@ -424,6 +438,9 @@ impl Filters {
             life: self.life,
             never: self.never,
             temporary: self.temporary,
+            freed_in: self
+                .in_range
+                .map(|freed| (freed, self.range.0, self.range.1)),
         }
     }
 }

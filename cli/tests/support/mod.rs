@@ -293,3 +293,58 @@ pub fn named_trace() -> Vec<u8> {
     chunk(&mut symbol_chunk, &mut out);
     out
 }
+
+/// A page of the mappings trace.
+pub const PAGE: u64 = 4096;
+
+/// A trace with the program's own mappings (format 1.1's `MMAP`, `MUNMAP`), one thread `main`.
+/// Stacks: 0 `app::alloc` (a block), 1 `app::map_big`, 2 `app::map_small`.
+///
+/// | ns  | event                                                        |
+/// |-----|--------------------------------------------------------------|
+/// | 100 | alloc 0xa000, 100 bytes, stack 0                             |
+/// | 200 | mmap 0x10000, 3 pages, stack 1                               |
+/// | 300 | mmap 0x40000, 1 page, stack 2                                |
+/// | 400 | munmap 0x11000, 1 page (splits the first: peak 4 pages)      |
+/// | 500 | mmap 0x50000, 8 pages, stack 2 (peak 11 pages, 0.0000005 s)  |
+/// | 600 | munmap 0x50000, 8 pages                                      |
+pub fn mappings_trace() -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(7, 0, "/bin/maps".into())
+        .write_to(&mut out)
+        .unwrap();
+    let mut compressor = Compressor::new(3).unwrap();
+    let mut defs = ChunkEncoder::new(0);
+    for (id, address) in [(0u32, 0x1001u64), (1, 0x2001), (2, 0x3001)] {
+        defs.stack(id, [address].into_iter());
+    }
+    defs.thread(1, 100, "main");
+    defs.finish(Some(&mut compressor), &mut out).unwrap();
+    let mut events = ChunkEncoder::new(1);
+    events.alloc(100, 0xa000, 100, 0);
+    events.mmap(200, 0x10000, 3 * PAGE, 1, 3, 0x22);
+    events.mmap(300, 0x40000, PAGE, 2, 3, 0x22);
+    events.munmap(400, 0x11000, PAGE);
+    events.mmap(500, 0x50000, 8 * PAGE, 2, 3, 0x22);
+    events.munmap(600, 0x50000, 8 * PAGE);
+    events.finish(Some(&mut compressor), &mut out).unwrap();
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function) in [
+        (0x1001u64, "app::alloc"),
+        (0x2001, "app::map_big"),
+        (0x3001, "app::map_small"),
+    ] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                file: Some("src/app.rs".into()),
+                line: 1,
+                column: 1,
+            }],
+        );
+    }
+    symbols.end(1, 0);
+    symbols.finish(Some(&mut compressor), &mut out).unwrap();
+    out
+}

@@ -91,7 +91,7 @@ impl Collect<'_> {
         allocation.temporary = temporary;
         let f = &self.q.filters;
         let selection = f.selection(None);
-        if !selection.outcome(allocation.lifetime(), temporary) {
+        if !selection.outcome(allocation.lifetime(), temporary, allocation.freed) {
             return;
         }
         self.total += 1;

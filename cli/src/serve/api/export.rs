@@ -29,12 +29,13 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         file_name: Some(format!("{stem}.{ending}")),
     };
     let key = format!(
-        "{format} {:?} {:?} {:?} {} {} {:?} {} {:?}",
+        "{format} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
         q.classes,
         q.filters.size,
         q.filters.life,
         q.filters.never,
         q.filters.temporary,
+        q.filters.in_range,
         q.at,
         q.hi,
         q.lo
@@ -108,7 +109,10 @@ pub(super) fn live_heap(
     // A lifetime filter needs each block's end: blocks freed before the moment end during the
     // replay, and the replay goes on past the moment until every block live there has ended (or
     // the trace has), without changing what is live at the moment.
-    let lifetimes = q.filters.life.is_some() || q.filters.never || q.filters.temporary;
+    let lifetimes = q.filters.life.is_some()
+        || q.filters.never
+        || q.filters.temporary
+        || q.filters.in_range.is_some();
     let mut export = Export {
         state,
         q,
@@ -140,7 +144,9 @@ pub(super) fn live_heap(
     for (address, LiveAt { block, end }) in live {
         let ended_well = || {
             let (life, temporary) = end.map_or((None, false), |(l, t)| (Some(l), t));
-            export.selection.outcome(life, temporary)
+            export
+                .selection
+                .outcome(life, temporary, life.map(|l| block.time + l))
         };
         if export.pass(&block) && (!lifetimes || ended_well()) {
             if lifetimes {
@@ -237,9 +243,11 @@ impl Visitor for Export<'_> {
             if let Some(block) = freed
                 && self.lifetimes
                 && self.pass(block)
-                && self
-                    .selection
-                    .outcome(Some(timed.time - block.time), temporary)
+                && self.selection.outcome(
+                    Some(timed.time - block.time),
+                    temporary,
+                    Some(timed.time),
+                )
             {
                 self.count(block);
             }

@@ -116,87 +116,8 @@ fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
     }
 }
 
-/// A bound of a group filter: a count, or a percentage of the group's allocations.
-#[derive(Clone, Copy, Debug)]
-enum Bound {
-    Count(u64),
-    Percent(f64),
-}
-
-impl Bound {
-    fn parse(params: &Params, name: &str) -> Result<Option<Bound>, ApiError> {
-        let Some(text) = params.get(name).filter(|t| !t.is_empty()) else {
-            return Ok(None);
-        };
-        let bad = || ApiError::bad(format!("{name}={text:?}: a count, or a percentage (N%)"));
-        match text.trim().strip_suffix('%') {
-            Some(p) => match p.trim().parse::<f64>() {
-                Ok(p) if (0.0..=100.0).contains(&p) => Ok(Some(Bound::Percent(p))),
-                _ => Err(bad()),
-            },
-            None => text
-                .trim()
-                .parse()
-                .map(|n| Some(Bound::Count(n)))
-                .map_err(|_| bad()),
-        }
-    }
-
-    /// The bound as a count, for a group of `of` allocations.
-    fn of(self, of: u64) -> f64 {
-        match self {
-            Bound::Count(n) => n as f64,
-            Bound::Percent(p) => of as f64 * p / 100.0,
-        }
-    }
-}
-
-/// The group filters (bytehound's): on a site's allocations over the whole run, and on how many
-/// of them are still live at the end (a count or a share of them), both among the blocks that
-/// pass the filters.
-#[derive(Debug, Default)]
-struct Groups {
-    allocations: (Option<u64>, Option<u64>),
-    leaked: (Option<Bound>, Option<Bound>),
-}
-
-impl Groups {
-    fn parse(params: &Params) -> Result<Groups, ApiError> {
-        let groups = Groups {
-            allocations: (
-                params.number("group_allocations_min")?,
-                params.number("group_allocations_max")?,
-            ),
-            leaked: (
-                Bound::parse(params, "group_leaked_min")?,
-                Bound::parse(params, "group_leaked_max")?,
-            ),
-        };
-        Ok(groups)
-    }
-
-    fn any(&self) -> bool {
-        self.allocations != (None, None) || self.leaked.0.is_some() || self.leaked.1.is_some()
-    }
-
-    /// Whether a site with `allocations` over the run, `leaked` of them live at the end, passes.
-    fn pass(&self, allocations: u64, leaked: u64) -> bool {
-        self.allocations.0.is_none_or(|n| allocations >= n)
-            && self.allocations.1.is_none_or(|n| allocations <= n)
-            && self
-                .leaked
-                .0
-                .is_none_or(|b| leaked as f64 >= b.of(allocations))
-            && self
-                .leaked
-                .1
-                .is_none_or(|b| leaked as f64 <= b.of(allocations))
-    }
-}
-
 pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let q = Query::parse(state, params)?;
-    let groups = Groups::parse(params)?;
     let sort = params.get("sort").unwrap_or("allocated_bytes");
     if !SITE_KEYS.contains(&sort) {
         return Err(ApiError::bad(format!(
@@ -216,24 +137,12 @@ pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
     let offset = params.number("offset")?.unwrap_or(0);
     let v = view(state, &q, &[&q.at], None)?;
     let rows = rows(state, &v, &q);
-    // Each site's allocations over the whole run, for the group filters.
-    let whole: Vec<u64> = if groups.any() {
-        let mut whole = vec![0; state.sites.len()];
-        let classes = state.classes.list.len();
-        for (class, cell) in v.range(None, u64::MAX, classes).iter().enumerate() {
-            whole[state.site_of_class(class) as usize] += cell.allocs;
-        }
-        whole
-    } else {
-        Vec::new()
-    };
     let mut listed: Vec<(u64, usize)> = rows
         .iter()
         .enumerate()
         .filter(|(_, r)| {
             r.cell != Cell::default() || r.live != (0, 0) || r.leaked != (0, 0) || r.peak != (0, 0)
         })
-        .filter(|(id, r)| !groups.any() || groups.pass(whole[*id], r.leaked.1))
         .map(|(id, row)| (sort_key(state, id, row, sort), id))
         .collect();
     let total = listed.len();

@@ -41,3 +41,18 @@ pub fn all_markers(state: &State) -> Value {
     let (listed, total) = markers(state, None, None, usize::MAX);
     json!({"markers": listed, "markers_total": total})
 }
+
+/// `/api/traces`: the traces served, by id.
+pub fn traces(traces: &[&State]) -> Value {
+    let list: Vec<Value> = traces
+        .iter()
+        .enumerate()
+        .map(|(id, state)| {
+            let totals = &state.index.totals;
+            json!({"id": id, "path": state.trace.path().display().to_string(),
+                   "events": state.trace.events(), "duration_ns": totals.last_time,
+                   "sites": state.sites.len(), "complete": state.trace.end_record().is_some()})
+        })
+        .collect();
+    json!({ "traces": list })
+}

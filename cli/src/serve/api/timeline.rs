@@ -140,8 +140,10 @@ fn drawn_by<'a>(
             edges.push(hi);
         }
         edges.dedup();
+        let mut filters = Filters::parse(params)?;
+        filters.range = q.filters.range;
         let plain = Query {
-            filters: Filters::parse(params)?,
+            filters,
             classes: mask.clone(),
             at: At::End,
             lo: None,

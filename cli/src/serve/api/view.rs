@@ -2,6 +2,7 @@
 //! index, or a scan of the trace made for the query and kept for the next ones).
 
 use super::CACHED_SCANS;
+use super::groups::Groups;
 use crate::serve::index::{Agg, Builder, Cell, Live, Point, Selection};
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
@@ -51,13 +52,20 @@ impl Query {
                 "from ({lo} ns) is after to ({hi} ns)"
             )));
         }
-        Ok(Query {
+        let mut filters = filters;
+        filters.range = (lo, hi);
+        let mut q = Query {
             filters,
             classes,
             at,
             lo,
             hi,
-        })
+        };
+        let groups = Groups::parse(params)?;
+        if groups.any() {
+            q.classes = Some(groups.mask(state, &mut q)?);
+        }
+        Ok(q)
     }
 }
 
@@ -269,8 +277,13 @@ pub fn view<'a>(
 
 fn selection_key(selection: &Selection) -> String {
     format!(
-        "{:?} {:?} {:?} {} {}",
-        selection.classes, selection.size, selection.life, selection.never, selection.temporary
+        "{:?} {:?} {:?} {} {} {:?}",
+        selection.classes,
+        selection.size,
+        selection.life,
+        selection.never,
+        selection.temporary,
+        selection.freed_in
     )
 }
 
