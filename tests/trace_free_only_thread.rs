@@ -60,13 +60,31 @@ fn child() -> ! {
 }
 
 /// Frees of `addresses` in the complete chunks of `bytes`, made by threads other than those
-/// that allocated them.
+/// that allocated them. Another thread's frees are left out: once the blocks are freed, the
+/// allocating thread may be given one of their addresses again, and its buffers are written
+/// while the child waits (a second).
 fn frees_in(bytes: &[u8], addresses: &HashSet<u64>) -> usize {
-    let Ok(mut reader) = Reader::new(bytes) else {
-        return 0;
+    let chunks = || -> Vec<memprof_trace::Chunk> {
+        let Ok(mut reader) = Reader::new(bytes) else {
+            return Vec::new();
+        };
+        std::iter::from_fn(|| reader.next_chunk().ok().flatten()).collect()
     };
+    let chunks = chunks();
+    let allocating: HashSet<u32> = chunks
+        .iter()
+        .filter(|chunk| {
+            chunk.records().any(
+                |record| matches!(record, Ok(Record::Alloc { address, .. }) if addresses.contains(&address)),
+            )
+        })
+        .map(|chunk| chunk.header.thread)
+        .collect();
     let mut frees = 0;
-    while let Ok(Some(chunk)) = reader.next_chunk() {
+    for chunk in chunks
+        .iter()
+        .filter(|c| !allocating.contains(&c.header.thread))
+    {
         for record in chunk.records() {
             match record {
                 Ok(Record::Free { address, .. }) if addresses.contains(&address) => frees += 1,
