@@ -17,8 +17,9 @@
 //! signal that ends the program (sockets are written with `MSG_NOSIGNAL`, as std does).
 //!
 //! Times: the allocation path stores clock ticks; the writer turns them into nanoseconds since
-//! the trace started with one conversion for the whole trace, measured once against the
-//! monotonic clock (`clock::calibrate`), so that times keep the ticks' order.
+//! the trace started, measured against the monotonic clock without waiting when the first buffer
+//! is written (or at close), then measured again each time the run has doubled in length
+//! (`clock::Calibration`): a conversion that keeps the ticks' order.
 
 #![forbid(unsafe_code)]
 
@@ -49,9 +50,6 @@ const ENDED_THREADS_EVERY: u64 = 20;
 /// Every how many rounds the writer writes out what the threads' buffers hold so far, though not
 /// full (about a second): a program gone idle has its last events, and its markers, written.
 const PARTLY_EVERY: u64 = 200;
-
-/// How long the clock's rate is measured over before the first chunk is written.
-const CALIBRATION: Duration = Duration::from_millis(50);
 
 /// zstd's level for event chunks: fast, and most of what higher levels give on these payloads.
 const LEVEL: i32 = 1;
@@ -645,8 +643,9 @@ impl Sink {
         if ready.is_empty() {
             return Ok(());
         }
-        if self.calibration.is_none() {
-            self.calibration = Some(clock::calibrate(self.origin, CALIBRATION));
+        match &mut self.calibration {
+            Some(calibration) => calibration.refine(),
+            None => self.calibration = Some(clock::calibrate(self.origin)),
         }
         for (buffer, full) in ready {
             let (thread, tid, seq) = buffer.owner();
@@ -687,9 +686,6 @@ impl Sink {
     /// Writes the events of `buffer` as one chunk, after a chunk of the definitions they need
     /// (one pass over the buffer builds both).
     fn write_buffer(&mut self, buffer: &Buffer, thread: u32, tid: u64) -> io::Result<()> {
-        let calibration = self
-            .calibration
-            .expect("calibrated before the first buffer");
         self.defs.reset(0);
         if thread != 0 && self.threads.insert(thread, ()).is_none() {
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
@@ -709,6 +705,10 @@ impl Sink {
             &mut self.stack_list,
             &mut self.label_sets,
         );
+        let calibration = self
+            .calibration
+            .as_mut()
+            .expect("calibrated before the first buffer");
         let mut scratch = Vec::new();
         let mut define = |id: u32| {
             let (word, bit) = (id as usize / 64, id % 64);
