@@ -69,6 +69,8 @@ pub(crate) struct Calibration {
     /// The segments, by `base_ticks`: `(base_ticks, base_ns, mult)` (`mult`: nanoseconds per
     /// tick, times 2^32).
     segments: Vec<(u64, u64, u64)>,
+    /// The last segment, at hand for the ticks of now.
+    last: (u64, u64, u64),
     /// When the rate is measured again: ticks since the origin.
     next: u64,
     /// The largest tick count converted so far: a new segment starts past it.
@@ -80,17 +82,20 @@ pub(crate) struct Calibration {
 impl Calibration {
     /// Nanoseconds since the origin of a tick count (0 for one before it).
     #[inline]
-    pub(crate) fn ns(&mut self, ticks: u64) -> u64 {
-        self.seen = self.seen.max(ticks);
-        let last = self.segments.len() - 1;
-        let (base_ticks, base_ns, mult) = if ticks >= self.segments[last].0 {
-            self.segments[last]
+    pub(crate) fn ns(&self, ticks: u64) -> u64 {
+        let (base_ticks, base_ns, mult) = if ticks >= self.last.0 {
+            self.last
         } else {
             let i = self.segments.partition_point(|s| s.0 <= ticks);
             self.segments[i.saturating_sub(1)]
         };
         let delta = ticks.saturating_sub(base_ticks);
         base_ns + ((u128::from(delta) * u128::from(mult)) >> 32) as u64
+    }
+
+    /// Notes that ticks up to `ticks` were converted: a new segment starts past them.
+    pub(crate) fn converted(&mut self, ticks: u64) {
+        self.seen = self.seen.max(ticks);
     }
 
     /// Measures the rate again when the run has doubled in length since it was last measured:
@@ -103,7 +108,8 @@ impl Calibration {
         // Past every tick converted already, so that none of them would convert otherwise now.
         let base = now.max(self.seen.saturating_add(1));
         let base_ns = self.ns(base);
-        self.segments.push((base, base_ns, mult));
+        self.last = (base, base_ns, mult);
+        self.segments.push(self.last);
         self.next = next;
     }
 }
@@ -153,6 +159,7 @@ pub(crate) fn calibrate(origin: (u64, Instant)) -> Calibration {
         return Calibration {
             origin,
             segments: vec![(origin.0, 0, 1 << 32)],
+            last: (origin.0, 0, 1 << 32),
             next: u64::MAX,
             seen: 0,
             exact: true,
@@ -162,6 +169,7 @@ pub(crate) fn calibrate(origin: (u64, Instant)) -> Calibration {
     Calibration {
         origin,
         segments: vec![(origin.0, 0, mult)],
+        last: (origin.0, 0, mult),
         next,
         seen: 0,
         exact: false,
@@ -185,6 +193,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(2));
             let now = ticks();
             samples.push((now, calibration.ns(now)));
+            calibration.converted(now);
             calibration.next = 0;
             calibration.refine();
         }

@@ -707,8 +707,10 @@ impl Sink {
         );
         let calibration = self
             .calibration
-            .as_mut()
+            .as_ref()
             .expect("calibrated before the first buffer");
+        // The latest ticks converted: a segment of the clock begun later starts past them.
+        let mut latest = 0;
         let mut scratch = Vec::new();
         let mut define = |id: u32| {
             let (word, bit) = (id as usize / 64, id % 64);
@@ -726,7 +728,9 @@ impl Sink {
             }
         };
         let end = buffer.read(|event| {
-            let time = calibration.ns(event[0] >> 3);
+            let ticks = event[0] >> 3;
+            latest = latest.max(ticks);
+            let time = calibration.ns(ticks);
             match event[0] & 7 {
                 buffer::ALLOC => {
                     define(event[3] as u32);
@@ -735,6 +739,7 @@ impl Sink {
                 buffer::FREE => chunk.free(time, event[1]),
                 buffer::REALLOC => {
                     define(event[3] as u32);
+                    latest = latest.max(event[5]);
                     chunk.realloc(
                         time,
                         calibration.ns(event[5]),
@@ -759,6 +764,9 @@ impl Sink {
                 _ => chunk.mark(time, event[1] as u32),
             }
         });
+        if let Some(calibration) = self.calibration.as_mut() {
+            calibration.converted(latest);
+        }
         // Stacks new in this buffer may come from a library loaded since the last module list:
         // the list goes first.
         if new_stack && self.modules != Some(modules::generation()) {
