@@ -81,14 +81,22 @@ pub(crate) struct Calibration {
 
 impl Calibration {
     /// Nanoseconds since the origin of a tick count (0 for one before it).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ns(&self, ticks: u64) -> u64 {
-        let (base_ticks, base_ns, mult) = if ticks >= self.last.0 {
-            self.last
+        let (base_ticks, base_ns, mult) = self.last;
+        if ticks >= base_ticks {
+            base_ns + ((u128::from(ticks - base_ticks) * u128::from(mult)) >> 32) as u64
         } else {
-            let i = self.segments.partition_point(|s| s.0 <= ticks);
-            self.segments[i.saturating_sub(1)]
-        };
+            self.ns_before(ticks)
+        }
+    }
+
+    /// [`Calibration::ns`] of ticks before the last segment's start.
+    #[cold]
+    #[inline(never)]
+    fn ns_before(&self, ticks: u64) -> u64 {
+        let i = self.segments.partition_point(|s| s.0 <= ticks);
+        let (base_ticks, base_ns, mult) = self.segments[i.saturating_sub(1)];
         let delta = ticks.saturating_sub(base_ticks);
         base_ns + ((u128::from(delta) * u128::from(mult)) >> 32) as u64
     }

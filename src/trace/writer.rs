@@ -705,9 +705,10 @@ impl Sink {
             &mut self.stack_list,
             &mut self.label_sets,
         );
+        // A copy at hand: its fields stay in registers through the loop.
         let calibration = self
             .calibration
-            .as_ref()
+            .clone()
             .expect("calibrated before the first buffer");
         // The latest ticks converted: a segment of the clock begun later starts past them.
         let mut latest = 0;
