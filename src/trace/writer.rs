@@ -17,8 +17,9 @@
 //! signal that ends the program (sockets are written with `MSG_NOSIGNAL`, as std does).
 //!
 //! Times: the allocation path stores clock ticks; the writer turns them into nanoseconds since
-//! the trace started with one conversion for the whole trace, measured once against the
-//! monotonic clock (`clock::calibrate`), so that times keep the ticks' order.
+//! the trace started, measured against the monotonic clock without waiting when the first buffer
+//! is written (or at close), then measured again each time the run has doubled in length
+//! (`clock::Calibration`): a conversion that keeps the ticks' order.
 
 #![forbid(unsafe_code)]
 
@@ -49,9 +50,6 @@ const ENDED_THREADS_EVERY: u64 = 20;
 /// Every how many rounds the writer writes out what the threads' buffers hold so far, though not
 /// full (about a second): a program gone idle has its last events, and its markers, written.
 const PARTLY_EVERY: u64 = 200;
-
-/// How long the clock's rate is measured over before the first chunk is written.
-const CALIBRATION: Duration = Duration::from_millis(50);
 
 /// zstd's level for event chunks: fast, and most of what higher levels give on these payloads.
 const LEVEL: i32 = 1;
@@ -645,8 +643,9 @@ impl Sink {
         if ready.is_empty() {
             return Ok(());
         }
-        if self.calibration.is_none() {
-            self.calibration = Some(clock::calibrate(self.origin, CALIBRATION));
+        match &mut self.calibration {
+            Some(calibration) => calibration.refine(),
+            None => self.calibration = Some(clock::calibrate(self.origin)),
         }
         for (buffer, full) in ready {
             let (thread, tid, seq) = buffer.owner();
@@ -687,9 +686,6 @@ impl Sink {
     /// Writes the events of `buffer` as one chunk, after a chunk of the definitions they need
     /// (one pass over the buffer builds both).
     fn write_buffer(&mut self, buffer: &Buffer, thread: u32, tid: u64) -> io::Result<()> {
-        let calibration = self
-            .calibration
-            .expect("calibrated before the first buffer");
         self.defs.reset(0);
         if thread != 0 && self.threads.insert(thread, ()).is_none() {
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
@@ -709,6 +705,13 @@ impl Sink {
             &mut self.stack_list,
             &mut self.label_sets,
         );
+        // A copy at hand: its fields stay in registers through the loop.
+        let calibration = self
+            .calibration
+            .clone()
+            .expect("calibrated before the first buffer");
+        // The latest ticks converted: a segment of the clock begun later starts past them.
+        let mut latest = 0;
         let mut scratch = Vec::new();
         let mut define = |id: u32| {
             let (word, bit) = (id as usize / 64, id % 64);
@@ -726,7 +729,9 @@ impl Sink {
             }
         };
         let end = buffer.read(|event| {
-            let time = calibration.ns(event[0] >> 3);
+            let ticks = event[0] >> 3;
+            latest = latest.max(ticks);
+            let time = calibration.ns(ticks);
             match event[0] & 7 {
                 buffer::ALLOC => {
                     define(event[3] as u32);
@@ -735,6 +740,7 @@ impl Sink {
                 buffer::FREE => chunk.free(time, event[1]),
                 buffer::REALLOC => {
                     define(event[3] as u32);
+                    latest = latest.max(event[5]);
                     chunk.realloc(
                         time,
                         calibration.ns(event[5]),
@@ -759,6 +765,9 @@ impl Sink {
                 _ => chunk.mark(time, event[1] as u32),
             }
         });
+        if let Some(calibration) = self.calibration.as_mut() {
+            calibration.converted(latest);
+        }
         // Stacks new in this buffer may come from a library loaded since the last module list:
         // the list goes first.
         if new_stack && self.modules != Some(modules::generation()) {
