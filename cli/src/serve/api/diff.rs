@@ -40,23 +40,7 @@ pub fn diff(traces: &[&State], trace: usize, params: &Params) -> Result<Vec<u8>,
         );
     }
     let state = traces[trace];
-    // `from` and `to` are the two moments (either may come first), not a range.
-    let moments = [
-        "from",
-        "to",
-        "marker_from",
-        "marker_to",
-        "from_trace",
-        "to_trace",
-    ];
-    let rest = Params(
-        params
-            .0
-            .iter()
-            .filter(|(name, _)| !moments.contains(&name.as_str()))
-            .cloned()
-            .collect(),
-    );
+    let rest = filters(params);
     let mut q = Query::parse(state, &rest)?;
     let from = match (params.get("from"), params.get("marker_from")) {
         (_, Some(label)) => marker(state, "marker_from", label)?,
@@ -180,6 +164,27 @@ fn side(
     Ok((at, by_context))
 }
 
+/// The parameters but the two moments and their traces: `from` and `to` are the diff's two
+/// moments (either may come first), not a range, and every other parameter is a filter.
+fn filters(params: &Params) -> Params {
+    const MOMENTS: [&str; 6] = [
+        "from",
+        "to",
+        "marker_from",
+        "marker_to",
+        "from_trace",
+        "to_trace",
+    ];
+    Params(
+        params
+            .0
+            .iter()
+            .filter(|(name, _)| !MOMENTS.contains(&name.as_str()))
+            .cloned()
+            .collect(),
+    )
+}
+
 /// `/api/diff` between two traces: trace `a` at `from`, trace `b` at `to`, by call site context.
 fn between(
     a: &State,
@@ -188,22 +193,7 @@ fn between(
     a_id: usize,
     b_id: usize,
 ) -> Result<Vec<u8>, ApiError> {
-    let moments = [
-        "from",
-        "to",
-        "marker_from",
-        "marker_to",
-        "from_trace",
-        "to_trace",
-    ];
-    let rest = Params(
-        params
-            .0
-            .iter()
-            .filter(|(name, _)| !moments.contains(&name.as_str()))
-            .cloned()
-            .collect(),
-    );
+    let rest = filters(params);
     let limit = params.number("limit")?.unwrap_or(1000);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::bad(format!("limit={limit}: 1 to {MAX_LIMIT}")));
