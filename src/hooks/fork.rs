@@ -5,8 +5,8 @@
 //! As allocators do, memprof registers `pthread_atfork` handlers when it starts. Before the fork
 //! (`prepare`), the forking thread takes every lock memprof's own code may hold, in the order that
 //! code takes them: the HTTP endpoint's turn at making a profile, the symbolizer, the type
-//! inference caches, the tag registry and the DWARF unwinder's build lock (whose holders may wait
-//! for the table), then the whole table
+//! inference caches, the tag registry, the DWARF unwinder's build lock and the table of label
+//! sets (whose holders may wait for the table), then the whole table
 //! ([`Table::hold_for_fork`](crate::table::Table::hold_for_fork)). After the fork, the parent
 //! lets them all go (`parent`); so does the child (`child`), after handing back the table's
 //! writers of the threads that did not come along. A lock released in the child is released by
@@ -61,7 +61,12 @@ fn lock_stages() -> Box<dyn Any> {
     let mappings = crate::table::mappings::lock_for_fork();
     #[cfg(not(feature = "preload"))]
     let mappings = ();
-    Box::new((endpoint, symbolizer, inference, tags, unwinder, mappings))
+    // Last: its holders take nothing else of memprof's but the table (freeing while they
+    // intern), and holders of the others may take it (a snapshot made for a report).
+    let label_sets = crate::labels::sets::SETS.lock_for_fork();
+    Box::new((
+        endpoint, label_sets, symbolizer, inference, tags, unwinder, mappings,
+    ))
 }
 
 extern "C" fn prepare() {

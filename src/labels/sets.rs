@@ -52,6 +52,13 @@ impl LabelSets {
         }
     }
 
+    /// The table, held by the forking thread across `fork`: a thread interning a set at that
+    /// moment would otherwise leave it held forever in the child, whose next snapshot (a dump, the
+    /// report at exit) and labels would wait for it.
+    pub(crate) fn lock_for_fork(&'static self) -> impl Sized + 'static {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Runs `f` on the table, held. Inside the reentrancy guard.
     fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
