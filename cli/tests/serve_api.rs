@@ -248,7 +248,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         summary["totals"],
         json!({"allocations": 5, "reallocs": 0, "frees": 4, "allocated_bytes": 7030,
-               "temporary": 2})
+               "temporary": 2, "mappings": 0})
     );
     let bucket = summary["bucket_ns"].as_u64().unwrap();
     assert!(bucket > 0 && 2_000_700 / bucket >= 100, "{summary}");
@@ -1760,6 +1760,14 @@ fn the_programs_own_mappings() {
     assert_eq!(server.json("/api/mappings?thread=2")["bytes"], 0);
     let message = server.error("/api/mappings?size_min=1", 400);
     assert!(message.contains("size_min"), "{message}");
+    let message = server.error("/api/mappings?address_min=0x10000", 400);
+    assert!(message.contains("address_min"), "{message}");
+    // The summary counts the mappings made, so that the page offers its Mappings tab.
+    assert_eq!(server.json("/api/summary")["totals"]["mappings"], 3);
+    assert_eq!(
+        server.json("/api/traces/1/summary")["totals"]["mappings"],
+        0
+    );
     server.error("/api/mappings?points=0", 400);
     // A trace without mappings: none, under its id.
     let none = server.json("/api/traces/1/mappings");
@@ -1769,4 +1777,159 @@ fn the_programs_own_mappings() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(known.parent().unwrap()).unwrap();
+}
+
+/// An address range (`address_min`, `address_max`, bytehound's) on every endpoint with filters:
+/// only the blocks whose address lies within it count, exactly (a scan), as a size filter.
+#[test]
+fn address_range_on_every_endpoint() {
+    let path = known_trace_file("address");
+    let p = path.to_str().unwrap();
+    let server = Server::start(&[p, p]);
+    // The known trace's blocks: 0xa100 (1000 bytes, app::leaky, never freed), 0xa200 (10 then
+    // 20 bytes, app::temp), 0xa300 (1000, app::leaky, freed at the end), 0xb000 (5000,
+    // app::leaky on the worker, freed at 650 ns).
+    let (total, rows) = sites(&server, "address_min=0xa200&address_max=0xa2ff");
+    assert_eq!((total, rows), (1, vec![row(1, TEMP_ALL)]));
+    // Decimal as /api/allocations reads it: 0xa300 is 41728.
+    let upper = [2, 6000, 2, 6000, 0, 0, 0, 0, 6000, 2, 1, 5000, 1_000_150, 0];
+    assert_eq!(
+        sites(&server, "address_min=41728"),
+        (1, vec![row(0, upper)])
+    );
+    assert_eq!(
+        sites(&server, "address_min=0xa300"),
+        sites(&server, "address_min=41728")
+    );
+    let answer = server.json("/api/sites?address_min=0xa300");
+    assert_eq!(answer["exact_from"], "scan");
+    // Live at a moment: at 450 ns, 0xa100 and 0xa200 (20 bytes) are live.
+    let (_, at) = sites(&server, "at=0.00000045&address_max=0xa1ff");
+    assert_eq!(
+        at.iter()
+            .map(|r| (r["id"].as_u64().unwrap(), r["live_bytes"].as_u64().unwrap()))
+            .collect::<Vec<_>>(),
+        [(0, 1000)]
+    );
+    // One site's stacks.
+    let site = server.json("/api/site/0?address_min=0xb000");
+    assert_eq!(
+        (
+            &site["stacks"][0]["allocations"],
+            &site["stacks"][0]["allocated_bytes"],
+            &site["stacks"][0]["bytes"]
+        ),
+        (&json!(1), &json!(5000), &json!(0))
+    );
+    // The flame graphs.
+    let flame = |query: &str| server.json(&format!("/api/flame?{query}"))["value"].clone();
+    assert_eq!(flame("what=allocated&address_max=0xa2ff"), 1030);
+    assert_eq!(flame("what=allocated&address_min=0xa300"), 6000);
+    assert_eq!(flame("what=live&at=peak&address_min=0xa200"), 6020);
+    assert_eq!(flame("what=leaked&address_min=0xa101"), 0);
+    assert_eq!(flame("what=temporary&address_min=0xb000"), 5000);
+    // The timeline: the worker's block alone.
+    let timeline = server.json("/api/timeline?points=4&to=0.000001&address_min=0xb000");
+    let points: Vec<(u64, u64, u64, u64)> = timeline["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["t_ns"].as_u64().unwrap(),
+                p["live_bytes"].as_u64().unwrap(),
+                p["allocs"].as_u64().unwrap(),
+                p["frees"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        points,
+        [
+            (250, 0, 0, 0),
+            (500, 0, 0, 0),
+            (750, 0, 1, 1),
+            (1000, 0, 0, 0)
+        ]
+    );
+    assert_eq!(timeline["peak"]["exact"], false);
+    let timeline =
+        server.json("/api/timeline?points=4&from=0.0000005&to=0.0000006&address_min=0xb000");
+    let live: Vec<(u64, u64)> = timeline["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["t_ns"].as_u64().unwrap(),
+                p["live_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(live, [(525, 0), (550, 5000), (575, 5000), (600, 5000)]);
+    // The diff, within a trace and between two.
+    let deltas = |answer: &Value| -> Vec<(String, i64)> {
+        answer["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["function"].as_str().unwrap().to_owned(),
+                    s["delta_bytes"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let diff = server.json("/api/diff?from=0.00000045&to=end&address_max=0xa2ff");
+    assert_eq!(deltas(&diff), [("app::temp".to_owned(), -20)]);
+    assert_eq!(diff["flame"]["value"], 0);
+    let diff = server.json("/api/diff?from=peak&to=end&address_min=0xa300");
+    assert_eq!(deltas(&diff), [("app::leaky".to_owned(), -6000)]);
+    let between =
+        server.json("/api/diff?from_trace=0&from=0.00000045&to_trace=1&to=end&address_max=0xa2ff");
+    assert_eq!(deltas(&between), [("app::temp".to_owned(), -20)]);
+    // The labels and the exports.
+    let labels = server.json("/api/labels?at=0.00000045&address_min=0xa200");
+    assert_eq!(labels["label_sets"][0]["live_bytes"], 20);
+    assert_eq!(labels["label_sets"][0]["allocated_bytes"], 30);
+    let folded = |query: &str| -> u64 {
+        let (status, _, body) = server.get(&format!("/api/export/folded?{query}"));
+        assert_eq!(status, 200, "{}", shown(&body));
+        String::from_utf8(body)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(folded("at=peak"), 7020);
+    assert_eq!(folded("at=peak&address_min=0xa200"), 6020);
+    assert_eq!(folded("at=peak&address_max=0xa1ff"), 1000);
+    assert_eq!(folded("at=peak&address_min=0xa200&life=temporary"), 5000);
+    // The allocations, in hexadecimal too; with group filters, the groups of the blocks within
+    // the range.
+    assert_eq!(
+        server.json("/api/allocations?address_min=0xa300")["total_count"],
+        2
+    );
+    let ids = |query: &str| -> Vec<u64> {
+        sites(&server, query)
+            .1
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("address_min=0xa300&group_allocations_min=2"), [0]);
+    assert_eq!(
+        ids("address_max=0xa2ff&group_allocations_min=3"),
+        Vec::<u64>::new()
+    );
+    assert_eq!(ids("address_max=0xa2ff&group_leaked_min=1"), [0]);
+    // Bad ranges.
+    let message = server.error("/api/sites?address_min=0xzz", 400);
+    assert!(message.contains("address_min"), "{message}");
+    let message = server.error("/api/flame?address_min=0xa300&address_max=0xa200", 400);
+    assert!(message.contains("address_max"), "{message}");
+    server.error("/api/timeline?address_max=-1", 400);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

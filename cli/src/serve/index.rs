@@ -104,6 +104,8 @@ pub struct Selection {
     pub classes: Option<Vec<bool>>,
     /// Inclusive size range.
     pub size: (u64, u64),
+    /// Inclusive range of the block's address, when given.
+    pub address: Option<(u64, u64)>,
     /// Inclusive lifetime range in ns, when given; blocks never freed have none.
     pub life: Option<(u64, u64)>,
     /// Only blocks never freed.
@@ -234,6 +236,8 @@ pub struct Totals {
     pub end: Live,
     /// Markers in order: time, events up to and with it, label id.
     pub markers: Vec<(u64, u64, u32)>,
+    /// The program's own mappings made (`mmap`, and `mremap`'s new ranges).
+    pub mappings: u64,
 }
 
 /// Aggregates of one pass.
@@ -714,6 +718,10 @@ impl Visitor for Builder<'_> {
         let Some(class) = class else { return };
         if !self.selection.class(class)
             || !(self.selection.size.0..=self.selection.size.1).contains(&size)
+            || !self
+                .selection
+                .address
+                .is_none_or(|(lo, hi)| (lo..=hi).contains(&address))
         {
             return;
         }
@@ -757,6 +765,7 @@ impl Visitor for Builder<'_> {
     /// run's length and the buckets cover (`/api/mappings` answers for the mappings).
     fn map(&mut self, timed: &Timed, _: u64, _: u64, _: &Mapping, _: &[(u64, u64, Mapping)]) {
         self.agg.totals.last_time = timed.time;
+        self.agg.totals.mappings += 1;
         self.bucket(timed.time);
     }
 

@@ -234,6 +234,8 @@ pub struct Filters {
     pub depth: (u64, u64),
     /// Inclusive size range.
     pub size: (u64, u64),
+    /// Inclusive range of the block's address (`address_min`, `address_max`), when given.
+    pub address: Option<(u64, u64)>,
     /// Inclusive lifetime range.
     pub life: Option<(u64, u64)>,
     /// `life=never`.
@@ -248,6 +250,26 @@ pub struct Filters {
     /// The query's range, for `in_range`: events after the first (none: from the first) up to
     /// and with the second. Set by the query once its moments are known.
     pub range: (Option<u64>, u64),
+}
+
+/// An address parameter: decimal, or hexadecimal after `0x` (as the API writes addresses).
+fn address(params: &Params, name: &str) -> Result<Option<u64>, ApiError> {
+    let Some(text) = params.get(name).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let trimmed = text.trim();
+    let parsed = match trimmed
+        .strip_prefix("0x")
+        .or_else(|| trimmed.strip_prefix("0X"))
+    {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => trimmed.parse::<u64>().ok(),
+    };
+    parsed.map(Some).ok_or_else(|| {
+        ApiError::bad(format!(
+            "{name}={text:?}: not an address (decimal, or hexadecimal after 0x)"
+        ))
+    })
 }
 
 fn regex(params: &Params, name: &str) -> Result<Option<Regex>, ApiError> {
@@ -296,6 +318,20 @@ impl Filters {
                 depth.0, depth.1
             )));
         }
+        let address = match (
+            address(params, "address_min")?,
+            address(params, "address_max")?,
+        ) {
+            (None, None) => None,
+            (lo, hi) => Some((lo.unwrap_or(0), hi.unwrap_or(u64::MAX))),
+        };
+        if let Some((lo, hi)) = address
+            && lo > hi
+        {
+            return Err(ApiError::bad(format!(
+                "address_min={lo:#x} is above address_max={hi:#x}"
+            )));
+        }
         let (life_min, life_max) = (params.number("life_min")?, params.number("life_max")?);
         let life = match (life_min, life_max) {
             (None, None) => None,
@@ -337,6 +373,7 @@ impl Filters {
             nofile: regex(params, "nofile")?,
             depth,
             size,
+            address,
             life,
             never,
             temporary,
@@ -348,6 +385,7 @@ impl Filters {
     /// Whether only whole classes are selected (the index answers).
     pub fn by_class_only(&self) -> bool {
         self.size == (0, u64::MAX)
+            && self.address.is_none()
             && self.life.is_none()
             && !self.never
             && !self.temporary
@@ -435,6 +473,7 @@ impl Filters {
         Selection {
             classes,
             size: self.size,
+            address: self.address,
             life: self.life,
             never: self.never,
             temporary: self.temporary,

@@ -179,16 +179,7 @@ pub fn allocations(state: &State, params: &Params) -> Result<Value, ApiError> {
             MAX_LIMIT * 10
         )));
     }
-    let address = (
-        params.number("address_min")?.unwrap_or(0),
-        params.number("address_max")?.unwrap_or(u64::MAX),
-    );
-    if address.0 > address.1 {
-        return Err(ApiError::bad(format!(
-            "address_min={} is above address_max={}",
-            address.0, address.1
-        )));
-    }
+    let address = q.filters.address.unwrap_or((0, u64::MAX));
     let selected = q.classes.as_ref().map(|mask| {
         state
             .classes

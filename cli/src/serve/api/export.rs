@@ -29,9 +29,10 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         file_name: Some(format!("{stem}.{ending}")),
     };
     let key = format!(
-        "{format} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
+        "{format} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
         q.classes,
         q.filters.size,
+        q.filters.address,
         q.filters.life,
         q.filters.never,
         q.filters.temporary,
@@ -148,7 +149,7 @@ pub(super) fn live_heap(
                 .selection
                 .outcome(life, temporary, life.map(|l| block.time + l))
         };
-        if export.pass(&block) && (!lifetimes || ended_well()) {
+        if export.pass(address, &block) && (!lifetimes || ended_well()) {
             if lifetimes {
                 export.count(&block);
             }
@@ -189,8 +190,8 @@ struct Export<'a> {
 }
 
 impl Export<'_> {
-    /// Whether a block passes the export's filters.
-    fn pass(&self, block: &Block) -> bool {
+    /// Whether a block at `address` passes the export's filters.
+    fn pass(&self, address: u64, block: &Block) -> bool {
         let q = self.q;
         let class_ok = match &q.classes {
             None => true,
@@ -202,6 +203,9 @@ impl Export<'_> {
         };
         class_ok
             && (q.filters.size.0..=q.filters.size.1).contains(&block.size)
+            && q.filters
+                .address
+                .is_none_or(|(lo, hi)| (lo..=hi).contains(&address))
             && q.lo.is_none_or(|lo| block.time > lo)
             && block.time <= q.hi
     }
@@ -230,10 +234,10 @@ impl Visitor for Export<'_> {
         ControlFlow::Continue(())
     }
 
-    fn alloc(&mut self, _: &Timed, _: u64, block: &Block, _: Option<&Block>) {
+    fn alloc(&mut self, _: &Timed, address: u64, block: &Block, _: Option<&Block>) {
         // After the moment, only an address whose free went unseen comes back while live: it
         // does not end the block live there.
-        if self.at_moment.is_none() && !self.lifetimes && self.pass(block) {
+        if self.at_moment.is_none() && !self.lifetimes && self.pass(address, block) {
             self.count(block);
         }
     }
@@ -242,7 +246,7 @@ impl Visitor for Export<'_> {
         let Some(ends) = self.at_moment.as_mut() else {
             if let Some(block) = freed
                 && self.lifetimes
-                && self.pass(block)
+                && self.pass(address, block)
                 && self.selection.outcome(
                     Some(timed.time - block.time),
                     temporary,

@@ -30,6 +30,7 @@ pub fn summary(state: &State) -> Value {
             "frees": totals.frees,
             "allocated_bytes": totals.allocated_bytes,
             "temporary": totals.temporary,
+            "mappings": totals.mappings,
         },
         "bucket_ns": width(&state.index),
         "complete": trace.end_record().is_some(),

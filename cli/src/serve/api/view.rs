@@ -277,9 +277,10 @@ pub fn view<'a>(
 
 fn selection_key(selection: &Selection) -> String {
     format!(
-        "{:?} {:?} {:?} {} {} {:?}",
+        "{:?} {:?} {:?} {:?} {} {} {:?}",
         selection.classes,
         selection.size,
+        selection.address,
         selection.life,
         selection.never,
         selection.temporary,
