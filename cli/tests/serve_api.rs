@@ -1528,6 +1528,11 @@ fn several_traces_at_once() {
     assert_eq!(named_sites["sites"][0]["function"], "app::grow");
     assert_eq!(named_sites["sites"][0]["live_bytes"], 3000);
     server.error("/api/traces/3/summary", 404);
+    // Both sides in one trace: that trace's own diff, whichever trace the path names.
+    assert_eq!(
+        server.json("/api/diff?from_trace=1&to_trace=1&marker_from=loaded"),
+        server.json("/api/traces/1/diff?marker_from=loaded")
+    );
     server.error("/api/traces/x/sites", 404);
     server.error("/api/traces/1/nothing", 404);
 

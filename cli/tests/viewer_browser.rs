@@ -34,6 +34,13 @@ const WORKER: u64 = 0x5000;
 /// `app::temp` (two temporary blocks of 10 and 20 bytes) and `net::buffer` on the worker thread
 /// (5000 bytes freed at once, 300 bytes never freed); a marker `loaded` between them.
 fn known_trace() -> Vec<u8> {
+    run_trace(1000, 300, false)
+}
+
+/// The known trace's program, run with other sizes: `app::leaky`'s block never freed of
+/// `leaked` bytes, `net::buffer`'s of `kept` bytes, and `app::temp`'s second block (20 bytes)
+/// never freed when `temp_kept`.
+fn run_trace(leaked: u64, kept: u64, temp_kept: bool) -> Vec<u8> {
     let mut out = Vec::new();
     Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
         .with_settings(0, 5, 0)
@@ -53,19 +60,21 @@ fn known_trace() -> Vec<u8> {
     definitions.label(3, "loaded");
     chunk(&mut definitions, &mut out);
     let mut main = ChunkEncoder::new(1);
-    main.alloc(100_000, 0xa100, 1000, 0);
+    main.alloc(100_000, 0xa100, leaked, 0);
     main.alloc(200_000, 0xa200, 10, 1);
     main.free(300_000, 0xa200);
     main.alloc(400_000, 0xa200, 20, 1);
     main.alloc(500_000, 0xa300, 1000, 0);
-    main.free(600_000, 0xa200);
+    if !temp_kept {
+        main.free(600_000, 0xa200);
+    }
     main.mark(700_000, 3);
     main.free(2_000_000, 0xa300);
     chunk(&mut main, &mut out);
     let mut worker = ChunkEncoder::new(2);
     worker.alloc(550_000, 0xb000, 5000, 2);
     worker.free(1_200_000, 0xb000);
-    worker.alloc(1_500_000, 0xb100, 300, 2);
+    worker.alloc(1_500_000, 0xb100, kept, 2);
     chunk(&mut worker, &mut out);
     let mut symbols = ChunkEncoder::new(0);
     for (address, function, file, line) in [
@@ -112,6 +121,11 @@ struct Server {
 
 impl Server {
     fn start(trace: &Path) -> Server {
+        Server::start_all(&[trace])
+    }
+
+    /// `memprof serve` on several traces, trace `i` under `/api/traces/i/`.
+    fn start_all(traces: &[&Path]) -> Server {
         // A port free a moment ago: the server takes an address, not a listening socket.
         let address = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -119,7 +133,7 @@ impl Server {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_memprof"))
             .arg("serve")
-            .arg(trace)
+            .args(traces)
             .arg("--listen")
             .arg(address.to_string())
             .stdout(Stdio::null())
@@ -842,6 +856,413 @@ fn the_viewer_names_sites_by_the_programs_code() {
     assert!(labels >= 3, "{overlaps}");
     drop(browser);
     drop(marked_server);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A row of a table of call sites: the site's function, the id text beside its location, and the
+/// other cells, each as (its tooltip, its text).
+type Row = (String, String, Vec<(String, String)>);
+
+/// The rows of the table `id` of the page.
+fn table_rows(dom: &Dom, id: &str) -> Vec<Row> {
+    let table = dom
+        .html
+        .split_once(&format!("<table id=\"{id}\""))
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .unwrap_or_else(|| panic!("no table {id} in {}", dom.file.display()));
+    let body = table.split_once("<tbody>").unwrap().1;
+    let between = |text: &str, open: &str, close: &str| -> String {
+        text.split_once(open)
+            .and_then(|(_, rest)| rest.split_once(close))
+            .map_or(String::new(), |(inside, _)| inside.to_owned())
+    };
+    body.split("<tr")
+        .skip(1)
+        .filter(|row| row.contains("<div class=\"function"))
+        .map(|row| {
+            // `class="function"`, or `class="function std"` for the standard library's.
+            let after = row.split_once("<div class=\"function").unwrap().1;
+            let function = between(after, ">", "</div>");
+            let id = between(row, "<span class=\"site-id\">", "</span>");
+            let cells = row
+                .split("<td")
+                .skip(2)
+                .map(|cell| {
+                    let (attributes, rest) = cell.split_once('>').unwrap();
+                    let title = between(attributes, "title=\"", "\"");
+                    (title, rest.split_once("</td>").unwrap().0.to_owned())
+                })
+                .collect();
+            (function, id, cells)
+        })
+        .collect()
+}
+
+/// A cell with a tooltip, and one without.
+fn cell(title: &str, text: &str) -> (String, String) {
+    (title.to_owned(), text.to_owned())
+}
+
+/// Two runs of one program served together: the page compares them in its Diff view (a trace
+/// and a moment each side, sites matched by their code), and switches which trace the other
+/// views show.
+#[test]
+fn the_viewer_compares_two_runs() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-runs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Run A, the known trace; run B leaks 3000 bytes from app::leaky, keeps 100 of
+    // net::buffer's, and leaks app::temp's second block (20 bytes). Runs C and D: the trace
+    // shaped like a real program's, twice.
+    let a = dir.join("a.mptrace");
+    let b = dir.join("b.mptrace");
+    let c = dir.join("c.mptrace");
+    let d = dir.join("d.mptrace");
+    std::fs::write(&a, known_trace()).unwrap();
+    std::fs::write(&b, run_trace(3000, 100, true)).unwrap();
+    std::fs::write(&c, support::named_trace()).unwrap();
+    std::fs::write(&d, support::named_trace()).unwrap();
+    let server = Server::start_all(&[&a, &b, &c, &d]);
+    let profile = dir.join("profile");
+
+    // A at its end against B at its end: the largest growth first, then the shrinkage.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=diff&from_trace=0&to_trace=1"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    let row = |function: &str, id: &str, cells: &[(&str, &str)]| -> Row {
+        (
+            function.to_owned(),
+            id.to_owned(),
+            cells.iter().map(|(t, x)| cell(t, x)).collect(),
+        )
+    };
+    assert_eq!(
+        table_rows(&dom, "diff"),
+        [
+            row(
+                "app::leaky",
+                "#0 → #0 ",
+                &[
+                    ("1,000 bytes", "1000 B"),
+                    ("3,000 bytes", "2.93 KiB"),
+                    ("+2,000 bytes", "+1.95 KiB"),
+                    ("", "1"),
+                    ("", "1"),
+                    ("", "0")
+                ]
+            ),
+            row(
+                "app::temp",
+                "#1 → #1 ",
+                &[
+                    ("0 bytes", "0 B"),
+                    ("20 bytes", "20 B"),
+                    ("+20 bytes", "+20 B"),
+                    ("", "0"),
+                    ("", "1"),
+                    ("", "+1")
+                ]
+            ),
+            row(
+                "net::buffer",
+                "#2 → #2 ",
+                &[
+                    ("300 bytes", "300 B"),
+                    ("100 bytes", "100 B"),
+                    ("-200 bytes", "−200 B"),
+                    ("", "1"),
+                    ("", "1"),
+                    ("", "0")
+                ]
+            ),
+        ],
+        "{file}"
+    );
+    let caption = dom
+        .html
+        .split_once("<p id=\"diff-caption\">")
+        .and_then(|(_, rest)| rest.split_once("</p>"))
+        .unwrap()
+        .0;
+    assert_eq!(
+        caption,
+        "A: trace 0: a.mptrace at end (0.002 s); B: trace 1: b.mptrace at end (0.002 s). \
+         Call sites matched by their code (each frame's function, file and line): \
+         +1.97 KiB grew, −200 B shrank from A to B.",
+        "{file}"
+    );
+    for expected in [
+        "<th class=\"before\">bytes in A</th>",
+        "<th class=\"after\">blocks in B</th>",
+        "<h2 id=\"diff-flame-title\" hidden=\"\">",
+    ] {
+        assert!(dom.html.contains(expected), "no {expected} in {file}");
+    }
+
+    // Each moment read in its own trace: A's marker against B's end.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=diff&from_trace=0&marker_from=loaded&to_trace=1&to=end"),
+    );
+    assert_ready(&dom);
+    let deltas: Vec<(String, String)> = table_rows(&dom, "diff")
+        .into_iter()
+        .map(|(function, _, cells)| (function, cells[2].0.clone()))
+        .collect();
+    assert_eq!(
+        deltas,
+        [
+            ("app::leaky".to_owned(), "+1,000 bytes".to_owned()),
+            ("app::temp".to_owned(), "+20 bytes".to_owned()),
+            ("net::buffer".to_owned(), "-4,900 bytes".to_owned()),
+        ],
+        "{}",
+        dom.file.display()
+    );
+
+    // Stacks shaped like a real program's: each site named by the program's first frame, the
+    // collection operation after `via`, as in the other views.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=diff&from_trace=2&marker_from=loaded&to_trace=3&to=end"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    let rows: Vec<(String, String)> = table_rows(&dom, "diff")
+        .into_iter()
+        .map(|(function, _, cells)| (function, cells[2].0.clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("app::grow".to_owned(), "+3,000 bytes".to_owned()),
+            ("app::tiny".to_owned(), "+10 bytes".to_owned()),
+            ("app::load".to_owned(), "-4,000 bytes".to_owned()),
+            ("app::build".to_owned(), "-500 bytes".to_owned()),
+        ],
+        "{file}"
+    );
+    for expected in [
+        "<div class=\"via\">via alloc::vec::Vec&lt;T,A&gt;::push</div>",
+        "<div class=\"via\">via alloc::vec::Vec&lt;T&gt;::with_capacity</div>",
+        "<div class=\"callers\">← app::main</div>",
+    ] {
+        assert!(dom.html.contains(expected), "no {expected} in {file}");
+    }
+
+    // The other views show the trace picked: run B's sites under `trace=1`.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?trace=1&view=sites&sort=allocated_bytes"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    let live: Vec<(String, String)> = table_rows(&dom, "sites")
+        .into_iter()
+        .map(|(function, _, cells)| (function, cells[3].0.clone()))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            ("net::buffer".to_owned(), "100 bytes in 1 blocks".to_owned()),
+            (
+                "app::leaky".to_owned(),
+                "3,000 bytes in 1 blocks".to_owned()
+            ),
+            ("app::temp".to_owned(), "20 bytes in 1 blocks".to_owned()),
+        ],
+        "{file}"
+    );
+    assert!(dom.html.contains("b.mptrace</span>"), "{file}");
+    assert!(
+        dom.html.contains("<label id=\"trace-pick\" title="),
+        "{file}"
+    );
+
+    // By hand: the two sides picked in the Diff view's form and compared with a click; then
+    // another trace picked for the views.
+    let mut browser = Browser::open(
+        chromium,
+        &dir.join("profile-cdp"),
+        &server.url("/?view=diff"),
+    );
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && !document.getElementById('diff-traces').hidden",
+    );
+    browser.eval(
+        "(() => { const f = document.getElementById('diff-traces'); \
+         f.elements.from_trace.value = '0'; f.elements.from.value = 'marker:loaded'; \
+         f.elements.to_trace.value = '1'; f.elements.to.value = 'end'; })()",
+    );
+    let (x, y) = centre_of(
+        &mut browser,
+        "document.querySelector('#diff-traces button')",
+    );
+    browser.click(x, y);
+    browser.wait_for(
+        "new URLSearchParams(location.search).get('to_trace') === '1' \
+         && document.body.dataset.state === 'ready' \
+         && document.querySelector('#diff tr[data-to-site]')",
+    );
+    let rows = browser.eval(
+        "[...document.querySelectorAll('#diff tbody tr')].map(r => [r.querySelector('.function').textContent, r.children[3].title])",
+    );
+    assert_eq!(
+        rows,
+        json!([
+            ["app::leaky", "+1,000 bytes"],
+            ["app::temp", "+20 bytes"],
+            ["net::buffer", "-4,900 bytes"]
+        ])
+    );
+    let search = browser.eval("location.search");
+    let search = search.as_str().unwrap();
+    for expected in ["from_trace=0", "from=marker%3Aloaded", "to=end"] {
+        assert!(search.contains(expected), "{expected} not in {search}");
+    }
+    browser.eval(
+        "(() => { const s = document.getElementById('trace'); s.value = '1'; \
+         s.dispatchEvent(new Event('change')); })()",
+    );
+    browser.wait_for(
+        "new URLSearchParams(location.search).get('trace') === '1' \
+         && document.body.dataset.state === 'ready' \
+         && document.querySelector('#summary .path').textContent.endsWith('b.mptrace')",
+    );
+    let search = browser.eval("location.search");
+    assert!(!search.as_str().unwrap().contains("from_trace"), "{search}");
+    drop(browser);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A trace with the program's own mappings: the Mappings tab shows them live at the moment by
+/// call site, and their timeline; a trace without has no such tab.
+#[test]
+fn the_viewer_shows_the_programs_mappings() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-mappings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let maps = dir.join("maps.mptrace");
+    let known = dir.join("known.mptrace");
+    std::fs::write(&maps, support::mappings_trace()).unwrap();
+    std::fs::write(&known, known_trace()).unwrap();
+    let server = Server::start_all(&[&maps, &known]);
+    let profile = dir.join("profile");
+    let mapped = |dom: &Dom| -> Vec<(String, String, String)> {
+        table_rows(dom, "mappings")
+            .into_iter()
+            .map(|(function, _, cells)| (function, cells[0].0.clone(), cells[1].1.clone()))
+            .collect()
+    };
+    let site = |function: &str, bytes: &str, count: &str| {
+        (function.to_owned(), bytes.to_owned(), count.to_owned())
+    };
+
+    // At the end: app::map_big's 3 pages less the middle one, in 2 pieces; app::map_small's
+    // first page.
+    let dom = dump_dom(chromium, &profile, &server.url("/?view=mappings"));
+    assert_ready(&dom);
+    let file = dom.file.display();
+    assert_eq!(
+        mapped(&dom),
+        [
+            site("app::map_big", "8,192 bytes", "2"),
+            site("app::map_small", "4,096 bytes", "1")
+        ],
+        "{file}"
+    );
+    assert!(
+        dom.html
+            .contains("<button type=\"button\" role=\"tab\" data-view=\"mappings\" aria-selected=\"true\">Mappings</button>"),
+        "{file}"
+    );
+    let caption = dom
+        .html
+        .split_once("<p id=\"mappings-caption\">")
+        .and_then(|(_, rest)| rest.split_once("</p>"))
+        .unwrap()
+        .0;
+    assert!(
+        caption.starts_with("12.0 KiB in 3 mappings of the program's own live at end (6e-7 s), from 2 call sites; the most mapped, 44.0 KiB, at 5e-7 s; 3 mappings made over the run (48.0 KiB), 2 unmaps."),
+        "{caption}"
+    );
+    // Its timeline: one point a pixel at most, the peak's 11 pages marked.
+    let chart = dom
+        .html
+        .split_once("<div id=\"mappings-timeline\"")
+        .unwrap()
+        .1;
+    assert!(chart.contains("class=\"timeline\""), "{file}");
+    assert!(chart.contains("peak 44.0 KiB"), "{file}");
+    assert!(chart.contains("mapped bytes"), "{file}");
+
+    // At 550 ns, the 8 pages mapped at 500 are live.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=mappings&at=0.00000055"),
+    );
+    assert_ready(&dom);
+    assert_eq!(
+        mapped(&dom),
+        [
+            site("app::map_small", "36,864 bytes", "2"),
+            site("app::map_big", "8,192 bytes", "2")
+        ],
+        "{}",
+        dom.file.display()
+    );
+
+    // The frame filters apply; those on blocks are said not to.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=mappings&func=map_small&size_min=1"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    assert_eq!(
+        mapped(&dom),
+        [site("app::map_small", "4,096 bytes", "1")],
+        "{file}"
+    );
+    assert!(
+        dom.html.contains("Not applied to mappings: size_min."),
+        "{file}"
+    );
+
+    // A trace without mappings: no Mappings tab.
+    let dom = dump_dom(chromium, &profile, &server.url("/?trace=1&view=timeline"));
+    assert_ready(&dom);
+    assert!(
+        dom.html.contains("data-view=\"mappings\" hidden=\"\""),
+        "{}",
+        dom.file.display()
+    );
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -10,18 +10,22 @@
 
 // The filters every endpoint takes, with the same names in the URL and in the API.
 // The group filters have no input: written in the URL, they are kept and applied.
-const FILTERS = ["size_min", "size_max", "life_min", "life_max", "life", "thread", "func",
+const FILTERS = ["size_min", "size_max", "address_min", "address_max", "life_min", "life_max", "life", "thread", "func",
   "nofunc", "file", "nofile", "label", "marker_from", "marker_to", "group_allocations_min",
   "group_allocations_max", "group_leaked_min", "group_leaked_max", "group_interval_min",
   "group_interval_max"];
 const MOMENTS = ["at", "from", "to"];
-const VIEWS = ["timeline", "sites", "flame", "diff", "labels"];
+const VIEWS = ["timeline", "sites", "flame", "diff", "labels", "mappings"];
+// The filters `/api/mappings` takes: a mapping is no block, and has no size class or lifetime.
+const MAPPING_FILTERS = ["thread", "func", "nofunc", "file", "nofile", "label"];
 const MAX_POINTS = 10000;
 const SITES_PAGE = 100;
 const LIVE_POLL_MS = 2000;
 const SVG = "http://www.w3.org/2000/svg";
 
 let summary = null;
+// The traces served (`memprof serve A B ...`): the views show one, `trace=ID` in the URL.
+let traces = [];
 // Every marker of the trace: the summary lists the first ones, `api/markers` all of them.
 let markers = [];
 const latest = {}; // the newest request of each view: older answers are dropped
@@ -101,13 +105,13 @@ function contextText(site) {
 
 // The cell naming a site: the program's function, prominent; its location and id; the
 // collection operation it called (`via ...`); and the callers of the context, innermost first.
-function siteCell(site) {
+function siteCell(site, idText = `#${site.id} `) {
   const context = site.context || [];
   const program = site.program || 0;
   const own = context[program];
   const cell = el("td", { class: "text", title: contextText(site) || null },
     el("div", { class: own && own.std ? "function std" : "function", text: siteName(site) }),
-    el("div", { class: "location" }, el("span", { class: "site-id", text: `#${site.id} ` }), siteLocation(site)));
+    el("div", { class: "location" }, el("span", { class: "site-id", text: idText }), siteLocation(site)));
   if (program > 0) {
     cell.append(el("div", { class: "via", text: `via ${context.slice(0, program).map((f) => f.function).join(" ← ")}` }));
   }
@@ -206,6 +210,23 @@ function selectedRange() {
 // ---------------------------------------------------------------------------------------------
 // The API
 
+// The trace the views show: `trace=ID` when the server has it, else the first.
+function traceId() {
+  const id = Number(state().get("trace"));
+  return Number.isInteger(id) && id > 0 && id < traces.length ? id : 0;
+}
+
+// Where the API of the trace shown answers: `api/traces/ID/` but for the first.
+function apiBase(id = traceId()) {
+  return id ? `api/traces/${id}/` : "api/";
+}
+
+// A trace for the eye: its id and its file's name (the whole path in its tooltip).
+function traceName(id) {
+  const t = traces[id];
+  return t ? `${id}: ${t.path.split("/").pop()}` : String(id);
+}
+
 class ApiError extends Error {
   constructor(message, status = 0) {
     super(message);
@@ -220,7 +241,7 @@ const ANSWERS_KEPT = 32;
 
 async function api(view, path, params) {
   const ticket = (latest[view] = (latest[view] || 0) + 1);
-  const url = `api/${path}${params && params.toString() ? "?" + params : ""}`;
+  const url = `${apiBase()}${path}${params && params.toString() ? "?" + params : ""}`;
   if (answers.has(url)) return ticket === latest[view] ? answers.get(url) : null;
   const body = await fetchJson(url);
   answers.set(url, body);
@@ -349,7 +370,7 @@ function resetForm() {
 function drawExports() {
   const params = apiParams(MOMENTS);
   for (const a of document.querySelectorAll("#exports a")) {
-    a.href = `api/export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
+    a.href = `${apiBase()}export/${a.dataset.format}${params.toString() ? "?" + params : ""}`;
   }
 }
 
@@ -396,7 +417,7 @@ function axes(root, x0, x1, y0, y1, from, to, xOf, yMax, yOfBytes) {
 
 // Draws live bytes (area) and live blocks (line) of a timeline answer into `container`, with
 // its markers, its peak and the page's selection; `interactive` adds the range and moment picking.
-function drawLive(container, data, { height = 220, interactive = false, selection = true } = {}) {
+function drawLive(container, data, { height = 220, interactive = false, selection = true, legend: names = ["live bytes", "live blocks (right)"], describe = null } = {}) {
   const width = chartWidth(container);
   const x0 = MARGIN.left, x1 = width - MARGIN.right, y0 = MARGIN.top, y1 = height - MARGIN.bottom;
   const from = data.from_ns, to = Math.max(data.to_ns, data.from_ns + 1);
@@ -416,7 +437,12 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
     root.append(label);
   }
   const legend = svg("text", { x: x0, y: 12, class: "legend" });
-  legend.innerHTML = `<tspan class="bytes">■ live bytes</tspan>  <tspan class="blocks">— live blocks (right)</tspan>`;
+  const [bytesName, blocksName] = names;
+  const bytesSpan = svg("tspan", { class: "bytes" });
+  bytesSpan.textContent = `■ ${bytesName}  `;
+  const blocksSpan = svg("tspan", { class: "blocks" });
+  blocksSpan.textContent = `— ${blocksName}`;
+  legend.append(bytesSpan, blocksSpan);
   root.append(legend);
 
   if (points.length) {
@@ -502,7 +528,7 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
   overlay.addEventListener("pointermove", (event) => {
     const t = tOf(xIn(event));
     const p = points.length ? nearest(t) : null;
-    tooltip(event, p
+    tooltip(event, p && describe ? describe(p) : p
       ? [fmtSeconds(p.t_ns), `live ${fmtBytes(p.live_bytes)} in ${fmtCount(p.live_blocks)} blocks`,
         `${fmtCount(p.allocs)} allocations (${fmtBytes(p.alloc_bytes)})`, `${fmtCount(p.frees)} frees (${fmtBytes(p.free_bytes)})`]
       : [fmtSeconds(t)]);
@@ -873,39 +899,183 @@ async function drawFlameView() {
   });
 }
 
-async function drawDiff() {
+// The two sides of the diff: a trace and a moment each. Within the trace shown, `from` and `to`
+// (or two markers) as the other views read them; between two traces (`from_trace`, `to_trace`,
+// the API's names), each moment is read in its own trace, `end` unless told.
+function diffSides() {
   const q = state();
-  const from = q.get("from") || (q.get("marker_from") ? `marker:${q.get("marker_from")}` : "start");
+  const shown = traceId();
+  const side = (name) => {
+    const id = Number(q.get(name));
+    return q.get(name) !== null && Number.isInteger(id) && id >= 0 && id < traces.length ? id : shown;
+  };
+  const fromTrace = side("from_trace"), toTrace = side("to_trace");
+  const cross = fromTrace !== toTrace;
+  const from = q.get("from") || (q.get("marker_from") ? `marker:${q.get("marker_from")}` : cross ? "end" : "start");
   const to = q.get("to") || (q.get("marker_to") ? `marker:${q.get("marker_to")}` : "end");
+  return { shown, fromTrace, toTrace, cross, from, to };
+}
+
+// A site of a diff between two traces is matched by its code: its id in each run (none where the
+// run has no such site).
+function crossId(s) {
+  if (s.from_id !== null && s.to_id !== null) return `#${s.from_id} → #${s.to_id} `;
+  if (s.to_id !== null) return `only in B (#${s.to_id}) `;
+  return `only in A (#${s.from_id}) `;
+}
+
+async function drawDiff() {
+  const { shown, fromTrace, toTrace, cross, from, to } = diffSides();
   const caption = document.getElementById("diff-caption");
   const body = document.querySelector("#diff tbody");
   const flame = document.getElementById("diff-flame");
-  caption.textContent = `Live at ${from} against live at ${to} (pick the two moments with from and to, two markers, or a drag on the timeline).`;
+  const form = document.getElementById("diff-traces");
+  if (!form.hidden) {
+    form.elements.from_trace.value = String(fromTrace);
+    form.elements.to_trace.value = String(toTrace);
+    form.elements.from.value = from;
+    form.elements.to.value = to;
+  }
+  const [a, b] = cross ? ["in A", "in B"] : ["before", "after"];
+  for (const th of document.querySelectorAll("#diff th.before")) th.textContent = th.textContent.replace(/ .*/, ` ${a}`);
+  for (const th of document.querySelectorAll("#diff th.after")) th.textContent = th.textContent.replace(/ .*/, ` ${b}`);
+  document.getElementById("diff-flame-title").hidden = cross;
+  flame.hidden = cross;
+  const sideName = (id, moment) => (traces.length > 1 ? `trace ${traceName(id)} at ${moment}` : moment);
+  caption.textContent = cross
+    ? `A: ${sideName(fromTrace, from)}; B: ${sideName(toTrace, to)}.`
+    : `Live at ${from} against live at ${to} (pick the two moments with from and to, two markers, or a drag on the timeline).`;
   await guarded(body, async () => {
     const params = apiParams([], { from, to });
     params.delete("marker_from");
     params.delete("marker_to");
+    if (fromTrace !== shown || toTrace !== shown) {
+      params.set("from_trace", fromTrace);
+      params.set("to_trace", toTrace);
+    }
     const data = await api("diff", "diff", params);
     if (!data) return;
     // In the server's order: the largest growth first, then the largest shrinkage first.
     const sites = data.sites;
+    const exact = (n, what) => `${fmtCount(n)} ${what}`;
     body.replaceChildren(...sites.map((s) => {
       const cls = s.delta_bytes > 0 ? "grew" : s.delta_bytes < 0 ? "shrank" : "";
       const sign = (v) => (v > 0 ? "+" : "");
-      return el("tr", { class: cls, "data-site": s.id },
-        siteCell(s),
-        el("td", { text: fmtBytes(s.from_bytes) }), el("td", { text: fmtBytes(s.to_bytes) }),
-        el("td", { class: "delta", text: sign(s.delta_bytes) + fmtBytes(s.delta_bytes) }),
+      const row = cross
+        ? el("tr", { class: cls, "data-from-site": s.from_id ?? "", "data-to-site": s.to_id ?? "" }, siteCell(s, crossId(s)))
+        : el("tr", { class: cls, "data-site": s.id }, siteCell(s));
+      row.append(
+        el("td", { text: fmtBytes(s.from_bytes), title: exact(s.from_bytes, "bytes") }),
+        el("td", { text: fmtBytes(s.to_bytes), title: exact(s.to_bytes, "bytes") }),
+        el("td", { class: "delta", text: sign(s.delta_bytes) + fmtBytes(s.delta_bytes), title: sign(s.delta_bytes) + exact(s.delta_bytes, "bytes") }),
         el("td", { text: fmtCount(s.from_blocks) }), el("td", { text: fmtCount(s.to_blocks) }),
         el("td", { class: "delta", text: sign(s.delta_blocks) + fmtCount(s.delta_blocks) }));
+      return row;
     }));
     if (!sites.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "empty", text: "no call site changed" })));
     const grew = sites.filter((s) => s.delta_bytes > 0).reduce((n, s) => n + s.delta_bytes, 0);
     const shrank = sites.filter((s) => s.delta_bytes < 0).reduce((n, s) => n + s.delta_bytes, 0);
-    caption.textContent = `Live at ${from} (${fmtSeconds(data.from_ns)}) against live at ${to} (${fmtSeconds(data.to_ns)}): +${fmtBytes(grew)} grew, ${fmtBytes(shrank)} shrank.`;
+    const listed = data.total_sites > sites.length ? ` ${fmtCount(sites.length)} of the ${fmtCount(data.total_sites)} call sites that changed are listed: the largest growths and shrinkages.` : "";
+    caption.textContent = cross
+      ? `A: ${sideName(fromTrace, from)} (${fmtSeconds(data.from_ns)}); B: ${sideName(toTrace, to)} (${fmtSeconds(data.to_ns)}). ` +
+        `Call sites matched by their code (each frame's function, file and line): +${fmtBytes(grew)} grew, ${fmtBytes(shrank)} shrank from A to B.${listed}`
+      : `Live at ${from} (${fmtSeconds(data.from_ns)}) against live at ${to} (${fmtSeconds(data.to_ns)}): +${fmtBytes(grew)} grew, ${fmtBytes(shrank)} shrank.${listed}`;
+    if (cross) return;
     if (data.flame && data.flame.value) drawFlame(flame, data.flame, { palette: "growth" });
     else flame.replaceChildren(el("p", { class: "empty", text: "nothing grew" }));
   });
+}
+
+function submitDiffTraces(event) {
+  event.preventDefault();
+  const form = event.target;
+  const from = form.elements.from_trace.value, to = form.elements.to_trace.value;
+  const shown = String(traceId());
+  const own = from === shown && to === shown;
+  navigate({
+    from_trace: own ? null : from, to_trace: own ? null : to,
+    from: form.elements.from.value.trim(), to: form.elements.to.value.trim(),
+    marker_from: null, marker_to: null,
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mappings: the program's own `mmap`s live at the moment, by call site, and over time
+
+async function drawMappings() {
+  const q = state();
+  const at = q.get("at") || "end";
+  const caption = document.getElementById("mappings-caption");
+  const chart = document.getElementById("mappings-timeline");
+  const body = document.querySelector("#mappings tbody");
+  // The whole run, or the selected range when the timeline is zoomed to it.
+  const range = selectedRange();
+  const zoomed = q.get("tzoom") === "1" && range !== null;
+  const params = new URLSearchParams();
+  for (const name of MAPPING_FILTERS) for (const v of q.getAll(name)) if (v !== "") params.append(name, v);
+  if (q.get("at")) params.set("at", q.get("at"));
+  if (zoomed) {
+    params.set("from", momentOf(range[0]));
+    params.set("to", momentOf(range[1]));
+  }
+  params.set("points", pointsFor(chart));
+  params.set("limit", 1000);
+  // The filters on blocks (their size, lifetime, address, group) select no mapping.
+  const ignored = FILTERS.filter((n) => !MAPPING_FILTERS.includes(n) && !n.startsWith("marker_") && q.get(n));
+  await guarded(body, async () => {
+    const data = await api("mappings", "mappings", params);
+    if (!data) return;
+    const t = data.timeline;
+    const within = (time) => time >= t.from_ns && time <= t.to_ns;
+    drawLive(chart, {
+      from_ns: t.from_ns,
+      to_ns: t.to_ns,
+      points: t.points.map((p) => ({ t_ns: p.t_ns, live_bytes: p.bytes, live_blocks: p.mappings })),
+      markers: markers.filter((m) => within(m.time_ns)).slice(0, 1000),
+      peak: data.peak.bytes && within(data.peak.time_ns) ? data.peak : null,
+    }, {
+      interactive: true,
+      legend: ["mapped bytes", "mappings (right)"],
+      describe: (p) => [fmtSeconds(p.t_ns), `${fmtBytes(p.live_bytes)} mapped in ${fmtCount(p.live_blocks)} mappings`],
+    });
+    chart.dataset.rendered = "1";
+    body.replaceChildren(...data.sites.map((s) => el("tr", { "data-site": s.id }, siteCell(s),
+      el("td", { text: fmtBytes(s.bytes), title: `${fmtCount(s.bytes)} bytes` }),
+      el("td", { text: fmtCount(s.mappings) }))));
+    if (!data.sites.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "empty", text: "no mapping of the program's is live at this moment" })));
+    const totals = data.totals;
+    caption.textContent = `${fmtBytes(data.bytes)} in ${fmtCount(data.mappings)} mappings of the program's own live at ${at} (${fmtSeconds(data.time_ns)}), ` +
+      `from ${fmtCount(data.total_sites)} call site${data.total_sites === 1 ? "" : "s"}; the most mapped, ${fmtBytes(data.peak.bytes)}, at ${fmtSeconds(data.peak.time_ns)}; ` +
+      `${fmtCount(totals.made)} mappings made over the run (${fmtBytes(totals.made_bytes)}), ${fmtCount(totals.unmaps)} unmaps.` +
+      (ignored.length ? ` Not applied to mappings: ${ignored.join(", ")}.` : "");
+  });
+}
+
+// The trace pickers, when the server has several traces: the views' trace in the header, and
+// the diff's two sides.
+function drawTracePickers() {
+  const several = traces.length > 1;
+  document.getElementById("trace-pick").hidden = !several;
+  const form = document.getElementById("diff-traces");
+  form.hidden = !several;
+  if (!several) return;
+  const options = () => traces.map((t, id) => el("option", { value: String(id), title: t.path, text: traceName(id) }));
+  const select = document.getElementById("trace");
+  select.replaceChildren(...options());
+  select.value = String(traceId());
+  form.elements.from_trace.replaceChildren(...options());
+  form.elements.to_trace.replaceChildren(...options());
+}
+
+// Another trace in the views: the page loads again with its summary, markers and threads. The
+// moments, markers, threads and the open site are the shown trace's own and are left out; the
+// other filters mean the same in every trace and are kept.
+function switchTrace(id) {
+  const q = state();
+  for (const name of ["at", "from", "to", "marker_from", "marker_to", "thread", "site", "zoom", "tzoom", "offset", "from_trace", "to_trace"]) q.delete(name);
+  if (Number(id)) q.set("trace", id);
+  else q.delete("trace");
+  location.assign(`${location.pathname}${q.toString() ? "?" + q : ""}`);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -939,6 +1109,8 @@ async function render() {
   fillForm();
   drawExports();
   const view = currentView();
+  // The Mappings tab, for a trace with mappings of the program's own (or asked for by the URL).
+  document.querySelector('#tabs [data-view="mappings"]').hidden = !(summary && summary.totals.mappings > 0) && view !== "mappings";
   for (const v of VIEWS) {
     document.getElementById(`view-${v}`).hidden = v !== view;
     const tab = document.querySelector(`#tabs [data-view="${v}"]`);
@@ -950,6 +1122,7 @@ async function render() {
   if (view === "flame") work.push(drawFlameView());
   if (view === "diff") work.push(drawDiff());
   if (view === "labels") work.push(drawLabels());
+  if (view === "mappings") work.push(drawMappings());
   await Promise.all(work);
   document.body.dataset.state = "ready";
 }
@@ -959,6 +1132,8 @@ async function start() {
   window.addEventListener("unhandledrejection", (e) => showError(`the page failed: ${e.reason && e.reason.message ? e.reason.message : e.reason}`));
   document.getElementById("filters").addEventListener("submit", submitForm);
   document.getElementById("reset").addEventListener("click", resetForm);
+  document.getElementById("diff-traces").addEventListener("submit", submitDiffTraces);
+  document.getElementById("trace").addEventListener("change", (e) => switchTrace(e.target.value));
   for (const tab of document.querySelectorAll("#tabs [data-view]")) {
     tab.addEventListener("click", () => navigate({ view: tab.dataset.view }));
   }
@@ -983,6 +1158,7 @@ async function start() {
 
   for (;;) {
     try {
+      traces = (await fetchJson("api/traces")).traces || [];
       summary = await api("summary", "summary", null);
       markers = await allMarkers(summary);
       break;
@@ -1000,6 +1176,7 @@ async function start() {
     }
   }
   drawSummary();
+  drawTracePickers();
   await render();
   if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
 }
@@ -1007,7 +1184,7 @@ async function start() {
 // The trace's markers: those of the summary when it lists them all, else asked once.
 async function allMarkers(s) {
   if (!(s.markers_total > s.markers.length)) return s.markers;
-  return (await fetchJson("api/markers")).markers;
+  return (await fetchJson(`${apiBase()}markers`)).markers;
 }
 
 // A trace still arriving (or cut short): its summary is asked again, and while it changes the
@@ -1015,7 +1192,7 @@ async function allMarkers(s) {
 async function followLive() {
   let fresh;
   try {
-    fresh = await fetchJson("api/summary");
+    fresh = await fetchJson(`${apiBase()}summary`);
   } catch (e) {
     showError(e.message);
     return;

@@ -39,7 +39,8 @@ pub fn diff(traces: &[&State], trace: usize, params: &Params) -> Result<Vec<u8>,
             to_trace,
         );
     }
-    let state = traces[trace];
+    // Both sides in one trace: that trace's diff.
+    let state = traces[from_trace];
     let rest = filters(params);
     let mut q = Query::parse(state, &rest)?;
     let from = match (params.get("from"), params.get("marker_from")) {
