@@ -74,7 +74,9 @@ shot diff-runs "view=diff&from_trace=0&from=peak&to_trace=1&to=peak" 1100
 
 # The program's own mappings: Python maps 1, 4 and 16 MiB and unmaps the 4 MiB, besides the
 # arenas of its own allocator.
-"$target_dir/release/memprof" run --trace "$work/maps.mptrace" -- python3 -c '
+# The interpreter itself, not a wrapper script (pyenv's) that would be traced too.
+python=$(python3 -c 'import sys; print(sys.executable)')
+"$target_dir/release/memprof" run --trace "$work/maps.mptrace" -- "$python" -c '
 import mmap
 maps = [mmap.mmap(-1, n << 20) for n in (1, 4, 16)]
 for m in maps:
@@ -82,4 +84,7 @@ for m in maps:
 maps[1].close()
 ' >/dev/null
 serve "$work/maps.mptrace"
-shot mappings "view=mappings" 1100
+# At the most mapped: the moment of the mappings' peak.
+peak=$(curl -fs "$base/api/mappings?points=1&limit=1" \
+  | python3 -c 'import json,sys; print("%.9f" % (json.load(sys.stdin)["peak"]["time_ns"] / 1e9))')
+shot mappings "view=mappings&at=$peak" 1100
