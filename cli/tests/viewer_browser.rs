@@ -314,6 +314,15 @@ impl Browser {
     /// Sends one command (to the page once attached) and returns its result; events that come
     /// before the answer are skipped.
     fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.try_call(method, params) {
+            Ok(result) => result,
+            Err(answer) => panic!("{method}: {answer}"),
+        }
+    }
+
+    /// A command's result, or the answer that says it failed (a page navigating away while it
+    /// ran, say).
+    fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next_id += 1;
         let mut message = json!({ "id": self.next_id, "method": method, "params": params });
         if !self.session.is_empty() {
@@ -332,8 +341,10 @@ impl Browser {
             if answer["id"] != json!(self.next_id) {
                 continue;
             }
-            assert!(answer.get("error").is_none(), "{method}: {answer}");
-            return answer["result"].clone();
+            if answer.get("error").is_some() {
+                return Err(answer);
+            }
+            return Ok(answer["result"].clone());
         }
     }
 
@@ -351,12 +362,20 @@ impl Browser {
     }
 
     /// Waits up to 30 s for `expression` to be true in the page (a document still loading, whose
-    /// body is not there yet, counts as not yet).
+    /// body is not there yet, or one the page is navigating away from, counts as not yet).
     fn wait_for(&mut self, expression: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let guarded =
             format!("(() => {{ try {{ return !!({expression}); }} catch {{ return false; }} }})()");
-        while self.eval(&guarded) != json!(true) {
+        let holds = |browser: &mut Browser| {
+            browser
+                .try_call(
+                    "Runtime.evaluate",
+                    json!({ "expression": guarded, "returnByValue": true, "awaitPromise": true }),
+                )
+                .is_ok_and(|result| result["result"]["value"] == json!(true))
+        };
+        while !holds(self) {
             assert!(
                 Instant::now() < deadline,
                 "the page never had {expression}: {}",
@@ -1136,9 +1155,10 @@ fn the_viewer_compares_two_runs() {
     for expected in ["from_trace=0", "from=marker%3Aloaded", "to=end"] {
         assert!(search.contains(expected), "{expected} not in {search}");
     }
+    // The change event once this evaluation has returned: the page then loads again.
     browser.eval(
         "(() => { const s = document.getElementById('trace'); s.value = '1'; \
-         s.dispatchEvent(new Event('change')); })()",
+         setTimeout(() => s.dispatchEvent(new Event('change')), 0); })()",
     );
     browser.wait_for(
         "new URLSearchParams(location.search).get('trace') === '1' \
