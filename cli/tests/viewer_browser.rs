@@ -1109,6 +1109,21 @@ fn the_viewer_compares_two_runs() {
         "{file}"
     );
     assert!(dom.html.contains("b.mptrace</span>"), "{file}");
+
+    // The address range from the URL applies to the views: app::temp's blocks alone lie
+    // in 0xa200..=0xa2ff.
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=sites&address_min=0xa200&address_max=0xa2ff"),
+    );
+    assert_ready(&dom);
+    assert_eq!(
+        site_rows(&dom.html),
+        ["app::temp"],
+        "{}",
+        dom.file.display()
+    );
     assert!(
         dom.html.contains("<label id=\"trace-pick\" title="),
         "{file}"

@@ -644,7 +644,8 @@ async function drawTimeline() {
   await guarded(container, async () => {
     const data = await api("timeline", "timeline", params);
     if (!data) return;
-    drawLive(container, data, { interactive: true });
+    // A diff between two traces reads its moments in them, not in this one: no selection here.
+    drawLive(container, data, { interactive: true, selection: !(currentView() === "diff" && diffSides().cross) });
     container.dataset.rendered = "1";
     if (currentView() === "timeline") {
       drawRates(document.getElementById("rates"), data);
