@@ -4,7 +4,7 @@
 use crate::model::{ADDRESS, ADDRESSES, HEADS, Model, SIZE, STACK, STACKS, zigzag};
 use crate::records::{
     CHUNK_HEADER_BYTES, ChunkHeader, Codec, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR,
-    ModuleEntry, SymbolFrame, class, flags, kind,
+    ChunkFlags, ModuleEntry, SymbolFrame, class, flags, kind,
 };
 use std::fmt;
 use std::io::{self, Write};
@@ -86,6 +86,9 @@ pub struct ChunkEncoder {
     /// addresses, stacks, sizes).
     pending: u64,
     columns: [Vec<u8>; 4],
+    /// glibc's flags of the pending events' allocations, in order ([`ChunkFlags::code`]), when
+    /// [`ChunkEncoder::chunk_flags`] gave any: the `BLOCK_FLAGS` record before their `EVENTS`.
+    block_flags: Vec<u8>,
 }
 
 impl ChunkEncoder {
@@ -103,6 +106,7 @@ impl ChunkEncoder {
             model: Model::new(),
             pending: 0,
             columns: Default::default(),
+            block_flags: Vec::new(),
         }
     }
 
@@ -120,6 +124,7 @@ impl ChunkEncoder {
         for column in &mut self.columns {
             column.clear();
         }
+        self.block_flags.clear();
     }
 
     /// Bytes of payload so far.
@@ -285,10 +290,55 @@ impl ChunkEncoder {
         self.sized(kind::MUNMAP, flags::EVENTS);
     }
 
+    /// glibc's flags of the allocation (or reallocation) just added. Called after every
+    /// allocation of a chunk, or never (a trace without the flags): when any is known, a
+    /// `BLOCK_FLAGS` record goes before the `EVENTS` record of the allocations.
+    #[inline]
+    pub fn chunk_flags(&mut self, flags: Option<ChunkFlags>) {
+        self.block_flags.push(ChunkFlags::code(flags));
+    }
+
+    /// The `BLOCK_FLAGS` record of the pending allocations, when any of their flags is known:
+    /// the most common value, then the allocations of another, each by the allocations skipped
+    /// since the previous one.
+    fn put_block_flags(&mut self) {
+        let unknown = ChunkFlags::code(None);
+        if self.block_flags.iter().all(|&code| code == unknown) {
+            self.block_flags.clear();
+            return;
+        }
+        let mut counts = [0usize; 5];
+        for &code in &self.block_flags {
+            counts[usize::from(code.min(unknown))] += 1;
+        }
+        let common = (0..counts.len()).max_by_key(|&c| (counts[c], usize::MAX - c)).unwrap_or(0) as u8;
+        // Not `self.body`: a sized record's body waits there while the events before it are put.
+        let mut body = Vec::with_capacity(16);
+        put_varint(&mut body, u64::from(common));
+        put_varint(&mut body, (self.block_flags.len() - counts[usize::from(common)]) as u64);
+        let mut skipped = 0u64;
+        for &code in &self.block_flags {
+            if code == common {
+                skipped += 1;
+            } else {
+                put_varint(&mut body, skipped);
+                put_varint(&mut body, u64::from(code));
+                skipped = 0;
+            }
+        }
+        self.block_flags.clear();
+        self.payload.push(kind::BLOCK_FLAGS);
+        put_varint(&mut self.payload, body.len() as u64);
+        self.payload.extend_from_slice(&body);
+    }
+
     /// Puts the events added since the last `EVENTS` record into one.
     fn flush_events(&mut self) {
         if self.pending == 0 {
             return;
+        }
+        if !self.block_flags.is_empty() {
+            self.put_block_flags();
         }
         self.payload.push(kind::EVENTS);
         let len = varint_len(self.pending)
