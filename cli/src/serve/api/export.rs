@@ -29,8 +29,9 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         file_name: Some(format!("{stem}.{ending}")),
     };
     let key = format!(
-        "{format} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
+        "{format} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
         q.classes,
+        q.filters.chunk,
         q.filters.size,
         q.filters.life,
         q.filters.never,
@@ -202,6 +203,7 @@ impl Export<'_> {
         };
         class_ok
             && (q.filters.size.0..=q.filters.size.1).contains(&block.size)
+            && q.filters.chunk.passes(block.flags)
             && q.lo.is_none_or(|lo| block.time > lo)
             && block.time <= q.hi
     }
