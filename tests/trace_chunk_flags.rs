@@ -78,12 +78,15 @@ fn main() {
     impl Visitor for Nothing {}
     let end = trace.visit(&mut Nothing, &mut |_| {}).unwrap();
     for (address, flags, what) in &expected {
-        let block = end
-            .heap
-            .live
-            .get(address)
-            .unwrap_or_else(|| panic!("the block {what} at {address:#x} is not live in the trace"));
-        assert_eq!(block.flags, Some(*flags), "the block {what} at {address:#x}");
+        let block =
+            end.heap.live.get(address).unwrap_or_else(|| {
+                panic!("the block {what} at {address:#x} is not live in the trace")
+            });
+        assert_eq!(
+            block.flags,
+            Some(*flags),
+            "the block {what} at {address:#x}"
+        );
     }
     let unknown = end.heap.live.values().filter(|b| b.flags.is_none()).count();
     assert_eq!(unknown, 0, "blocks of the trace without flags");
@@ -92,5 +95,8 @@ fn main() {
     // SAFETY: the block allocated above with this layout.
     unsafe { dealloc(aligned, aligned_layout) };
     std::fs::remove_file(&path).unwrap();
-    println!("trace_chunk_flags: {} blocks' flags as glibc set them", expected.len());
+    println!(
+        "trace_chunk_flags: {} blocks' flags as glibc set them",
+        expected.len()
+    );
 }

@@ -57,10 +57,7 @@ impl Server {
         .unwrap();
         let mut response = Vec::new();
         stream.read_to_end(&mut response).unwrap();
-        let split = response
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap();
+        let split = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
         let head = String::from_utf8_lossy(&response[..split]).into_owned();
         let status = head.split(' ').nth(1).unwrap().parse().unwrap();
         let mut body = response[split + 4..].to_vec();
@@ -163,7 +160,10 @@ fn filters_on_glibcs_chunk_flags() {
     // Individual allocations, with their flags.
     let (total, listed) = allocations(&server, "mmapped=true");
     assert_eq!(total, 3);
-    assert_eq!(listed, ["0x7f0000000010", "0x7f0000200010", "0x7f0000400010"]);
+    assert_eq!(
+        listed,
+        ["0x7f0000000010", "0x7f0000200010", "0x7f0000400010"]
+    );
     let answer = server.json("/api/allocations?mmapped=true");
     for allocation in answer["allocations"].as_array().unwrap() {
         assert_eq!(allocation["mmapped"], true);
@@ -203,7 +203,10 @@ fn filters_on_glibcs_chunk_flags() {
     let big = "app::big".to_owned();
     assert_eq!(
         sites(&server, ""),
-        [(big.clone(), [3, 4 * MIB, 0, 4 * MIB]), (small.clone(), [4, 320, 2, 192])]
+        [
+            (big.clone(), [3, 4 * MIB, 0, 4 * MIB]),
+            (small.clone(), [4, 320, 2, 192])
+        ]
     );
     assert_eq!(
         sites(&server, "mmapped=true"),
@@ -219,12 +222,18 @@ fn filters_on_glibcs_chunk_flags() {
     );
     assert_eq!(
         sites(&server, "arena=main"),
-        [(big.clone(), [3, 4 * MIB, 0, 4 * MIB]), (small.clone(), [2, 128, 2, 0])]
+        [
+            (big.clone(), [3, 4 * MIB, 0, 4 * MIB]),
+            (small.clone(), [2, 128, 2, 0])
+        ]
     );
     // At a moment: at 550 ns the worker has allocated nothing yet.
     assert_eq!(
         sites(&server, "arena=main&at=0.00000055"),
-        [(big.clone(), [3, 4 * MIB, 0, 3 * MIB]), (small.clone(), [2, 128, 2, 0])]
+        [
+            (big.clone(), [3, 4 * MIB, 0, 3 * MIB]),
+            (small.clone(), [2, 128, 2, 0])
+        ]
     );
 
     // The group filters count the blocks that pass the others.
@@ -284,7 +293,10 @@ fn a_trace_without_the_flags_says_so() {
         } else {
             "arena"
         };
-        assert!(message.starts_with(&format!("{name}=")), "{path}: {message}");
+        assert!(
+            message.starts_with(&format!("{name}=")),
+            "{path}: {message}"
+        );
         assert!(
             message.contains("does not hold glibc's chunk flags"),
             "{path}: {message}"

@@ -4,8 +4,8 @@
 
 use crate::model::{ADDRESSES, HEADS, Model, STACKS, unzigzag};
 use crate::records::{
-    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkHeader, Codec, Error, ErrorKind, FIRST_SIZED_KIND,
-    ChunkFlags, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, ModuleEntry, Record,
+    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkFlags, ChunkHeader, Codec, Error, ErrorKind,
+    FIRST_SIZED_KIND, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, ModuleEntry, Record,
     SymbolFrame, class, kind,
 };
 use std::io::{self, Read};

@@ -3,8 +3,8 @@
 
 use crate::model::{ADDRESS, ADDRESSES, HEADS, Model, SIZE, STACK, STACKS, zigzag};
 use crate::records::{
-    CHUNK_HEADER_BYTES, ChunkHeader, Codec, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR,
-    ChunkFlags, ModuleEntry, SymbolFrame, class, flags, kind,
+    CHUNK_HEADER_BYTES, ChunkFlags, ChunkHeader, Codec, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES,
+    MINOR, ModuleEntry, SymbolFrame, class, flags, kind,
 };
 use std::fmt;
 use std::io::{self, Write};
@@ -311,11 +311,16 @@ impl ChunkEncoder {
         for &code in &self.block_flags {
             counts[usize::from(code.min(unknown))] += 1;
         }
-        let common = (0..counts.len()).max_by_key(|&c| (counts[c], usize::MAX - c)).unwrap_or(0) as u8;
+        let common = (0..counts.len())
+            .max_by_key(|&c| (counts[c], usize::MAX - c))
+            .unwrap_or(0) as u8;
         // Not `self.body`: a sized record's body waits there while the events before it are put.
         let mut body = Vec::with_capacity(16);
         put_varint(&mut body, u64::from(common));
-        put_varint(&mut body, (self.block_flags.len() - counts[usize::from(common)]) as u64);
+        put_varint(
+            &mut body,
+            (self.block_flags.len() - counts[usize::from(common)]) as u64,
+        );
         let mut skipped = 0u64;
         for &code in &self.block_flags {
             if code == common {

@@ -143,9 +143,7 @@ unsafe fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
     // returns the C library's new block (or null), which memprof records before the program
     // has it.
     unsafe {
-        memprof::preload::realloc(block as usize, size, || {
-            __libc_realloc(block, size).cast()
-        })
+        memprof::preload::realloc(block as usize, size, || __libc_realloc(block, size).cast())
     }
     .cast()
 }

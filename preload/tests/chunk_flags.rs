@@ -11,7 +11,12 @@ use memprof_trace::{ChunkFlags, Trace, Visitor};
 #[test]
 fn the_trace_knows_each_blocks_mapping_and_arena() {
     let dir = support::scratch("chunk_flags");
-    let program = support::compile(&dir, &["chunk_flags.c"], "chunk_flags", &["-O0", "-pthread"]);
+    let program = support::compile(
+        &dir,
+        &["chunk_flags.c"],
+        "chunk_flags",
+        &["-O0", "-pthread"],
+    );
     let trace_path = dir.join("t.mptrace");
     let mut command = support::clean_command(&program);
     command
@@ -56,12 +61,14 @@ fn the_trace_knows_each_blocks_mapping_and_arena() {
             _ => panic!("unexpected line {line:?}"),
         };
         *count += 1;
-        let block = end
-            .heap
-            .live
-            .get(&address)
-            .unwrap_or_else(|| panic!("the {class} block at {address:#x} is not live in the trace"));
-        assert_eq!(block.flags, Some(expected), "the {class} block at {address:#x}");
+        let block = end.heap.live.get(&address).unwrap_or_else(|| {
+            panic!("the {class} block at {address:#x} is not live in the trace")
+        });
+        assert_eq!(
+            block.flags,
+            Some(expected),
+            "the {class} block at {address:#x}"
+        );
     }
     assert_eq!(counts, [5, 5, 4], "{stdout}");
 

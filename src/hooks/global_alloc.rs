@@ -612,7 +612,9 @@ mod path {
         let mut call = || {
             realloc
                 .take()
-                .map_or((std::ptr::null_mut(), MallocBlock::NONE), |realloc| realloc())
+                .map_or((std::ptr::null_mut(), MallocBlock::NONE), |realloc| {
+                    realloc()
+                })
         };
         realloc_outlined(old_address, block, new_kind, new_size, settings, &mut call)
     }

@@ -40,7 +40,13 @@ pub fn start(malloc: *const c_void) {
 pub unsafe fn alloc(address: usize, size: usize) {
     // SAFETY: the caller's block, live through the call.
     let malloc = unsafe { MallocBlock::new(address as *const u8) };
-    let _ = record::alloc::<Doors>(address, size, BlockRef::Headless, Settings::default(), malloc);
+    let _ = record::alloc::<Doors>(
+        address,
+        size,
+        BlockRef::Headless,
+        Settings::default(),
+        malloc,
+    );
 }
 
 /// Forgets the block at `address` (not null) before the C library frees it.

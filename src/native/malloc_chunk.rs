@@ -88,10 +88,11 @@ impl MallocBlock {
             return 0;
         }
         // SAFETY: `new`'s caller vouched that the block is a live one of the C library's
-        // allocator, and `GLIBC` that the allocator is glibc's, which keeps the size word of
-        // every block's chunk (the chunk's `mchunk_size`) in the `usize` just before the block,
-        // aligned, and never lets a block start its chunk's memory: the word is readable and
-        // this allocator's, as long as the block lives. Read once, as a plain load.
+        // allocator, and `GLIBC` that the allocator is glibc's. glibc puts every block 16 bytes
+        // into its chunk (an arena's, or a mapping of its own), behind the chunk's header, whose
+        // second word, `mchunk_size`, is the aligned `usize` just before the block: readable,
+        // and written by glibc only while it hands the chunk out or takes it back, never while
+        // the block is live. Read once, as a plain load.
         let word = unsafe { (self.0 as *const usize).sub(1).read() };
         1 | (word & FLAGS) as u64
     }
