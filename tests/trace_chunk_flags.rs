@@ -25,10 +25,8 @@ fn main() {
     // glibc's threshold rises to the size of any mapped block freed (memprof's own, say): set,
     // it stays at glibc's first value, 128 KiB.
     // SAFETY: `mallopt` only sets the allocator's parameter.
-    assert_eq!(
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) },
-        1
-    );
+    let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) };
+    assert_eq!(set, 1);
     assert!(memprof::is_tracing());
 
     let small: Vec<Box<[u8; SMALL]>> = (0..4).map(|i| Box::new([i as u8; SMALL])).collect();

@@ -364,7 +364,6 @@ fn block_flags_round_trip_as_the_most_common_value_and_the_exceptions() {
         events.chunk_flags(*flags);
         events.free(105 + 10 * i, 0x1000 + 0x100 * i);
     }
-    let mut events = events;
     // Then a reallocation of unknown flags.
     events.realloc(200, 201, 0x9000, 0x9100, 8, 3);
     events.chunk_flags(None);
@@ -401,7 +400,7 @@ fn a_reader_that_does_not_know_block_flags_skips_them() {
     // The payload: a sized record of kind 0x4C first, then the events.
     let payload = &bytes[CHUNK_HEADER_BYTES..];
     assert_eq!(payload[0], kind::BLOCK_FLAGS);
-    assert!(kind::BLOCK_FLAGS >= FIRST_SIZED_KIND);
+    const { assert!(kind::BLOCK_FLAGS >= FIRST_SIZED_KIND) };
     let len = payload[1] as usize;
     assert_eq!(payload[2 + len], kind::EVENTS);
 }
