@@ -86,8 +86,13 @@ pub struct ChunkEncoder {
     /// addresses, stacks, sizes).
     pending: u64,
     columns: [Vec<u8>; 4],
-    /// glibc's flags of the pending events' allocations, in order ([`ChunkFlags::code`]), when
-    /// [`ChunkEncoder::chunk_flags`] gave any: the `BLOCK_FLAGS` record before their `EVENTS`.
+    /// Allocations of the pending events whose flags [`ChunkEncoder::chunk_flags`] gave: the
+    /// `BLOCK_FLAGS` record before their `EVENTS`.
+    flags_given: u64,
+    /// The first one's value ([`ChunkFlags::code`]): all of them have it while `block_flags` is
+    /// empty, the common case, which costs a comparison per allocation.
+    flags_first: u8,
+    /// Every one's value, in order, once one differed from the first.
     block_flags: Vec<u8>,
 }
 
@@ -106,6 +111,8 @@ impl ChunkEncoder {
             model: Model::new(),
             pending: 0,
             columns: Default::default(),
+            flags_given: 0,
+            flags_first: 0,
             block_flags: Vec::new(),
         }
     }
@@ -124,6 +131,7 @@ impl ChunkEncoder {
         for column in &mut self.columns {
             column.clear();
         }
+        self.flags_given = 0;
         self.block_flags.clear();
     }
 
@@ -295,7 +303,20 @@ impl ChunkEncoder {
     /// `BLOCK_FLAGS` record goes before the `EVENTS` record of the allocations.
     #[inline]
     pub fn chunk_flags(&mut self, flags: Option<ChunkFlags>) {
-        self.block_flags.push(ChunkFlags::code(flags));
+        let code = ChunkFlags::code(flags);
+        if self.block_flags.is_empty() {
+            if self.flags_given == 0 {
+                self.flags_first = code;
+            }
+            if code == self.flags_first {
+                self.flags_given += 1;
+                return;
+            }
+            self.block_flags
+                .resize(self.flags_given as usize, self.flags_first);
+        }
+        self.block_flags.push(code);
+        self.flags_given += 1;
     }
 
     /// The `BLOCK_FLAGS` record of the pending allocations, when any of their flags is known:
@@ -303,10 +324,20 @@ impl ChunkEncoder {
     /// since the previous one.
     fn put_block_flags(&mut self) {
         let unknown = ChunkFlags::code(None);
-        if self.block_flags.iter().all(|&code| code == unknown) {
-            self.block_flags.clear();
+        let given = std::mem::take(&mut self.flags_given);
+        // Not `self.body`: a sized record's body waits there while the events before it are put.
+        let mut body = Vec::with_capacity(16);
+        if self.block_flags.is_empty() {
+            // All alike.
+            if self.flags_first == unknown {
+                return;
+            }
+            put_varint(&mut body, u64::from(self.flags_first));
+            put_varint(&mut body, 0);
+            self.put_block_flags_record(&body);
             return;
         }
+        debug_assert_eq!(given, self.block_flags.len() as u64);
         let mut counts = [0usize; 5];
         for &code in &self.block_flags {
             counts[usize::from(code.min(unknown))] += 1;
@@ -314,8 +345,6 @@ impl ChunkEncoder {
         let common = (0..counts.len())
             .max_by_key(|&c| (counts[c], usize::MAX - c))
             .unwrap_or(0) as u8;
-        // Not `self.body`: a sized record's body waits there while the events before it are put.
-        let mut body = Vec::with_capacity(16);
         put_varint(&mut body, u64::from(common));
         put_varint(
             &mut body,
@@ -332,9 +361,14 @@ impl ChunkEncoder {
             }
         }
         self.block_flags.clear();
+        self.put_block_flags_record(&body);
+    }
+
+    /// Appends a `BLOCK_FLAGS` record of `body`.
+    fn put_block_flags_record(&mut self, body: &[u8]) {
         self.payload.push(kind::BLOCK_FLAGS);
         put_varint(&mut self.payload, body.len() as u64);
-        self.payload.extend_from_slice(&body);
+        self.payload.extend_from_slice(body);
     }
 
     /// Puts the events added since the last `EVENTS` record into one.
@@ -342,7 +376,7 @@ impl ChunkEncoder {
         if self.pending == 0 {
             return;
         }
-        if !self.block_flags.is_empty() {
+        if self.flags_given != 0 {
             self.put_block_flags();
         }
         self.payload.push(kind::EVENTS);

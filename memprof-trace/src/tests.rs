@@ -403,4 +403,17 @@ fn a_reader_that_does_not_know_block_flags_skips_them() {
     const { assert!(kind::BLOCK_FLAGS >= FIRST_SIZED_KIND) };
     let len = payload[1] as usize;
     assert_eq!(payload[2 + len], kind::EVENTS);
+    // All alike: the value alone, no exception.
+    assert_eq!(&payload[..2 + len], &[kind::BLOCK_FLAGS, 2, 1, 0]);
+    let (_, chunks) = decode(&trace(&[events], None)).unwrap();
+    assert!(matches!(
+        chunks[0].1[..],
+        [Record::Alloc {
+            flags: Some(ChunkFlags {
+                mmapped: true,
+                main_arena: true
+            }),
+            ..
+        }]
+    ));
 }
