@@ -29,6 +29,10 @@ pub(crate) struct Settings {
     pub trace: Option<&'static str>,
     /// Live-heap growth between dumps; 0 for none (`MEMPROF_DUMP_ON_GROWTH`).
     pub dump_on_growth: u64,
+    /// The wrapped allocator is `std::alloc::System` on Linux with glibc, where its blocks are
+    /// the C library's `malloc`'s: trace mode reads their chunk flags when that `malloc` is
+    /// glibc's (`native::note_malloc`).
+    pub system_malloc: bool,
 }
 
 /// The slot number a header holds for a block that is not recorded.

@@ -47,6 +47,9 @@ impl record::Start for Doors {
         triggers::install(config, settings);
         fork::install();
         if let Some(spec) = config.trace.as_deref().or(settings.trace) {
+            if settings.system_malloc {
+                crate::native::note_malloc(None);
+            }
             crate::trace::start(spec, TABLE.sample_interval());
         }
     }

@@ -4,6 +4,11 @@
 
 #[cfg(feature = "trace")]
 pub(crate) mod clock;
+// Without trace mode the blocks are passed down the path, and their flags never read.
+#[cfg_attr(not(feature = "trace"), allow(dead_code))]
+mod malloc_chunk;
+
+pub(crate) use malloc_chunk::{MallocBlock, note_malloc};
 
 use std::ffi::{CStr, c_void};
 

@@ -42,6 +42,7 @@ use crate::config::{self, Config, MAX_FRAMES};
 use crate::guard::{self, Guard};
 use crate::header::{BlockRef, Headed, Settings};
 use crate::labels;
+use crate::native::MallocBlock;
 use crate::sampling;
 use crate::table::{self, Block, Stranger, TABLE};
 use std::cell::RefCell;
@@ -145,7 +146,9 @@ fn start<S: Start>(settings: Settings) -> Option<&'static Config> {
 /// Records a block the wrapped allocator just returned at `address`: `block` says its kind
 /// ([`BlockRef::Headless`], or [`BlockRef::NEW_HEADED`] for a block with a header); returns the
 /// block as the table recorded it, whose header, if any, must hold what it says. `settings` are
-/// the allocator's own, used where the environment does not say otherwise.
+/// the allocator's own, used where the environment does not say otherwise. `malloc` is the block
+/// as the C library's allocator returned it, when it did ([`MallocBlock::NONE`] otherwise): the
+/// trace reads its chunk flags.
 ///
 /// Inlined, with the allocator's entry, into the program's function that allocated, so the call
 /// into the recording path is that function's last call whenever the allocation is the last thing
@@ -157,6 +160,7 @@ pub(crate) fn alloc<S: Start>(
     size: usize,
     block: BlockRef,
     settings: Settings,
+    malloc: MallocBlock,
 ) -> BlockRef {
     if skip_alloc(size) {
         return block.unrecorded();
@@ -165,12 +169,12 @@ pub(crate) fn alloc<S: Start>(
     // is decided when it is compiled.
     match block {
         BlockRef::Headless => {
-            alloc_checked::<S, false>(address, size, settings);
+            alloc_checked::<S, false>(address, size, settings, malloc);
             capture::stay_in_frame();
             BlockRef::Headless
         }
         BlockRef::Headed(_) => {
-            let headed = alloc_checked::<S, true>(address, size, settings);
+            let headed = alloc_checked::<S, true>(address, size, settings, malloc);
             capture::stay_in_frame();
             BlockRef::Headed(headed)
         }
@@ -192,6 +196,7 @@ fn alloc_checked<S: Start, const HEADED: bool>(
     address: usize,
     size: usize,
     settings: Settings,
+    malloc: MallocBlock,
 ) -> Headed {
     // This function's own frame, never inlined away: a frame-pointer walk starts from it, with
     // the return address into the allocator's entry (which may be inlined into the program's
@@ -213,7 +218,7 @@ fn alloc_checked<S: Start, const HEADED: bool>(
             headed = recorded;
             // A block without a header is always in the side tables once recorded.
             if !HEADED || recorded.is_recorded() {
-                trace_tap::alloc(address, size, stack);
+                trace_tap::alloc(address, size, stack, malloc);
             }
         }
         if scope_tap::any_open() {
@@ -351,7 +356,8 @@ pub(crate) fn free(address: usize, block: BlockRef) -> bool {
 }
 
 /// Reallocates the block at `old_address`, of the kind and with the header `block` tells, through
-/// `realloc` (which returns the new block, or null on failure): untracks the old block first and
+/// `realloc` (which returns the new block, or null on failure, and the new block as the C
+/// library's allocator returned it, [`MallocBlock::NONE`] when it did not): untracks the old block first and
 /// tracks the new one, of the kind `new_kind` says ([`BlockRef::Headless`], or
 /// [`BlockRef::NEW_HEADED`]: a realloc across 64 KiB changes it), with the realloc's stack.
 /// Returns the new block and the block the program holds now as the table recorded it (the new
@@ -368,7 +374,7 @@ pub(crate) fn realloc<S: Start>(
     new_kind: BlockRef,
     new_size: usize,
     settings: Settings,
-    realloc: impl FnOnce() -> *mut u8,
+    realloc: impl FnOnce() -> (*mut u8, MallocBlock),
 ) -> Option<(*mut u8, BlockRef)> {
     let taken: Option<Block> = if may_hold(FREES.load(Ordering::Acquire), old_address, block) {
         match TABLE.take_any(old_address, block) {
@@ -379,7 +385,7 @@ pub(crate) fn realloc<S: Start>(
         None
     };
     trace_tap::realloc_start(old_address, taken.is_some());
-    let new_block = realloc();
+    let (new_block, malloc) = realloc();
     let tag = match &taken {
         Some(old) => old.tag,
         None => 0,
@@ -388,7 +394,7 @@ pub(crate) fn realloc<S: Start>(
         if scope_tap::any_open() {
             scope_tap::on_free(old_address);
         }
-        let kept = alloc::<S>(new_block as usize, new_size, new_kind, settings);
+        let kept = alloc::<S>(new_block as usize, new_size, new_kind, settings, malloc);
         if tag != 0 {
             // Inside the guard: the tag map may grow.
             guard::untracked(|| TABLE.retag_any(new_block as usize, kept, tag));

@@ -4,9 +4,9 @@
 
 use crate::model::{ADDRESSES, HEADS, Model, STACKS, unzigzag};
 use crate::records::{
-    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkHeader, Codec, Error, ErrorKind, FIRST_SIZED_KIND,
-    Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, ModuleEntry, Record, SymbolFrame,
-    class, kind,
+    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkFlags, ChunkHeader, Codec, Error, ErrorKind,
+    FIRST_SIZED_KIND, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, ModuleEntry, Record,
+    SymbolFrame, class, kind,
 };
 use std::io::{self, Read};
 
@@ -296,7 +296,52 @@ impl Chunk {
             model: Model::new(),
             block: None,
             failed: false,
+            next_flags: None,
+            flags: None,
         }
+    }
+}
+
+/// A `BLOCK_FLAGS` record: glibc's flags of the allocations of an `EVENTS` record.
+#[derive(Debug)]
+struct FlagList {
+    /// The value of the allocations not listed.
+    common: u8,
+    /// The others: their place among the allocations, and their value.
+    exceptions: Vec<(u64, u8)>,
+    /// The next exception to meet.
+    next: usize,
+    /// Allocations met so far.
+    seen: u64,
+}
+
+impl FlagList {
+    /// Decodes a record's body.
+    fn decode(body: &mut Cursor<'_>) -> Result<FlagList, Error> {
+        let code = |body: &mut Cursor<'_>| -> Result<u8, Error> {
+            let value = body.varint()?;
+            // Values past 4 are unknown too (a later version's).
+            Ok(value.min(4) as u8)
+        };
+        let common = code(body)?;
+        // Each exception takes at least two bytes.
+        let count = body.count(2)?;
+        let mut exceptions = Vec::with_capacity(count);
+        let mut at = 0u64;
+        for i in 0..count {
+            let skip = body.varint()?;
+            at = at
+                .checked_add(skip)
+                .and_then(|a| a.checked_add(u64::from(i > 0)))
+                .ok_or_else(|| body.error("block flags past 2^64 allocations"))?;
+            exceptions.push((at, code(body)?));
+        }
+        Ok(FlagList {
+            common,
+            exceptions,
+            next: 0,
+            seen: 0,
+        })
     }
 }
 
@@ -312,6 +357,10 @@ pub struct Records<'a> {
     /// The `EVENTS` record being read: events left, and its columns.
     block: Option<(u64, [Cursor<'a>; 4])>,
     failed: bool,
+    /// A `BLOCK_FLAGS` record read, for the next `EVENTS` record.
+    next_flags: Option<FlagList>,
+    /// The flags of the `EVENTS` record being read, when it had them.
+    flags: Option<FlagList>,
 }
 
 impl<'a> Records<'a> {
@@ -373,6 +422,21 @@ impl<'a> Records<'a> {
             .ok_or_else(|| body.error("time past 2^64 ns"))
     }
 
+    /// glibc's flags of the next allocation of the `EVENTS` record being read.
+    fn next_flags(&mut self) -> Option<ChunkFlags> {
+        let list = self.flags.as_mut()?;
+        let at = list.seen;
+        list.seen += 1;
+        let code = match list.exceptions.get(list.next) {
+            Some(&(place, code)) if place == at => {
+                list.next += 1;
+                code
+            }
+            _ => list.common,
+        };
+        ChunkFlags::from_code(u64::from(code))
+    }
+
     /// The next event of the `EVENTS` record being read.
     fn event(&mut self, mut columns: [Cursor<'a>; 4]) -> Result<(Record, [Cursor<'a>; 4]), Error> {
         let [heads, addresses, stacks, sizes] = &mut columns;
@@ -388,6 +452,7 @@ impl<'a> Records<'a> {
                     address,
                     size,
                     stack,
+                    flags: self.next_flags(),
                 }
             }
             class::FREE => Record::Free {
@@ -407,6 +472,7 @@ impl<'a> Records<'a> {
                     address,
                     size,
                     stack,
+                    flags: self.next_flags(),
                 }
             }
             _ => {
@@ -420,7 +486,20 @@ impl<'a> Records<'a> {
         Ok((record, columns))
     }
 
+    /// The next record; a `BLOCK_FLAGS` record is kept for the events it describes.
     fn record(&mut self) -> Result<Option<Record>, Error> {
+        loop {
+            match self.read()? {
+                Some(Record::Unknown {
+                    kind: kind::BLOCK_FLAGS,
+                }) => {}
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// The next record, a `BLOCK_FLAGS` one as `Record::Unknown`.
+    fn read(&mut self) -> Result<Option<Record>, Error> {
         if let Some((left, columns)) = self.block.take() {
             if left > 0 {
                 let (record, columns) = self.event(columns)?;
@@ -430,6 +509,7 @@ impl<'a> Records<'a> {
             if let Some(column) = columns.iter().find(|c| !c.is_empty()) {
                 return Err(column.error("bytes left in a column after the events"));
             }
+            self.flags = None;
         }
         if self.cursor.is_empty() {
             return Ok(None);
@@ -452,6 +532,7 @@ impl<'a> Records<'a> {
                     return Err(columns[HEADS].error(format!("{count} events in fewer bytes")));
                 }
                 self.block = Some((count, columns));
+                self.flags = self.next_flags.take();
                 self.record()
             }
             kind if kind >= FIRST_SIZED_KIND => {
@@ -460,6 +541,11 @@ impl<'a> Records<'a> {
                 let base = self.cursor.position() - body.len() as u64;
                 let mut body = Cursor::at(body, base);
                 let record = match kind {
+                    kind::BLOCK_FLAGS => {
+                        // Read with the events it describes, not returned on its own.
+                        self.next_flags = Some(FlagList::decode(&mut body)?);
+                        return Ok(Some(Record::Unknown { kind }));
+                    }
                     kind::STACK => decode_stack(&mut body)?,
                     kind::MODULES => decode_modules(&mut body)?,
                     kind::THREAD => Record::Thread {

@@ -3,8 +3,8 @@
 
 use crate::model::{ADDRESS, ADDRESSES, HEADS, Model, SIZE, STACK, STACKS, zigzag};
 use crate::records::{
-    CHUNK_HEADER_BYTES, ChunkHeader, Codec, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR,
-    ModuleEntry, SymbolFrame, class, flags, kind,
+    CHUNK_HEADER_BYTES, ChunkFlags, ChunkHeader, Codec, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES,
+    MINOR, ModuleEntry, SymbolFrame, class, flags, kind,
 };
 use std::fmt;
 use std::io::{self, Write};
@@ -86,6 +86,14 @@ pub struct ChunkEncoder {
     /// addresses, stacks, sizes).
     pending: u64,
     columns: [Vec<u8>; 4],
+    /// Allocations of the pending events whose flags [`ChunkEncoder::chunk_flags`] gave: the
+    /// `BLOCK_FLAGS` record before their `EVENTS`.
+    flags_given: u64,
+    /// The first one's value ([`ChunkFlags::code`]): all of them have it while `block_flags` is
+    /// empty, the common case, which costs a comparison per allocation.
+    flags_first: u8,
+    /// Every one's value, in order, once one differed from the first.
+    block_flags: Vec<u8>,
 }
 
 impl ChunkEncoder {
@@ -103,6 +111,9 @@ impl ChunkEncoder {
             model: Model::new(),
             pending: 0,
             columns: Default::default(),
+            flags_given: 0,
+            flags_first: 0,
+            block_flags: Vec::new(),
         }
     }
 
@@ -120,6 +131,8 @@ impl ChunkEncoder {
         for column in &mut self.columns {
             column.clear();
         }
+        self.flags_given = 0;
+        self.block_flags.clear();
     }
 
     /// Bytes of payload so far.
@@ -285,10 +298,86 @@ impl ChunkEncoder {
         self.sized(kind::MUNMAP, flags::EVENTS);
     }
 
+    /// glibc's flags of the allocation (or reallocation) just added. Called after every
+    /// allocation of a chunk, or never (a trace without the flags): when any is known, a
+    /// `BLOCK_FLAGS` record goes before the `EVENTS` record of the allocations.
+    #[inline]
+    pub fn chunk_flags(&mut self, flags: Option<ChunkFlags>) {
+        let code = ChunkFlags::code(flags);
+        if self.block_flags.is_empty() {
+            if self.flags_given == 0 {
+                self.flags_first = code;
+            }
+            if code == self.flags_first {
+                self.flags_given += 1;
+                return;
+            }
+            self.block_flags
+                .resize(self.flags_given as usize, self.flags_first);
+        }
+        self.block_flags.push(code);
+        self.flags_given += 1;
+    }
+
+    /// The `BLOCK_FLAGS` record of the pending allocations, when any of their flags is known:
+    /// the most common value, then the allocations of another, each by the allocations skipped
+    /// since the previous one.
+    fn put_block_flags(&mut self) {
+        let unknown = ChunkFlags::code(None);
+        let given = std::mem::take(&mut self.flags_given);
+        // Not `self.body`: a sized record's body waits there while the events before it are put.
+        let mut body = Vec::with_capacity(16);
+        if self.block_flags.is_empty() {
+            // All alike.
+            if self.flags_first == unknown {
+                return;
+            }
+            put_varint(&mut body, u64::from(self.flags_first));
+            put_varint(&mut body, 0);
+            self.put_block_flags_record(&body);
+            return;
+        }
+        debug_assert_eq!(given, self.block_flags.len() as u64);
+        let mut counts = [0usize; 5];
+        for &code in &self.block_flags {
+            counts[usize::from(code.min(unknown))] += 1;
+        }
+        let common = (0..counts.len())
+            .max_by_key(|&c| (counts[c], usize::MAX - c))
+            .unwrap_or(0) as u8;
+        put_varint(&mut body, u64::from(common));
+        put_varint(
+            &mut body,
+            (self.block_flags.len() - counts[usize::from(common)]) as u64,
+        );
+        let mut skipped = 0u64;
+        for &code in &self.block_flags {
+            if code == common {
+                skipped += 1;
+            } else {
+                put_varint(&mut body, skipped);
+                put_varint(&mut body, u64::from(code));
+                skipped = 0;
+            }
+        }
+        self.block_flags.clear();
+        self.put_block_flags_record(&body);
+    }
+
+    /// Appends a `BLOCK_FLAGS` record of `body`.
+    fn put_block_flags_record(&mut self, body: &[u8]) {
+        self.payload.push(kind::BLOCK_FLAGS);
+        put_varint(&mut self.payload, body.len() as u64);
+        self.payload.extend_from_slice(body);
+    }
+
     /// Puts the events added since the last `EVENTS` record into one.
     fn flush_events(&mut self) {
         if self.pending == 0 {
             return;
+        }
+        if self.flags_given != 0 {
+            self.put_block_flags();
         }
         self.payload.push(kind::EVENTS);
         let len = varint_len(self.pending)

@@ -2,6 +2,7 @@
 //! allocated totals (weighted under sampling as the live table weights them).
 
 use crate::ranges::RangeMap;
+use crate::records::ChunkFlags;
 use crate::replay::{Event, Timed};
 use std::collections::HashMap;
 
@@ -16,6 +17,9 @@ pub struct Block {
     pub thread: u32,
     /// When it was allocated.
     pub time: u64,
+    /// glibc's flags of the block (whether glibc mapped it by itself, which arena it came from);
+    /// `None`: unknown (the allocator was not glibc's, or the trace is older than version 1.3).
+    pub flags: Option<ChunkFlags>,
 }
 
 /// A live memory mapping during a replay (its range is the key of [`Heap::mappings`]).
@@ -115,6 +119,7 @@ impl Heap {
                 address,
                 size,
                 stack,
+                flags,
                 ..
             } => {
                 let block = Block {
@@ -122,6 +127,7 @@ impl Heap {
                     stack,
                     thread: timed.thread,
                     time: timed.time,
+                    flags,
                 };
                 let replaced = self.live.insert(address, block);
                 if let Some(old) = replaced {

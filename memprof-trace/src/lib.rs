@@ -64,9 +64,9 @@ pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping};
 pub use moment::{Moment, Position};
 pub use ranges::RangeMap;
 pub use records::{
-    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkHeader, Codec, Error, ErrorKind, FIRST_SIZED_KIND,
-    Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, MINOR, MemoryParts, ModuleEntry,
-    Record, SymbolFrame, class, flags, kind,
+    CHUNK_HEADER_BYTES, CHUNK_MAGIC, ChunkFlags, ChunkHeader, Codec, Error, ErrorKind,
+    FIRST_SIZED_KIND, Header, MAGIC, MAJOR, MAX_CHUNK_BYTES, MAX_HEADER_BYTES, MINOR, MemoryParts,
+    ModuleEntry, Record, SymbolFrame, class, flags, kind,
 };
 pub use replay::{Event, Timed, Trace, TraceError};
 pub use rewrite::write_symbolized;

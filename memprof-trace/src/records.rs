@@ -20,7 +20,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MPTRACE";
 pub const MAJOR: u16 = 1;
 
 /// The minor version this codec writes.
-pub const MINOR: u16 = 2;
+pub const MINOR: u16 = 3;
 
 /// The first 4 bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MPCK";
@@ -77,6 +77,39 @@ pub mod kind {
     pub const STACK_LABELS: u8 = 0x4A;
     /// The process's resident memory by what holds it, when the trace was closed; version 1.2.
     pub const MEMORY: u8 = 0x4B;
+    /// glibc's chunk flags of the allocations of the next `EVENTS` record; version 1.3.
+    pub const BLOCK_FLAGS: u8 = 0x4C;
+}
+
+/// What glibc's `malloc` says of a block in the header of its chunk, as the trace recorded it
+/// (the `BLOCK_FLAGS` record, version 1.3): only where the allocator was glibc's; elsewhere, and
+/// in older traces, a block's flags are unknown (`None` where an `Option<ChunkFlags>` is held).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChunkFlags {
+    /// The block has a mapping of its own (`IS_MMAPPED`): glibc maps blocks above its mmap
+    /// threshold (128 KiB at first, adjusted as the program frees them) by themselves.
+    pub mmapped: bool,
+    /// The block came from the main arena (`NON_MAIN_ARENA` clear); else from one of the arenas
+    /// glibc gives other threads. glibc clears the flag of every mmapped block.
+    pub main_arena: bool,
+}
+
+impl ChunkFlags {
+    /// The value the format stores: bit 0 mmapped, bit 1 not the main arena; 4 unknown.
+    pub(crate) fn code(flags: Option<ChunkFlags>) -> u8 {
+        match flags {
+            None => 4,
+            Some(f) => u8::from(f.mmapped) | u8::from(!f.main_arena) << 1,
+        }
+    }
+
+    /// The flags a stored value stands for (`None`, unknown, for 4 and above).
+    pub(crate) fn from_code(code: u64) -> Option<ChunkFlags> {
+        (code < 4).then_some(ChunkFlags {
+            mmapped: code & 1 != 0,
+            main_arena: code & 2 == 0,
+        })
+    }
 }
 
 /// Flags of a chunk header.
@@ -358,6 +391,8 @@ pub enum Record {
         size: u64,
         /// The stack it was allocated from (a `STACK` record defines it).
         stack: u32,
+        /// glibc's flags of the block (a `BLOCK_FLAGS` record gives them); `None`: unknown.
+        flags: Option<ChunkFlags>,
     },
     /// A recorded block freed.
     Free {
@@ -380,6 +415,8 @@ pub enum Record {
         size: u64,
         /// The stack of the reallocation.
         stack: u32,
+        /// glibc's flags of the new block, as for [`Record::Alloc`].
+        flags: Option<ChunkFlags>,
     },
     /// A moment the program named (`memprof::mark`).
     Mark {

@@ -9,7 +9,7 @@
 
 use crate::decode::Reader;
 use crate::records::{
-    Error, ErrorKind, Header, MemoryParts, ModuleEntry, Record, SymbolFrame, flags,
+    ChunkFlags, Error, ErrorKind, Header, MemoryParts, ModuleEntry, Record, SymbolFrame, flags,
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -32,6 +32,8 @@ pub enum Event {
         /// For a reallocation's new block, the old block's address (freed by the same thread's
         /// previous [`Event::Free`] with `realloc` set).
         realloc_of: Option<u64>,
+        /// glibc's flags of the block; `None`: unknown (not recorded, or an older trace).
+        flags: Option<ChunkFlags>,
     },
     /// A recorded block freed (a reallocation's old block too).
     Free {
@@ -434,6 +436,7 @@ impl Trace {
                     address,
                     size,
                     stack: id,
+                    flags,
                 } => events.push(Timed {
                     time,
                     thread,
@@ -442,6 +445,7 @@ impl Trace {
                         size,
                         stack: stack(id),
                         realloc_of: None,
+                        flags,
                     },
                 }),
                 Record::Free { time, address } => events.push(Timed {
@@ -459,6 +463,7 @@ impl Trace {
                     address,
                     size,
                     stack: id,
+                    flags,
                 } => {
                     events.push(Timed {
                         time,
@@ -476,6 +481,7 @@ impl Trace {
                             size,
                             stack: stack(id),
                             realloc_of: Some(old_address),
+                            flags,
                         },
                     });
                 }

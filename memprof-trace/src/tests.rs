@@ -81,7 +81,8 @@ fn records_round_trip_stored_and_compressed() {
                     time: 100,
                     address: 0x7f00_0000_0010,
                     size: 24,
-                    stack: 3
+                    stack: 3,
+                    flags: None
                 },
                 Record::Free {
                     time: 150,
@@ -93,7 +94,8 @@ fn records_round_trip_stored_and_compressed() {
                     old_address: 0x7f00_0000_0ff1,
                     address: 0x7f00_0000_0010,
                     size: 48,
-                    stack: 3
+                    stack: 3,
+                    flags: None
                 },
                 Record::Mark {
                     time: 300,
@@ -103,7 +105,8 @@ fn records_round_trip_stored_and_compressed() {
                     time: 300,
                     address: 0x10,
                     size: u64::MAX,
-                    stack: u32::MAX
+                    stack: u32::MAX,
+                    flags: None
                 },
             ]
         );
@@ -226,7 +229,7 @@ fn mapping_records_round_trip_and_leave_event_times_alone() {
     events.free(150, 0x10);
     let (header, chunks) = decode(&trace(&[events], Some(3))).unwrap();
     assert_eq!(header.minor, MINOR);
-    assert_eq!(MINOR, 2);
+    assert_eq!(MINOR, 3);
     let (chunk, records) = &chunks[0];
     assert_eq!(
         (chunk.first_time, chunk.last_time, chunk.events),
@@ -247,7 +250,8 @@ fn mapping_records_round_trip_and_leave_event_times_alone() {
                 time: 100,
                 address: 0x10,
                 size: 24,
-                stack: 3
+                stack: 3,
+                flags: None
             },
             Record::Munmap {
                 time: 120,
@@ -319,7 +323,7 @@ fn memory_records_round_trip() {
     end.memory(&zero);
     end.end(0, 0);
     let (header, decoded) = decode(&trace(&[end], Some(3))).unwrap();
-    assert_eq!(header.minor, 2);
+    assert_eq!(header.minor, MINOR);
     assert_eq!(decoded[0].0.flags, flags::END);
     assert_eq!(
         decoded[0].1,
@@ -331,4 +335,85 @@ fn memory_records_round_trip() {
         ]
     );
     assert_eq!(with_glibc.unaccounted(), -483_328);
+}
+
+#[test]
+fn block_flags_round_trip_as_the_most_common_value_and_the_exceptions() {
+    let main = Some(ChunkFlags {
+        mmapped: false,
+        main_arena: true,
+    });
+    let mapped = Some(ChunkFlags {
+        mmapped: true,
+        main_arena: true,
+    });
+    let other = Some(ChunkFlags {
+        mmapped: false,
+        main_arena: false,
+    });
+    // Flags of allocations 0..6; a mapping record in the middle splits the events in two
+    // `EVENTS` records, each with its own `BLOCK_FLAGS`.
+    let given = [main, mapped, main, other, main, main];
+    let mut events = ChunkEncoder::new(1);
+    for (i, flags) in given.iter().enumerate() {
+        let i = i as u64;
+        if i == 3 {
+            events.mmap(100 + 10 * i, 0x7f00_0000_0000, 4096, 3, 3, 0x22);
+        }
+        events.alloc(100 + 10 * i, 0x1000 + 0x100 * i, 24 + i, 3);
+        events.chunk_flags(*flags);
+        events.free(105 + 10 * i, 0x1000 + 0x100 * i);
+    }
+    // Then a reallocation of unknown flags.
+    events.realloc(200, 201, 0x9000, 0x9100, 8, 3);
+    events.chunk_flags(None);
+    let mut plain = ChunkEncoder::new(2);
+    plain.alloc(300, 0x20, 8, 3);
+    let (_, chunks) = decode(&trace(&[events, plain], Some(3))).unwrap();
+    let decoded: Vec<Option<ChunkFlags>> = chunks[0]
+        .1
+        .iter()
+        .filter_map(|record| match record {
+            Record::Alloc { flags, .. } | Record::Realloc { flags, .. } => Some(*flags),
+            _ => None,
+        })
+        .collect();
+    let mut expected = given.to_vec();
+    expected.push(None);
+    assert_eq!(decoded, expected);
+    assert!(matches!(
+        chunks[1].1[..],
+        [Record::Alloc { flags: None, .. }]
+    ));
+}
+
+#[test]
+fn a_reader_that_does_not_know_block_flags_skips_them() {
+    let mut events = ChunkEncoder::new(1);
+    events.alloc(100, 0x1000, 24, 3);
+    events.chunk_flags(Some(ChunkFlags {
+        mmapped: true,
+        main_arena: true,
+    }));
+    let mut bytes = Vec::new();
+    events.finish(None, &mut bytes).unwrap();
+    // The payload: a sized record of kind 0x4C first, then the events.
+    let payload = &bytes[CHUNK_HEADER_BYTES..];
+    assert_eq!(payload[0], kind::BLOCK_FLAGS);
+    const { assert!(kind::BLOCK_FLAGS >= FIRST_SIZED_KIND) };
+    let len = payload[1] as usize;
+    assert_eq!(payload[2 + len], kind::EVENTS);
+    // All alike: the value alone, no exception.
+    assert_eq!(&payload[..2 + len], &[kind::BLOCK_FLAGS, 2, 1, 0]);
+    let (_, chunks) = decode(&trace(&[events], None)).unwrap();
+    assert!(matches!(
+        chunks[0].1[..],
+        [Record::Alloc {
+            flags: Some(ChunkFlags {
+                mmapped: true,
+                main_arena: true
+            }),
+            ..
+        }]
+    ));
 }

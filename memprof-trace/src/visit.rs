@@ -109,6 +109,7 @@ impl Trace {
                         address,
                         size,
                         stack,
+                        flags,
                         ..
                     } => {
                         state.last_alloc.insert(timed.thread, address);
@@ -117,6 +118,7 @@ impl Trace {
                             stack,
                             thread: timed.thread,
                             time: timed.time,
+                            flags,
                         };
                         visitor.alloc(timed, address, &block, ended.as_ref());
                     }

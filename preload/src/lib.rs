@@ -45,11 +45,16 @@ static READY: AtomicBool = AtomicBool::new(false);
 static SEEN: AtomicBool = AtomicBool::new(false);
 
 /// Records a block the C library just returned, once the library is ready.
+///
+/// `block` is null or what one of the C library's own allocation functions just returned, not
+/// given to the program yet (every caller here).
 #[inline(always)]
 fn recorded(block: *mut c_void, size: usize) -> *mut c_void {
     if !block.is_null() && READY.load(Relaxed) {
         seen();
-        memprof::preload::alloc(block as usize, size);
+        // SAFETY: a live block of the C library's allocator, as every caller passes, still only
+        // this library's until it returns it.
+        unsafe { memprof::preload::alloc(block as usize, size) };
     }
     block
 }
@@ -134,10 +139,12 @@ unsafe fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
         // SAFETY: the caller's block.
         return unsafe { __libc_realloc(block, 0) };
     }
-    // SAFETY: the caller's block; memprof forgets it before the call may free it.
-    memprof::preload::realloc(block as usize, size, || unsafe {
-        __libc_realloc(block, size).cast()
-    })
+    // SAFETY: the caller's block; memprof forgets it before the call may free it. The closure
+    // returns the C library's new block (or null), which memprof records before the program
+    // has it.
+    unsafe {
+        memprof::preload::realloc(block as usize, size, || __libc_realloc(block, size).cast())
+    }
     .cast()
 }
 
@@ -194,9 +201,10 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     if block.is_null() {
         return libc::ENOMEM;
     }
+    // Recorded before the program may read it.
+    recorded(block, size);
     // SAFETY: the caller gives a place for the pointer.
     unsafe { out.write(block) };
-    recorded(block, size);
     0
 }
 
@@ -237,7 +245,7 @@ extern "C" fn init() {
     forward::resolve();
     exec::resolve();
     mappings::init();
-    memprof::preload::start();
+    memprof::preload::start(__libc_malloc as *const c_void);
     READY.store(true, Relaxed);
     // SAFETY: `unseen` is an `extern "C" fn()` that does not unwind.
     unsafe { libc::atexit(unseen) };

@@ -15,6 +15,7 @@
 
 use super::Doors;
 use crate::header::{BlockRef, Settings};
+use crate::native::MallocBlock;
 use crate::record;
 use std::ffi::{c_int, c_void};
 use std::fs::File;
@@ -27,7 +28,14 @@ use std::os::fd::FromRawFd;
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn memprof_record_alloc(ptr: *mut c_void, size: usize) {
     if !ptr.is_null() {
-        let _ = record::alloc::<Doors>(ptr as usize, size, BlockRef::Headless, Settings::default());
+        // Whose block it is, the caller does not say: its chunk flags are not read.
+        let _ = record::alloc::<Doors>(
+            ptr as usize,
+            size,
+            BlockRef::Headless,
+            Settings::default(),
+            MallocBlock::NONE,
+        );
     }
 }
 
@@ -57,7 +65,7 @@ pub extern "C" fn memprof_record_realloc(
         BlockRef::Headless,
         new_size,
         Settings::default(),
-        || new_ptr.cast(),
+        || (new_ptr.cast(), MallocBlock::NONE),
     );
 }
 

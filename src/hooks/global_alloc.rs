@@ -3,6 +3,7 @@
 use super::Doors;
 use crate::config::Config;
 use crate::header::{BlockRef, HEADER, Settings, is_headed, outer, read_header, write_header};
+use crate::native::MallocBlock;
 use crate::record;
 use std::alloc::{GlobalAlloc, Layout, System};
 
@@ -33,7 +34,10 @@ pub struct MemProf<A = System> {
 impl MemProf<System> {
     /// A profiler over the system allocator.
     pub const fn new() -> Self {
-        MemProf::wrap(System)
+        let mut memprof = MemProf::wrap(System);
+        // Known here, once, rather than asked of the type on every allocation.
+        memprof.settings.system_malloc = cfg!(all(target_os = "linux", target_env = "gnu"));
+        memprof
     }
 }
 
@@ -47,6 +51,7 @@ impl<A> MemProf<A> {
                 track_peak: false,
                 trace: None,
                 dump_on_growth: 0,
+                system_malloc: false,
             },
         }
     }
@@ -156,8 +161,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MemProf<A> {
                     self.settings,
                     || {
                         // SAFETY: the caller's arguments meet `realloc`'s requirements and `ptr`
-                        // came from `inner` through this allocator.
-                        unsafe { self.inner.realloc(ptr, layout, new_size) }
+                        // came from `inner` through this allocator; the new block is `inner`'s,
+                        // the caller's once this returns.
+                        unsafe {
+                            let new = self.inner.realloc(ptr, layout, new_size);
+                            (new, self.malloc_block(new))
+                        }
                     },
                 );
                 // A block without a header is never taken for a stranger's.
@@ -212,11 +221,14 @@ impl<A: GlobalAlloc> MemProf<A> {
         if !is_headed(layout, &self.settings) {
             let ptr = get(layout);
             if !ptr.is_null() {
+                // SAFETY: `inner`'s new block, the program's only once this returns.
+                let malloc = unsafe { self.malloc_block(ptr) };
                 let _ = path::alloc::<A>(
                     ptr as usize,
                     layout.size(),
                     BlockRef::Headless,
                     self.settings,
+                    malloc,
                 );
             }
             return ptr;
@@ -256,9 +268,9 @@ impl<A: GlobalAlloc> MemProf<A> {
                                 self.inner
                                     .realloc(ptr.sub(HEADER), outer, new_size + HEADER);
                             if base.is_null() {
-                                base
+                                (base, MallocBlock::NONE)
                             } else {
-                                base.add(HEADER)
+                                (base.add(HEADER), self.malloc_block(base))
                             }
                         }
                     },
@@ -322,7 +334,7 @@ impl<A: GlobalAlloc> MemProf<A> {
                             let outer = outer(layout.size(), layout.align());
                             self.inner.dealloc(ptr.sub(HEADER), outer);
                         }
-                        new
+                        (new, self.malloc_block(new))
                     }
                 },
             ),
@@ -373,13 +385,13 @@ impl<A: GlobalAlloc> MemProf<A> {
                 unsafe {
                     let base = self.inner.alloc(outer(new_size, new_layout.align()));
                     if base.is_null() {
-                        return base;
+                        return (base, MallocBlock::NONE);
                     }
                     let new = base.add(HEADER);
                     std::ptr::copy_nonoverlapping(ptr, new, new_size);
                     release_table_memory(ptr, layout.size());
                     self.inner.dealloc(ptr, layout);
-                    new
+                    (new, self.malloc_block(base))
                 }
             },
         );
@@ -392,6 +404,25 @@ impl<A: GlobalAlloc> MemProf<A> {
             unsafe { write_header(new_ptr, kept.header(), new_size) };
         }
         new_ptr
+    }
+
+    /// `block`, a new block of `inner` (null, or live), as the C library's allocator returned it
+    /// when `inner` is `System` on Linux with glibc ([`Settings::system_malloc`], set by
+    /// [`MemProf::new`]), else [`MallocBlock::NONE`]: nothing is read here.
+    ///
+    /// # Safety
+    ///
+    /// `block` is null or a live block of `inner`, not handed to the program yet, and the value
+    /// is given to the allocation path before it is.
+    #[inline(always)]
+    unsafe fn malloc_block(&self, block: *mut u8) -> MallocBlock {
+        if self.settings.system_malloc {
+            // SAFETY: `System` on Linux with glibc hands out the C library's `malloc`,
+            // `calloc`, `realloc` and `posix_memalign` blocks as they come; live, the caller says.
+            unsafe { MallocBlock::new(block) }
+        } else {
+            MallocBlock::NONE
+        }
     }
 
     /// The block the caller gets from `base`, a block of the outer layout of `layout` from the
@@ -408,11 +439,14 @@ impl<A: GlobalAlloc> MemProf<A> {
         }
         // SAFETY: the block is `HEADER` bytes larger than the caller's size.
         let ptr = unsafe { base.add(HEADER) };
+        // SAFETY: `base` is `inner`'s new block, the caller's only once this returns.
+        let malloc = unsafe { self.malloc_block(base) };
         let recorded = path::alloc::<A>(
             ptr as usize,
             layout.size(),
             BlockRef::NEW_HEADED,
             self.settings,
+            malloc,
         );
         // SAFETY: the header's room lies inside the block, before `ptr`.
         unsafe { write_header(ptr, recorded.header(), layout.size()) };
@@ -479,6 +513,7 @@ mod path {
     #[cfg(debug_assertions)]
     use super::Doors;
     use crate::header::{BlockRef, Settings};
+    use crate::native::MallocBlock;
     use crate::record;
 
     /// [`record::alloc`] for the allocator over `A`.
@@ -489,8 +524,9 @@ mod path {
         size: usize,
         block: BlockRef,
         settings: Settings,
+        malloc: MallocBlock,
     ) -> BlockRef {
-        record::alloc::<super::MemProf<A>>(address, size, block, settings)
+        record::alloc::<super::MemProf<A>>(address, size, block, settings, malloc)
     }
 
     /// [`record::free`].
@@ -509,7 +545,7 @@ mod path {
         new_kind: BlockRef,
         new_size: usize,
         settings: Settings,
-        realloc: impl FnOnce() -> *mut u8,
+        realloc: impl FnOnce() -> (*mut u8, MallocBlock),
     ) -> Option<(*mut u8, BlockRef)> {
         record::realloc::<super::MemProf<A>>(
             old_address,
@@ -533,8 +569,9 @@ mod path {
         size: usize,
         block: BlockRef,
         settings: Settings,
+        malloc: MallocBlock,
     ) -> BlockRef {
-        alloc_outlined(address, size, block, settings)
+        alloc_outlined(address, size, block, settings, malloc)
     }
 
     #[cfg(debug_assertions)]
@@ -544,8 +581,9 @@ mod path {
         size: usize,
         block: BlockRef,
         settings: Settings,
+        malloc: MallocBlock,
     ) -> BlockRef {
-        record::alloc::<Doors>(address, size, block, settings)
+        record::alloc::<Doors>(address, size, block, settings, malloc)
     }
 
     /// [`record::free`], the library's instance.
@@ -568,13 +606,15 @@ mod path {
         new_kind: BlockRef,
         new_size: usize,
         settings: Settings,
-        realloc: impl FnOnce() -> *mut u8,
+        realloc: impl FnOnce() -> (*mut u8, MallocBlock),
     ) -> Option<(*mut u8, BlockRef)> {
         let mut realloc = Some(realloc);
         let mut call = || {
             realloc
                 .take()
-                .map_or(std::ptr::null_mut(), |realloc| realloc())
+                .map_or((std::ptr::null_mut(), MallocBlock::NONE), |realloc| {
+                    realloc()
+                })
         };
         realloc_outlined(old_address, block, new_kind, new_size, settings, &mut call)
     }
@@ -587,7 +627,7 @@ mod path {
         new_kind: BlockRef,
         new_size: usize,
         settings: Settings,
-        realloc: &mut dyn FnMut() -> *mut u8,
+        realloc: &mut dyn FnMut() -> (*mut u8, MallocBlock),
     ) -> Option<(*mut u8, BlockRef)> {
         record::realloc::<Doors>(old_address, block, new_kind, new_size, settings, realloc)
     }

@@ -16,19 +16,37 @@
 
 use super::Doors;
 use crate::header::{BlockRef, Settings};
+use crate::native::{self, MallocBlock};
 use crate::record;
+use std::ffi::c_void;
 
 /// Starts the profiler: reads the configuration, opens the trace, installs the signals and the
-/// at-exit report. The library's constructor calls it once, before recording.
-pub fn start() {
+/// at-exit report. The library's constructor calls it once, before recording. `malloc` is the C
+/// library's own `malloc` the library forwards to: when glibc defines it, the trace records
+/// the chunk flags of its blocks.
+pub fn start(malloc: *const c_void) {
     crate::capture::trim::count_outside();
+    native::note_malloc(Some(malloc));
     record::start_now::<Doors>(Settings::default());
 }
 
 /// Records a block of `size` bytes that the C library just returned at `address` (not null).
+///
+/// # Safety
+///
+/// `address` is a live block the C library's allocator (the `malloc` given to [`start`])
+/// returned, not handed to the program yet.
 #[inline(always)]
-pub fn alloc(address: usize, size: usize) {
-    let _ = record::alloc::<Doors>(address, size, BlockRef::Headless, Settings::default());
+pub unsafe fn alloc(address: usize, size: usize) {
+    // SAFETY: the caller's block, live through the call.
+    let malloc = unsafe { MallocBlock::new(address as *const u8) };
+    let _ = record::alloc::<Doors>(
+        address,
+        size,
+        BlockRef::Headless,
+        Settings::default(),
+        malloc,
+    );
 }
 
 /// Forgets the block at `address` (not null) before the C library frees it.
@@ -40,15 +58,29 @@ pub fn free(address: usize) {
 /// Reallocates the block at `old_address` (not null) to `new_size` bytes through `realloc`, which
 /// returns the new block or null: the old block leaves the table before `realloc` may free it, so
 /// that another thread given its address at once is never the one forgotten.
+///
+/// # Safety
+///
+/// `realloc` returns null or a live block of the C library's allocator (the `malloc` given to
+/// [`start`]), not handed to the program yet.
 #[inline(always)]
-pub fn realloc(old_address: usize, new_size: usize, realloc: impl FnOnce() -> *mut u8) -> *mut u8 {
+pub unsafe fn realloc(
+    old_address: usize,
+    new_size: usize,
+    realloc: impl FnOnce() -> *mut u8,
+) -> *mut u8 {
     record::realloc::<Doors>(
         old_address,
         BlockRef::Headless,
         BlockRef::Headless,
         new_size,
         Settings::default(),
-        realloc,
+        || {
+            let block = realloc();
+            // SAFETY: the caller's promise: null or the C library's new block, live through
+            // the path's call.
+            (block, unsafe { MallocBlock::new(block) })
+        },
     )
     .map_or(std::ptr::null_mut(), |(new, _)| new)
 }

@@ -32,9 +32,11 @@
 //! memory) go to one shared buffer, thread 0, behind a lock: rare, and the thread is ending.
 //!
 //! An event's words: `ticks << 3 | kind`, then by kind
-//! - `ALLOC`: address, size, stack id;
+//! - `ALLOC`: address, size, stack id (with the block's chunk flags from bit
+//!   [`CHUNK_FLAGS_SHIFT`] on: 0 unknown, else 1 | glibc's `IS_MMAPPED` 2 | `NON_MAIN_ARENA` 4);
 //! - `FREE`: address;
-//! - `REALLOC`: the new address, size, stack id, the old address, the ticks of the new block;
+//! - `REALLOC`: the new address, size, stack id (with flags, as `ALLOC`'s), the old address, the
+//!   ticks of the new block;
 //! - `MARK`: the label's id;
 //! - `MMAP`: address, length, stack id, `prot << 32 | flags` (the preloaded library's mappings);
 //! - `MUNMAP`: address, length.
@@ -66,6 +68,9 @@ pub(crate) const MARK: u64 = 4;
 pub(crate) const MMAP: u64 = 5;
 /// See [`ALLOC`].
 pub(crate) const MUNMAP: u64 = 6;
+
+/// Where an allocation's chunk flags start in its stack word (a stack id is 32 bits).
+pub(crate) const CHUNK_FLAGS_SHIFT: u32 = 32;
 
 /// Nobody uses the buffer (also a slot whose words are not mapped yet).
 const EMPTY: u8 = 0;

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 use crate::address::StackId;
+use crate::native::MallocBlock;
 #[cfg(feature = "trace")]
 use crate::native::clock;
 #[cfg(feature = "trace")]
@@ -21,31 +22,34 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(feature = "trace")]
 pub(crate) static ON: AtomicBool = AtomicBool::new(false);
 
-/// Records a new block (the table recorded it from `stack`).
+/// Records a new block (the table recorded it from `stack`); `malloc`, the block as the C
+/// library's allocator returned it, gives its chunk flags ([`MallocBlock::flags`], read only
+/// here, when tracing), carried in the high half of the stack's word.
 #[inline(always)]
-pub(crate) fn alloc(address: usize, size: usize, stack: StackId) {
+pub(crate) fn alloc(address: usize, size: usize, stack: StackId, malloc: MallocBlock) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
         let ticks = clock::ticks();
+        let stack = u64::from(stack.0) | malloc.flags() << buffer::CHUNK_FLAGS_SHIFT;
         match buffer::take_pending() {
             None => buffer::append(&[
                 ticks << 3 | buffer::ALLOC,
                 address as u64,
                 size as u64,
-                u64::from(stack.0),
+                stack,
             ]),
             Some((old, freed)) => buffer::append(&[
                 freed << 3 | buffer::REALLOC,
                 address as u64,
                 size as u64,
-                u64::from(stack.0),
+                stack,
                 old,
                 ticks,
             ]),
         }
     }
     #[cfg(not(feature = "trace"))]
-    let _ = (address, size, stack);
+    let _ = (address, size, stack, malloc);
 }
 
 /// Records the free of a block the table held.

@@ -736,6 +736,7 @@ impl Sink {
                 buffer::ALLOC => {
                     define(event[3] as u32);
                     chunk.alloc(time, event[1], event[2], event[3] as u32);
+                    chunk.chunk_flags(chunk_flags(event[3]));
                 }
                 buffer::FREE => chunk.free(time, event[1]),
                 buffer::REALLOC => {
@@ -749,6 +750,7 @@ impl Sink {
                         event[2],
                         event[3] as u32,
                     );
+                    chunk.chunk_flags(chunk_flags(event[3]));
                 }
                 buffer::MMAP => {
                     define(event[3] as u32);
@@ -871,4 +873,14 @@ fn define_labels(defs: &mut ChunkEncoder, defined: &mut std::collections::HashSe
         defs.label_set(labels, &crate::labels::sets::SETS.pairs(labels));
     }
     defs.stack_labels(id, labels);
+}
+
+/// The chunk flags an allocation's stack word carries (`record::buffer`): `None` unknown.
+#[inline(always)]
+fn chunk_flags(stack_word: u64) -> Option<memprof_trace::ChunkFlags> {
+    let bits = stack_word >> buffer::CHUNK_FLAGS_SHIFT;
+    (bits & 1 != 0).then_some(memprof_trace::ChunkFlags {
+        mmapped: bits & 2 != 0,
+        main_arena: bits & 4 == 0,
+    })
 }

@@ -77,6 +77,7 @@ pub fn replay(bytes: &[u8], until: Option<&str>) -> Replay {
                     address,
                     size,
                     stack,
+                    ..
                 } => events.push((
                     time,
                     seq,
@@ -94,6 +95,7 @@ pub fn replay(bytes: &[u8], until: Option<&str>) -> Replay {
                     address,
                     size,
                     stack,
+                    ..
                 } => {
                     events.push((
                         time,

@@ -9,7 +9,9 @@
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
-use memprof_trace::{Accumulated, AddressHasher, Block, Event, Mapping, Timed, Visitor};
+use memprof_trace::{
+    Accumulated, AddressHasher, Block, ChunkFlags, Event, Mapping, Timed, Visitor,
+};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
@@ -97,6 +99,34 @@ pub enum Point {
     Events(u64),
 }
 
+/// The filters on glibc's chunk flags of a block (`mmapped`, `arena`): a block whose flags the
+/// trace does not know passes neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkFilter {
+    /// Only blocks glibc mapped by themselves (true), or only the others (false).
+    pub mmapped: Option<bool>,
+    /// Only blocks of the main arena (true), or only those of another (false).
+    pub main_arena: Option<bool>,
+}
+
+impl ChunkFilter {
+    /// Whether any is set.
+    pub fn is_set(&self) -> bool {
+        self.mmapped.is_some() || self.main_arena.is_some()
+    }
+
+    /// Whether a block with these flags passes.
+    pub fn passes(&self, flags: Option<ChunkFlags>) -> bool {
+        if !self.is_set() {
+            return true;
+        }
+        flags.is_some_and(|f| {
+            self.mmapped.is_none_or(|m| m == f.mmapped)
+                && self.main_arena.is_none_or(|m| m == f.main_arena)
+        })
+    }
+}
+
 /// What a scan keeps: which allocations count.
 #[derive(Clone, Debug, Default)]
 pub struct Selection {
@@ -115,6 +145,8 @@ pub struct Selection {
     /// Only blocks freed (true) or not freed (false) within a range: events after the first
     /// time (none: from the first) up to and with the second.
     pub freed_in: Option<(bool, Option<u64>, u64)>,
+    /// glibc's chunk flags.
+    pub chunk: ChunkFilter,
 }
 
 impl Selection {
@@ -238,6 +270,8 @@ pub struct Totals {
     pub markers: Vec<(u64, u64, u32)>,
     /// The program's own mappings made (`mmap`, and `mremap`'s new ranges).
     pub mappings: u64,
+    /// Whether the trace holds glibc's chunk flags of any block (format 1.3, `BLOCK_FLAGS`).
+    pub chunk_flags: bool,
 }
 
 /// Aggregates of one pass.
@@ -688,6 +722,7 @@ impl Visitor for Builder<'_> {
         if self.index {
             totals.allocations += 1;
             totals.allocated_bytes += size;
+            totals.chunk_flags |= block.flags.is_some();
             totals.reallocs += u64::from(matches!(
                 timed.event,
                 Event::Alloc {
@@ -722,6 +757,7 @@ impl Visitor for Builder<'_> {
                 .selection
                 .address
                 .is_none_or(|(lo, hi)| (lo..=hi).contains(&address))
+            || !self.selection.chunk.passes(block.flags)
         {
             return;
         }

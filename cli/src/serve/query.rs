@@ -1,7 +1,7 @@
 //! Query strings of the viewer's API: decoding, the shared moment and filter parameters, and the
 //! errors a bad value gets (status 400 with a message naming the parameter and the value).
 
-use super::index::{Classes, Selection, Totals};
+use super::index::{ChunkFilter, Classes, Selection, Totals};
 use super::state::FrameInfo;
 use regex_lite::{Regex, RegexBuilder};
 use std::collections::HashMap;
@@ -250,6 +250,8 @@ pub struct Filters {
     /// The query's range, for `in_range`: events after the first (none: from the first) up to
     /// and with the second. Set by the query once its moments are known.
     pub range: (Option<u64>, u64),
+    /// `mmapped=true|false`, `arena=main|other`: glibc's chunk flags.
+    pub chunk: ChunkFilter,
 }
 
 /// An address parameter: decimal, or hexadecimal after `0x` (as the API writes addresses).
@@ -364,7 +366,31 @@ impl Filters {
                 _ => return Err(ApiError::bad(format!("label={text:?}: not KEY=VALUE"))),
             },
         };
+        let mmapped = match params.get("mmapped") {
+            None | Some("") => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(other) => {
+                return Err(ApiError::bad(format!(
+                    "mmapped={other:?}: true (blocks glibc mapped by themselves) or false"
+                )));
+            }
+        };
+        let main_arena = match params.get("arena") {
+            None | Some("") => None,
+            Some("main") => Some(true),
+            Some("other") => Some(false),
+            Some(other) => {
+                return Err(ApiError::bad(format!(
+                    "arena={other:?}: main (glibc's main arena) or other"
+                )));
+            }
+        };
         Ok(Filters {
+            chunk: ChunkFilter {
+                mmapped,
+                main_arena,
+            },
             label,
             threads,
             func: regex(params, "func")?,
@@ -390,6 +416,26 @@ impl Filters {
             && !self.never
             && !self.temporary
             && self.in_range.is_none()
+            && !self.chunk.is_set()
+    }
+
+    /// A 400 for a filter on glibc's chunk flags of a trace that holds none (`flagged`: whether
+    /// it holds any), naming the parameter.
+    pub fn check_chunk_flags(&self, params: &Params, flagged: bool) -> Result<(), ApiError> {
+        if flagged || !self.chunk.is_set() {
+            return Ok(());
+        }
+        let name = if self.chunk.mmapped.is_some() {
+            "mmapped"
+        } else {
+            "arena"
+        };
+        Err(ApiError::bad(format!(
+            "{name}={:?}: this trace does not hold glibc's chunk flags of its blocks (trace mode \
+             records them, from format 1.3 on, where the allocator is glibc's malloc: the \
+             preloaded library, or MemProf::new() on Linux with glibc)",
+            params.get(name).unwrap_or_default()
+        )))
     }
 
     /// Whether any frame filter (or the stack's depth) is set.
@@ -480,6 +526,7 @@ impl Filters {
             freed_in: self
                 .in_range
                 .map(|freed| (freed, self.range.0, self.range.1)),
+            chunk: self.chunk,
         }
     }
 }

@@ -348,3 +348,84 @@ pub fn mappings_trace() -> Vec<u8> {
     symbols.finish(Some(&mut compressor), &mut out).unwrap();
     out
 }
+
+/// A trace with glibc's chunk flags (format 1.3), every figure known. Two threads (1 `main`,
+/// 2 `worker`), two stacks (`app::small` at src/app.rs:10, `app::big` at :20):
+///
+/// | ns  | thread | event                                         | flags              |
+/// |-----|--------|-----------------------------------------------|--------------------|
+/// | 100 | 1      | alloc 0xa000, 64 bytes, small                 | main arena         |
+/// | 200 | 1      | alloc 0xa100, 64 bytes, small                 | main arena         |
+/// | 300 | 1      | alloc 0x7f00_0000_0010, 1 MiB, big            | mmapped            |
+/// | 400 | 1      | free 0xa100                                   |                    |
+/// | 500 | 1      | realloc 0xa000 → 0x7f00_0020_0010, 2 MiB, big | mmapped            |
+/// | 600 | 2      | alloc 0x7e00_0000_1000, 64 bytes, small       | other arena        |
+/// | 700 | 2      | alloc 0x7e00_0000_1100, 128 bytes, small      | other arena        |
+/// | 800 | 2      | alloc 0x7f00_0040_0010, 1 MiB, big            | mmapped            |
+///
+/// Mapped blocks have `NON_MAIN_ARENA` clear, as glibc leaves it: they count in `arena=main`.
+pub fn flagged_trace() -> Vec<u8> {
+    use memprof_trace::ChunkFlags;
+    let main = Some(ChunkFlags {
+        mmapped: false,
+        main_arena: true,
+    });
+    let mapped = Some(ChunkFlags {
+        mmapped: true,
+        main_arena: true,
+    });
+    let other = Some(ChunkFlags {
+        mmapped: false,
+        main_arena: false,
+    });
+    let mut out = Vec::new();
+    Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
+        encoder
+            .finish(Some(&mut Compressor::new(3).unwrap()), out)
+            .unwrap();
+    };
+    let mut definitions = ChunkEncoder::new(0);
+    definitions.stack(0, [LEAKY + 1].into_iter());
+    definitions.stack(1, [TEMP + 1].into_iter());
+    definitions.thread(1, 100, "main");
+    definitions.thread(2, 101, "worker");
+    chunk(&mut definitions, &mut out);
+    let mut first = ChunkEncoder::new(1);
+    first.alloc(100, 0xa000, 64, 0);
+    first.chunk_flags(main);
+    first.alloc(200, 0xa100, 64, 0);
+    first.chunk_flags(main);
+    first.alloc(300, 0x7f00_0000_0010, 1 << 20, 1);
+    first.chunk_flags(mapped);
+    first.free(400, 0xa100);
+    first.realloc(500, 500, 0xa000, 0x7f00_0020_0010, 2 << 20, 1);
+    first.chunk_flags(mapped);
+    chunk(&mut first, &mut out);
+    let mut second = ChunkEncoder::new(2);
+    second.alloc(600, 0x7e00_0000_1000, 64, 0);
+    second.chunk_flags(other);
+    second.alloc(700, 0x7e00_0000_1100, 128, 0);
+    second.chunk_flags(other);
+    second.alloc(800, 0x7f00_0040_0010, 1 << 20, 1);
+    second.chunk_flags(mapped);
+    chunk(&mut second, &mut out);
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function, line) in [(LEAKY + 1, "app::small", 10), (TEMP + 1, "app::big", 20)] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                file: Some("src/app.rs".into()),
+                line,
+                column: 5,
+            }],
+        );
+    }
+    symbols.end(9, 0);
+    chunk(&mut symbols, &mut out);
+    out
+}

@@ -7,7 +7,7 @@ use super::MAX_LIMIT;
 use super::view::Query;
 use crate::serve::query::{ApiError, Params};
 use crate::serve::state::State;
-use memprof_trace::{Block, Timed, Visitor};
+use memprof_trace::{Block, ChunkFlags, Timed, Visitor};
 use serde_json::{Value, json};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
@@ -27,6 +27,8 @@ struct Allocation {
     /// When freed; `None`: never (or its address was reused without a free in the trace).
     freed: Option<u64>,
     temporary: bool,
+    /// glibc's chunk flags, when the trace has them.
+    flags: Option<ChunkFlags>,
 }
 
 impl Allocation {
@@ -123,6 +125,7 @@ impl Visitor for Collect<'_> {
         let (lo, hi) = q.filters.size;
         if !in_range
             || !(lo..=hi).contains(&block.size)
+            || !q.filters.chunk.passes(block.flags)
             || !(self.address.0..=self.address.1).contains(&address)
             || self
                 .selected
@@ -142,6 +145,7 @@ impl Visitor for Collect<'_> {
                 time: block.time,
                 freed: None,
                 temporary: false,
+                flags: block.flags,
             },
         );
     }
@@ -236,6 +240,8 @@ pub fn allocations(state: &State, params: &Params) -> Result<Value, ApiError> {
                 "freed_ns": a.freed,
                 "lifetime_ns": a.lifetime(),
                 "temporary": a.temporary,
+                "mmapped": a.flags.map(|f| f.mmapped),
+                "arena": a.flags.map(|f| if f.main_arena { "main" } else { "other" }),
             })
         })
         .collect();

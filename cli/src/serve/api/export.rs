@@ -29,8 +29,9 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         file_name: Some(format!("{stem}.{ending}")),
     };
     let key = format!(
-        "{format} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
+        "{format} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?} {} {:?}",
         q.classes,
+        q.filters.chunk,
         q.filters.size,
         q.filters.address,
         q.filters.life,
@@ -206,6 +207,7 @@ impl Export<'_> {
             && q.filters
                 .address
                 .is_none_or(|(lo, hi)| (lo..=hi).contains(&address))
+            && q.filters.chunk.passes(block.flags)
             && q.lo.is_none_or(|lo| block.time > lo)
             && block.time <= q.hi
     }

@@ -34,6 +34,7 @@ pub fn summary(state: &State) -> Value {
         },
         "bucket_ns": width(&state.index),
         "complete": trace.end_record().is_some(),
+        "chunk_flags": state.index.totals.chunk_flags,
     })
 }
 

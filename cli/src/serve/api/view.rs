@@ -22,6 +22,7 @@ pub struct Query {
 impl Query {
     pub fn parse(state: &State, params: &Params) -> Result<Query, ApiError> {
         let filters = Filters::parse(params)?;
+        filters.check_chunk_flags(params, state.index.totals.chunk_flags)?;
         let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames, || {
             state.trace.stack_label_sets()
         });
@@ -277,14 +278,15 @@ pub fn view<'a>(
 
 fn selection_key(selection: &Selection) -> String {
     format!(
-        "{:?} {:?} {:?} {:?} {} {} {:?}",
+        "{:?} {:?} {:?} {:?} {} {} {:?} {:?}",
         selection.classes,
         selection.size,
         selection.address,
         selection.life,
         selection.never,
         selection.temporary,
-        selection.freed_in
+        selection.freed_in,
+        selection.chunk
     )
 }
 
