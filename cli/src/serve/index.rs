@@ -9,6 +9,9 @@
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
+mod bins;
+
+pub use bins::{Bin, BinCell, BinFilter, BinTotals, NEVER, edges as bin_edges};
 use memprof_trace::{Accumulated, AddressHasher, Block, Event, Mapping, Timed, Visitor};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -258,6 +261,11 @@ pub struct Agg {
     pub totals: Totals,
     /// Per class, the times of its first and last allocation counted (`(u64::MAX, 0)`: none).
     pub first_last: Vec<(u64, u64)>,
+    /// The index's counters split by size and lifetime: per class, its non-empty (bucket, bin)
+    /// pairs in order (empty for a scan).
+    pub bins: Vec<Vec<(u32, Bin, BinCell)>>,
+    /// The index's live heap at the peak and markers, and first and last allocations, by bin.
+    pub bin_totals: BinTotals,
 }
 
 impl Agg {
@@ -297,6 +305,9 @@ impl Agg {
 const INDEX_BUCKETS: usize = 4096;
 /// Cells the index keeps before it halves its resolution (72 bytes each).
 const INDEX_CELLS: usize = 3 << 20;
+/// Cells split by size and lifetime the index keeps before it halves its resolution (48 bytes
+/// each).
+const INDEX_BINS: usize = 4 << 20;
 
 /// The pass: the index when `index` is set, else a scan.
 #[derive(Debug)]
@@ -320,6 +331,16 @@ pub struct Builder<'a> {
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
     labels_seen: usize,
+    // The index's counters by bin: how many, and the live heap at the peak of the blocks
+    // resolved since the peak, the first and last allocations, the events of the markers kept
+    // and the steps of the live heap there.
+    bin_count: usize,
+    bin_limit: usize,
+    peak_bins: HashMap<(u32, Bin), Live>,
+    first_last_bins: HashMap<(u32, Bin), (u64, u64)>,
+    marker_events: Vec<u64>,
+    marker_labels: Vec<u32>,
+    marker_steps: HashMap<(u32, Bin, u32), (i64, i64)>,
 }
 
 impl<'a> Builder<'a> {
@@ -393,6 +414,8 @@ impl<'a> Builder<'a> {
                 end: Vec::new(),
                 totals: Totals::default(),
                 first_last: vec![(u64::MAX, 0); classes],
+                bins: Vec::new(),
+                bin_totals: BinTotals::default(),
             },
             index,
             classes: Classes::default(),
@@ -409,6 +432,13 @@ impl<'a> Builder<'a> {
             dirty: Vec::new(),
             is_dirty: Vec::new(),
             labels_seen: 0,
+            bin_count: 0,
+            bin_limit: INDEX_BINS,
+            peak_bins: HashMap::new(),
+            first_last_bins: HashMap::new(),
+            marker_events: Vec::new(),
+            marker_labels: Vec::new(),
+            marker_steps: HashMap::new(),
         }
     }
 
@@ -431,6 +461,70 @@ impl<'a> Builder<'a> {
             }
         };
         &mut cells[at].1
+    }
+
+    /// The index's counters of `class` in `bucket` for the blocks of `bin`.
+    fn bin_cell(&mut self, class: u32, bucket: u32, bin: Bin) -> &mut BinCell {
+        let bins = &mut self.agg.bins[class as usize];
+        let key = (bucket, bin);
+        let at = match bins.last() {
+            Some(&(b, k, _)) if (b, k) == key => bins.len() - 1,
+            Some(&(b, k, _)) if (b, k) > key => {
+                match bins.binary_search_by(|&(b, k, _)| (b, k).cmp(&key)) {
+                    Ok(at) => at,
+                    Err(at) => {
+                        bins.insert(at, (bucket, bin, BinCell::default()));
+                        self.bin_count += 1;
+                        at
+                    }
+                }
+            }
+            _ => {
+                bins.push((bucket, bin, BinCell::default()));
+                self.bin_count += 1;
+                bins.len() - 1
+            }
+        };
+        &mut bins[at].2
+    }
+
+    /// The index counts a block by its bin once it ended: freed in bucket `freed.0` after
+    /// `freed.1` ns, or never.
+    fn count_bin(&mut self, block: &Pending, bin: Bin, freed: Option<(u32, u64)>) {
+        let class = block.class;
+        let cell = self.bin_cell(class, block.bucket, bin);
+        cell.allocs += 1;
+        cell.alloc_bytes += block.size;
+        if let Some((bucket, life)) = freed {
+            cell.life_sum = cell.life_sum.saturating_add(life);
+            let cell = self.bin_cell(class, bucket, bin);
+            cell.frees += 1;
+            cell.free_bytes += block.size;
+        }
+        let key = (class, bin);
+        let span = self.first_last_bins.entry(key).or_insert((u64::MAX, 0));
+        span.0 = span.0.min(block.time);
+        span.1 = span.1.max(block.time);
+        // Live at the peak, which is the latest one yet: the peak's split is cleared whenever
+        // the peak moves, so that what it holds at the end is the blocks live at the last.
+        if block.events <= self.agg.totals.peak_events {
+            let live = self.peak_bins.entry(key).or_default();
+            live.0 += block.size;
+            live.1 += 1;
+        }
+        // Live at the markers kept after its allocation, up to now.
+        let from = self.marker_events.partition_point(|&e| e < block.events) as u32;
+        let to = self.marker_events.len() as u32;
+        if from < to {
+            let step = self.marker_steps.entry((class, bin, from)).or_default();
+            step.0 += block.size as i64;
+            step.1 += 1;
+            if freed.is_some() {
+                let step = self.marker_steps.entry((class, bin, to)).or_default();
+                step.0 -= block.size as i64;
+                step.1 -= 1;
+            }
+        }
     }
 
     /// Halves the index's resolution: buckets `2j - 1` and `2j` become bucket `j`.
@@ -457,6 +551,26 @@ impl<'a> Builder<'a> {
             cells.truncate(kept);
             self.cell_count += kept;
         }
+        self.bin_count = 0;
+        for bins in &mut self.agg.bins {
+            for entry in bins.iter_mut() {
+                entry.0 = merge(entry.0);
+            }
+            // Two sorted runs per merged bucket: the stable sort merges them.
+            bins.sort_by_key(|&(bucket, bin, _)| (bucket, bin));
+            let mut kept = 0;
+            for read in 0..bins.len() {
+                let (bucket, bin, cell) = bins[read];
+                if kept > 0 && bins[kept - 1].0 == bucket && bins[kept - 1].1 == bin {
+                    bins[kept - 1].2.add(&cell);
+                } else {
+                    bins[kept] = (bucket, bin, cell);
+                    kept += 1;
+                }
+            }
+            bins.truncate(kept);
+            self.bin_count += kept;
+        }
         let mut peaks: Vec<BucketPeak> = Vec::with_capacity(self.agg.peaks.len() / 2 + 1);
         for (i, peak) in self.agg.peaks.iter().enumerate() {
             let bucket = merge(i as u32) as usize;
@@ -476,14 +590,20 @@ impl<'a> Builder<'a> {
     fn bucket(&mut self, time: u64) -> u32 {
         let mut bucket = self.agg.edges.bucket(time);
         if self.index {
-            while bucket >= INDEX_BUCKETS || self.cell_count > self.cell_limit {
-                let before = self.cell_count;
+            while bucket >= INDEX_BUCKETS
+                || self.cell_count > self.cell_limit
+                || self.bin_count > self.bin_limit
+            {
+                let (before, bins_before) = (self.cell_count, self.bin_count);
                 self.coarsen();
                 bucket = self.agg.edges.bucket(time);
                 if self.cell_count * 4 > before * 3 {
                     // So many classes that halving the resolution barely helps: a higher limit,
                     // rather than coarsening again at each event.
                     self.cell_limit = self.cell_limit.max(self.cell_count * 2);
+                }
+                if self.bin_count * 4 > bins_before * 3 {
+                    self.bin_limit = self.bin_limit.max(self.bin_count * 2);
                 }
             }
             if self.agg.peaks.len() <= bucket {
@@ -525,6 +645,15 @@ impl<'a> Builder<'a> {
             totals.peak = (bytes, blocks);
             totals.peak_time = time;
             totals.peak_events = totals.events;
+            if !self.peak_bins.is_empty() {
+                if self.peak_bins.capacity() > 4096
+                    && self.peak_bins.len() * 8 < self.peak_bins.capacity()
+                {
+                    self.peak_bins = HashMap::new();
+                } else {
+                    self.peak_bins.clear();
+                }
+            }
             for class in self.dirty.drain(..) {
                 self.peak_live[class as usize] = self.current[class as usize];
                 self.is_dirty[class as usize] = false;
@@ -562,6 +691,12 @@ impl<'a> Builder<'a> {
                 cell.temporary_bytes += block.size;
                 self.agg.totals.temporary += 1;
             }
+            let bin = Bin {
+                size: bins::size_bin(block.size),
+                life: bins::life_bin(life),
+                temporary: is_temporary,
+            };
+            self.count_bin(&block, bin, Some((bucket, life)));
             return;
         }
         if !self
@@ -622,6 +757,43 @@ impl<'a> Builder<'a> {
         }
         let classes = self.fixed.map_or(self.agg.cells.len(), |c| c.list.len());
         if self.index {
+            let live: Vec<Pending> = self.live.drain().map(|(_, p)| p).collect();
+            for block in live {
+                let bin = Bin {
+                    size: bins::size_bin(block.size),
+                    life: NEVER,
+                    temporary: false,
+                };
+                self.count_bin(&block, bin, None);
+            }
+            let mut peak: Vec<(u32, Bin, Live)> = self
+                .peak_bins
+                .drain()
+                .map(|((class, bin), live)| (class, bin, live))
+                .collect();
+            peak.sort_unstable_by_key(|&(class, bin, _)| (class, bin));
+            let mut first_last: Vec<(u32, Bin, u64, u64)> = self
+                .first_last_bins
+                .drain()
+                .map(|((class, bin), (first, last))| (class, bin, first, last))
+                .collect();
+            first_last.sort_unstable_by_key(|&(class, bin, _, _)| (class, bin));
+            let mut marker_steps: Vec<(u32, Bin, u32, i64, i64)> = self
+                .marker_steps
+                .drain()
+                .filter(|(_, step)| *step != (0, 0))
+                .map(|((class, bin, marker), (bytes, blocks))| (class, bin, marker, bytes, blocks))
+                .collect();
+            marker_steps.sort_unstable_by_key(|&(class, bin, marker, _, _)| (class, bin, marker));
+            self.agg.bin_totals = BinTotals {
+                peak,
+                first_last,
+                marker_labels: std::mem::take(&mut self.marker_labels),
+                marker_steps,
+            };
+            for bins in &mut self.agg.bins {
+                bins.shrink_to_fit();
+            }
             for class in self.dirty.drain(..) {
                 self.is_dirty[class as usize] = false;
             }
@@ -698,6 +870,7 @@ impl Visitor for Builder<'_> {
                 let class = self.classes.intern(stack, timed.thread);
                 if class as usize == self.agg.cells.len() {
                     self.agg.cells.push(Vec::new());
+                    self.agg.bins.push(Vec::new());
                     self.current.push((0, 0));
                     self.peak_live.push((0, 0));
                     self.is_dirty.push(false);
@@ -773,6 +946,8 @@ impl Visitor for Builder<'_> {
         if self.index && !self.agg.marker_live.contains_key(&label) && self.labels_seen < 4096 {
             self.labels_seen += 1;
             self.agg.marker_live.insert(label, self.current.clone());
+            self.marker_events.push(events);
+            self.marker_labels.push(label);
         }
     }
 }
