@@ -253,7 +253,16 @@ pub fn view<'a>(
             missing.dedup();
             let selection = q.filters.selection(q.classes.clone());
             let key = format!("points {}|{missing:?}", selection_key(&selection));
-            Some(scan(state, key, None, selection, missing)?)
+            // A block live at a moment counts by how it ends: with a filter on that, the replay
+            // runs to the end rather than stopping after the last moment.
+            let to_the_end = selection.life.is_some() || selection.never || selection.temporary;
+            Some(scan(
+                state,
+                key,
+                to_the_end.then(Vec::new),
+                selection,
+                missing,
+            )?)
         };
         return Ok(View {
             agg: match bins {

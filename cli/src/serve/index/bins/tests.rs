@@ -266,3 +266,106 @@ fn the_index_by_bin_answers_as_a_scan_does() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What the bins cost on a real trace, against keeping exact sizes instead of size bins:
+/// `MEMPROF_BINS_TRACE=TRACE cargo test --release -p memprof-cli --bin memprof -- --ignored
+/// --nocapture what_the_bins_cost` (docs/viewer.md has the figures).
+#[test]
+#[ignore = "a measurement on a trace given by MEMPROF_BINS_TRACE"]
+fn what_the_bins_cost() {
+    use memprof_trace::{Block, Timed, Visitor};
+    use std::collections::HashSet;
+    let path = std::env::var("MEMPROF_BINS_TRACE").expect("MEMPROF_BINS_TRACE=TRACE");
+    let trace = Trace::open(&path).unwrap();
+    let start = std::time::Instant::now();
+    let mut builder = Builder::index();
+    trace.visit(&mut builder, &mut |_| {}).unwrap();
+    let (index, classes) = builder.finish();
+    let built = start.elapsed();
+    let Edges::Uniform(width) = index.edges else {
+        panic!("uniform")
+    };
+    let cells: usize = index.cells.iter().map(Vec::len).sum();
+    let bins: usize = index.bins.iter().map(Vec::len).sum();
+
+    /// Distinct (class, size), and (class, bucket, exact size, lifetime bin, temporary).
+    struct Sizes<'a> {
+        classes: &'a super::super::Classes,
+        width: u64,
+        live: HashMap<u64, (u32, u64, u64, u64)>,
+        sizes: HashSet<(u32, u64)>,
+        exact: HashSet<(u32, u64, u64, u8, bool)>,
+        binned: HashSet<(u32, u64, Bin)>,
+    }
+    impl Sizes<'_> {
+        fn end(
+            &mut self,
+            (class, size, time, bucket): (u32, u64, u64, u64),
+            end: Option<(u64, bool)>,
+        ) {
+            let (life, temporary) = match end {
+                Some((t, temporary)) => (life_bin(t - time), temporary),
+                None => (NEVER, false),
+            };
+            let bin = Bin {
+                size: size_bin(size),
+                life,
+                temporary,
+            };
+            // The allocation's bucket, and the free's.
+            let freed = end.map(|(t, _)| t.div_ceil(self.width));
+            for bucket in [Some(bucket), freed].into_iter().flatten() {
+                self.exact.insert((class, bucket, size, life, temporary));
+                self.binned.insert((class, bucket, bin));
+            }
+        }
+    }
+    impl Visitor for Sizes<'_> {
+        fn alloc(&mut self, timed: &Timed, address: u64, block: &Block, _: Option<&Block>) {
+            let class = self.classes.get(block.stack, timed.thread).unwrap();
+            self.sizes.insert((class, block.size));
+            let entry = (
+                class,
+                block.size,
+                timed.time,
+                timed.time.div_ceil(self.width),
+            );
+            if let Some(old) = self.live.insert(address, entry) {
+                self.end(old, Some((timed.time, false)));
+            }
+        }
+        fn free(&mut self, timed: &Timed, address: u64, _: Option<&Block>, temporary: bool) {
+            if let Some(old) = self.live.remove(&address) {
+                self.end(old, Some((timed.time, temporary)));
+            }
+        }
+    }
+    let mut sizes = Sizes {
+        classes: &classes,
+        width,
+        live: HashMap::new(),
+        sizes: HashSet::new(),
+        exact: HashSet::new(),
+        binned: HashSet::new(),
+    };
+    trace.visit(&mut sizes, &mut |_| {}).unwrap();
+    for block in std::mem::take(&mut sizes.live).into_values() {
+        sizes.end(block, None);
+    }
+    println!(
+        "{} events, index built in {built:?}: {} classes, {} buckets of {width} ns, {cells} cells, \
+         {bins} cells by bin; distinct (class, size) {}; (class, bucket, size, lifetime bin) {}; \
+         (class, bucket, bin) {}",
+        index.totals.events,
+        classes.list.len(),
+        index.buckets,
+        sizes.sizes.len(),
+        sizes.exact.len(),
+        sizes.binned.len(),
+    );
+    assert_eq!(
+        sizes.binned.len(),
+        bins,
+        "one cell per (class, bucket, bin)"
+    );
+}
