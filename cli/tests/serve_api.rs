@@ -1829,6 +1829,8 @@ fn size_and_lifetime_bounds_on_the_edges_answer_from_the_index() {
         "/api/diff?from=0&to=peak".to_owned(),
         "/api/site/0?at=peak".to_owned(),
         "/api/sites?group_allocations_min=2".to_owned(),
+        "/api/sites?group_interval_min=1".to_owned(),
+        "/api/flame?what=allocated&group_interval_max=0".to_owned(),
     ];
     for (aligned, other) in pairs {
         for view in &views {

@@ -336,11 +336,11 @@ pub struct Builder<'a> {
     // and the steps of the live heap there.
     bin_count: usize,
     bin_limit: usize,
-    peak_bins: HashMap<(u32, Bin), Live>,
-    first_last_bins: HashMap<(u32, Bin), (u64, u64)>,
+    peak_bins: HashMap<u64, Live, BuildHasherDefault<AddressHasher>>,
+    first_last_bins: HashMap<u64, (u64, u64), BuildHasherDefault<AddressHasher>>,
     marker_events: Vec<u64>,
     marker_labels: Vec<u32>,
-    marker_steps: HashMap<(u32, Bin, u32), (i64, i64)>,
+    marker_steps: HashMap<(u64, u32), (i64, i64)>,
 }
 
 impl<'a> Builder<'a> {
@@ -434,8 +434,8 @@ impl<'a> Builder<'a> {
             labels_seen: 0,
             bin_count: 0,
             bin_limit: INDEX_BINS,
-            peak_bins: HashMap::new(),
-            first_last_bins: HashMap::new(),
+            peak_bins: HashMap::default(),
+            first_last_bins: HashMap::default(),
             marker_events: Vec::new(),
             marker_labels: Vec::new(),
             marker_steps: HashMap::new(),
@@ -501,7 +501,7 @@ impl<'a> Builder<'a> {
             cell.frees += 1;
             cell.free_bytes += block.size;
         }
-        let key = (class, bin);
+        let key = bin.key(class);
         let span = self.first_last_bins.entry(key).or_insert((u64::MAX, 0));
         span.0 = span.0.min(block.time);
         span.1 = span.1.max(block.time);
@@ -516,11 +516,11 @@ impl<'a> Builder<'a> {
         let from = self.marker_events.partition_point(|&e| e < block.events) as u32;
         let to = self.marker_events.len() as u32;
         if from < to {
-            let step = self.marker_steps.entry((class, bin, from)).or_default();
+            let step = self.marker_steps.entry((key, from)).or_default();
             step.0 += block.size as i64;
             step.1 += 1;
             if freed.is_some() {
-                let step = self.marker_steps.entry((class, bin, to)).or_default();
+                let step = self.marker_steps.entry((key, to)).or_default();
                 step.0 -= block.size as i64;
                 step.1 -= 1;
             }
@@ -649,7 +649,7 @@ impl<'a> Builder<'a> {
                 if self.peak_bins.capacity() > 4096
                     && self.peak_bins.len() * 8 < self.peak_bins.capacity()
                 {
-                    self.peak_bins = HashMap::new();
+                    self.peak_bins = HashMap::default();
                 } else {
                     self.peak_bins.clear();
                 }
@@ -769,20 +769,29 @@ impl<'a> Builder<'a> {
             let mut peak: Vec<(u32, Bin, Live)> = self
                 .peak_bins
                 .drain()
-                .map(|((class, bin), live)| (class, bin, live))
+                .map(|(key, live)| {
+                    let (class, bin) = Bin::of_key(key);
+                    (class, bin, live)
+                })
                 .collect();
             peak.sort_unstable_by_key(|&(class, bin, _)| (class, bin));
             let mut first_last: Vec<(u32, Bin, u64, u64)> = self
                 .first_last_bins
                 .drain()
-                .map(|((class, bin), (first, last))| (class, bin, first, last))
+                .map(|(key, (first, last))| {
+                    let (class, bin) = Bin::of_key(key);
+                    (class, bin, first, last)
+                })
                 .collect();
             first_last.sort_unstable_by_key(|&(class, bin, _, _)| (class, bin));
             let mut marker_steps: Vec<(u32, Bin, u32, i64, i64)> = self
                 .marker_steps
                 .drain()
                 .filter(|(_, step)| *step != (0, 0))
-                .map(|((class, bin, marker), (bytes, blocks))| (class, bin, marker, bytes, blocks))
+                .map(|((key, marker), (bytes, blocks))| {
+                    let (class, bin) = Bin::of_key(key);
+                    (class, bin, marker, bytes, blocks)
+                })
                 .collect();
             marker_steps.sort_unstable_by_key(|&(class, bin, marker, _, _)| (class, bin, marker));
             self.agg.bin_totals = BinTotals {

@@ -316,6 +316,8 @@ pub fn filtered(state: &State, bins: &BinFilter) -> Arc<Agg> {
     }
     let agg = Arc::new(state.index.filtered(bins));
     if let Ok(mut scans) = state.scans.lock() {
+        // One at a time: it may be as large as the index.
+        scans.retain(|(k, _)| !k.starts_with("bins "));
         if scans.len() >= CACHED_SCANS {
             scans.remove(0);
         }

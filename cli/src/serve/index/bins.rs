@@ -88,6 +88,28 @@ pub struct Bin {
     pub temporary: bool,
 }
 
+impl Bin {
+    /// A class and a bin as one number, for the maps of the pass.
+    pub fn key(self, class: u32) -> u64 {
+        u64::from(class) << 24
+            | u64::from(self.size) << 16
+            | u64::from(self.life) << 8
+            | u64::from(self.temporary)
+    }
+
+    /// The class and bin of a [`Bin::key`].
+    pub fn of_key(key: u64) -> (u32, Bin) {
+        (
+            (key >> 24) as u32,
+            Bin {
+                size: (key >> 16) as u8,
+                life: (key >> 8) as u8,
+                temporary: key & 1 == 1,
+            },
+        )
+    }
+}
+
 /// Counters of one class, bucket and bin. `allocs` to `life_sum` belong to the bucket of the
 /// allocation, `frees` and `free_bytes` to that of the free.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
