@@ -303,6 +303,29 @@ impl Agg {
 }
 
 const INDEX_BUCKETS: usize = 4096;
+
+/// A class, a bucket (below 2^16: the index has at most [`INDEX_BUCKETS`]) and a bin as one
+/// number.
+fn bin_cell_key(class: u32, bucket: u32, bin: Bin) -> u64 {
+    u64::from(class) << 32
+        | u64::from(bucket & 0xffff) << 16
+        | u64::from(bin.size) << 8
+        | u64::from(bin.life) << 1
+        | u64::from(bin.temporary)
+}
+
+/// The class, bucket and bin of a [`bin_cell_key`].
+fn of_bin_cell_key(key: u64) -> (u32, u32, Bin) {
+    (
+        (key >> 32) as u32,
+        (key >> 16) as u32 & 0xffff,
+        Bin {
+            size: (key >> 8) as u8,
+            life: (key >> 1) as u8 & 0x7f,
+            temporary: key & 1 == 1,
+        },
+    )
+}
 /// Cells the index keeps before it halves its resolution (72 bytes each).
 const INDEX_CELLS: usize = 3 << 20;
 /// Cells split by size and lifetime the index keeps before it halves its resolution (48 bytes
@@ -334,7 +357,14 @@ pub struct Builder<'a> {
     // The index's counters by bin: how many, and the live heap at the peak of the blocks
     // resolved since the peak, the first and last allocations, the events of the markers kept
     // and the steps of the live heap there.
-    bin_count: usize,
+    /// The counters by (class, bucket, bin) while the pass runs, by [`bin_cell_key`]: a block's
+    /// allocation counts in its bucket when it ends, often long after, so that a map rather
+    /// than the sorted lists takes them; [`Builder::finish`] sorts them into [`Agg::bins`].
+    bin_cells: HashMap<u64, BinCell, BuildHasherDefault<AddressHasher>>,
+    /// Those of the latest bucket, `hot_bucket`, apart: most blocks end in the bucket they began
+    /// in, and this small map stays in the cache.
+    hot_cells: HashMap<u64, BinCell, BuildHasherDefault<AddressHasher>>,
+    hot_bucket: u32,
     bin_limit: usize,
     peak_bins: HashMap<u64, Live, BuildHasherDefault<AddressHasher>>,
     first_last_bins: HashMap<u64, (u64, u64), BuildHasherDefault<AddressHasher>>,
@@ -432,7 +462,9 @@ impl<'a> Builder<'a> {
             dirty: Vec::new(),
             is_dirty: Vec::new(),
             labels_seen: 0,
-            bin_count: 0,
+            bin_cells: HashMap::default(),
+            hot_cells: HashMap::default(),
+            hot_bucket: 0,
             bin_limit: INDEX_BINS,
             peak_bins: HashMap::default(),
             first_last_bins: HashMap::default(),
@@ -465,27 +497,28 @@ impl<'a> Builder<'a> {
 
     /// The index's counters of `class` in `bucket` for the blocks of `bin`.
     fn bin_cell(&mut self, class: u32, bucket: u32, bin: Bin) -> &mut BinCell {
-        let bins = &mut self.agg.bins[class as usize];
-        let key = (bucket, bin);
-        let at = match bins.last() {
-            Some(&(b, k, _)) if (b, k) == key => bins.len() - 1,
-            Some(&(b, k, _)) if (b, k) > key => {
-                match bins.binary_search_by(|&(b, k, _)| (b, k).cmp(&key)) {
-                    Ok(at) => at,
-                    Err(at) => {
-                        bins.insert(at, (bucket, bin, BinCell::default()));
-                        self.bin_count += 1;
-                        at
-                    }
-                }
-            }
-            _ => {
-                bins.push((bucket, bin, BinCell::default()));
-                self.bin_count += 1;
-                bins.len() - 1
-            }
+        if bucket > self.hot_bucket {
+            self.cool();
+            self.hot_bucket = bucket;
+        }
+        let cells = if bucket == self.hot_bucket {
+            &mut self.hot_cells
+        } else {
+            &mut self.bin_cells
         };
-        &mut bins[at].2
+        cells.entry(bin_cell_key(class, bucket, bin)).or_default()
+    }
+
+    /// Moves the latest bucket's counters by bin to the others.
+    fn cool(&mut self) {
+        for (key, cell) in self.hot_cells.drain() {
+            self.bin_cells.entry(key).or_default().add(&cell);
+        }
+    }
+
+    /// Counters by bin kept.
+    fn bin_count(&self) -> usize {
+        self.bin_cells.len() + self.hot_cells.len()
     }
 
     /// The index counts a block by its bin once it ended: freed in bucket `freed.0` after
@@ -551,25 +584,13 @@ impl<'a> Builder<'a> {
             cells.truncate(kept);
             self.cell_count += kept;
         }
-        self.bin_count = 0;
-        for bins in &mut self.agg.bins {
-            for entry in bins.iter_mut() {
-                entry.0 = merge(entry.0);
-            }
-            // Two sorted runs per merged bucket: the stable sort merges them.
-            bins.sort_by_key(|&(bucket, bin, _)| (bucket, bin));
-            let mut kept = 0;
-            for read in 0..bins.len() {
-                let (bucket, bin, cell) = bins[read];
-                if kept > 0 && bins[kept - 1].0 == bucket && bins[kept - 1].1 == bin {
-                    bins[kept - 1].2.add(&cell);
-                } else {
-                    bins[kept] = (bucket, bin, cell);
-                    kept += 1;
-                }
-            }
-            bins.truncate(kept);
-            self.bin_count += kept;
+        self.cool();
+        self.hot_bucket = 0;
+        let cells = std::mem::take(&mut self.bin_cells);
+        self.bin_cells.reserve(cells.len() / 2);
+        for (key, cell) in cells {
+            let (class, bucket, bin) = of_bin_cell_key(key);
+            self.bin_cell(class, merge(bucket), bin).add(&cell);
         }
         let mut peaks: Vec<BucketPeak> = Vec::with_capacity(self.agg.peaks.len() / 2 + 1);
         for (i, peak) in self.agg.peaks.iter().enumerate() {
@@ -592,9 +613,9 @@ impl<'a> Builder<'a> {
         if self.index {
             while bucket >= INDEX_BUCKETS
                 || self.cell_count > self.cell_limit
-                || self.bin_count > self.bin_limit
+                || self.bin_count() > self.bin_limit
             {
-                let (before, bins_before) = (self.cell_count, self.bin_count);
+                let (before, bins_before) = (self.cell_count, self.bin_count());
                 self.coarsen();
                 bucket = self.agg.edges.bucket(time);
                 if self.cell_count * 4 > before * 3 {
@@ -602,8 +623,8 @@ impl<'a> Builder<'a> {
                     // rather than coarsening again at each event.
                     self.cell_limit = self.cell_limit.max(self.cell_count * 2);
                 }
-                if self.bin_count * 4 > bins_before * 3 {
-                    self.bin_limit = self.bin_limit.max(self.bin_count * 2);
+                if self.bin_count() * 4 > bins_before * 3 {
+                    self.bin_limit = self.bin_limit.max(self.bin_count() * 2);
                 }
             }
             if self.agg.peaks.len() <= bucket {
@@ -800,9 +821,23 @@ impl<'a> Builder<'a> {
                 marker_labels: std::mem::take(&mut self.marker_labels),
                 marker_steps,
             };
-            for bins in &mut self.agg.bins {
-                bins.shrink_to_fit();
+            self.cool();
+            let mut bins: Vec<Vec<(u32, Bin, BinCell)>> = vec![Vec::new(); self.agg.cells.len()];
+            let mut counts = vec![0usize; self.agg.cells.len()];
+            for key in self.bin_cells.keys() {
+                counts[of_bin_cell_key(*key).0 as usize] += 1;
             }
+            for (list, count) in bins.iter_mut().zip(counts) {
+                list.reserve_exact(count);
+            }
+            for (key, cell) in self.bin_cells.drain() {
+                let (class, bucket, bin) = of_bin_cell_key(key);
+                bins[class as usize].push((bucket, bin, cell));
+            }
+            for list in &mut bins {
+                list.sort_unstable_by_key(|&(bucket, bin, _)| (bucket, bin));
+            }
+            self.agg.bins = bins;
             for class in self.dirty.drain(..) {
                 self.is_dirty[class as usize] = false;
             }
@@ -879,7 +914,6 @@ impl Visitor for Builder<'_> {
                 let class = self.classes.intern(stack, timed.thread);
                 if class as usize == self.agg.cells.len() {
                     self.agg.cells.push(Vec::new());
-                    self.agg.bins.push(Vec::new());
                     self.current.push((0, 0));
                     self.peak_live.push((0, 0));
                     self.is_dirty.push(false);
