@@ -469,7 +469,11 @@ fn the_viewer_page_in_chromium() {
                 ">1000 (replayed)</option>",
                 r#"<option value="1000000">1.0 ms</option>"#,
             ] {
-                assert!(dom.html.contains(option), "{option} in {}", dom.file.display());
+                assert!(
+                    dom.html.contains(option),
+                    "{option} in {}",
+                    dom.file.display()
+                );
             }
         }
     }

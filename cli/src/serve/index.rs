@@ -5,7 +5,9 @@
 //! edges and moments, with its filter), so both answer through the same lookups.
 //!
 //! A class is an allocating (stack, thread) pair: the filters on threads and on a stack's frames
-//! select whole classes, so the index answers them exactly. A bucket `i` holds the events with
+//! select whole classes, so the index answers them exactly. The index also splits each class's
+//! counters by the blocks' size and lifetime bins ([`bins`]), so that size and lifetime bounds
+//! on the bins' edges select whole bins, which it answers exactly too. A bucket `i` holds the events with
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
