@@ -51,8 +51,13 @@ ask '/api/flame?what=live&at=peak'
 ask '/api/flame?what=allocated'
 ask "/api/diff?from=$edge&to=peak"
 ask '/api/sites?at=1.2345'
+# Size and lifetime bounds on the index's edges (/api/summary's index_edges), then off them.
 ask '/api/sites?size_min=1024'
+ask '/api/timeline?points=800&life_min=1000000'
+ask '/api/flame?what=live&at=peak&size_max=64'
 ask '/api/timeline?points=800&life=temporary'
+ask '/api/sites?size_min=1000'
+ask '/api/sites?life_min=999999'
 ask '/api/export/pprof?at=peak'
 kill "$(pgrep -P "$server")"
 wait "$server" 2>/dev/null || true

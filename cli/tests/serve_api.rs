@@ -298,7 +298,9 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     let from = |query: &str| server.json(&format!("/api/sites?{query}"))["exact_from"].clone();
     assert_eq!(from("at=marker:m&thread=1"), "index");
     assert_eq!(from("at=0.0000005&func=leaky"), "index+scan");
-    assert_eq!(from("size_min=1"), "scan");
+    assert_eq!(from("size_min=3000"), "scan");
+    assert_eq!(from("size_min=1024&life_max=999"), "index");
+    assert_eq!(from("size_min=1024&at=0.0000005"), "index+scan");
     assert_eq!(from("from=0.0000005"), "scan");
 
     // Filters on whole classes (the index): threads, frames.
@@ -1936,5 +1938,118 @@ fn address_range_on_every_endpoint() {
     let message = server.error("/api/flame?address_min=0xa300&address_max=0xa200", 400);
     assert!(message.contains("address_max"), "{message}");
     server.error("/api/timeline?address_max=-1", 400);
+}
+
+/// Size and lifetime bounds on the index's bin edges answer from the index, other bounds from a
+/// scan, and both alike: each pair below selects the same blocks of the known trace (sizes 10,
+/// 20, 1000, 1000, 5000; lifetimes 100, 200, 100, 2,000,200 ns and one never freed), the first
+/// on the edges, the second off them.
+#[test]
+fn size_and_lifetime_bounds_on_the_edges_answer_from_the_index() {
+    let path = known_trace_file("edges");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let summary = server.json("/api/summary");
+    let edges = &summary["index_edges"];
+    for size in [0u64, 7, 8, 12, 1024, 1536, 1 << 40] {
+        assert!(
+            edges["size"].as_array().unwrap().contains(&json!(size)),
+            "{size}"
+        );
+    }
+    for life in [1u64, 1000, 1_000_000, 1_000_000_000_000] {
+        assert!(
+            edges["life_ns"].as_array().unwrap().contains(&json!(life)),
+            "{life}"
+        );
+    }
+    let pairs = [
+        ("size_min=1024", "size_min=1001"),
+        ("size_min=1025", "size_min=4999"),
+        ("size_max=1023", "size_max=4999"),
+        ("size_max=1024", "size_max=4000"),
+        ("size_min=16&size_max=1024", "size_min=11&size_max=1000"),
+        ("life_min=1000", "life_min=201"),
+        ("life_max=999", "life_max=200"),
+        ("life_min=101&life_max=1000000", "life_min=150&life_max=300"),
+        ("life_min=0&life_max=100", "life_min=0&life_max=101"),
+        ("life=never&size_min=512", "life=never&size_min=999"),
+        (
+            "life=temporary&size_max=1023",
+            "life=temporary&size_max=999",
+        ),
+        ("size_max=8192&thread=1", "size_max=9999&thread=1"),
+        ("life_min=10&func=leaky", "life_min=12&func=leaky"),
+    ];
+    let bucket = summary["bucket_ns"].as_u64().unwrap();
+    let edge = format!("{}", bucket as f64 / 1e9);
+    let views = [
+        "/api/sites?at=peak".to_owned(),
+        "/api/sites?at=marker:m".to_owned(),
+        "/api/sites?at=end".to_owned(),
+        format!("/api/sites?at={edge}"),
+        format!("/api/sites?at=0.00000055&to={edge}"),
+        "/api/flame?what=live&at=peak".to_owned(),
+        "/api/flame?what=allocated".to_owned(),
+        "/api/flame?what=temporary".to_owned(),
+        "/api/flame?what=leaked".to_owned(),
+        "/api/diff?from=marker:m&to=end".to_owned(),
+        "/api/diff?from=0&to=peak".to_owned(),
+        "/api/site/0?at=peak".to_owned(),
+        "/api/sites?group_allocations_min=2".to_owned(),
+        "/api/sites?group_interval_min=1".to_owned(),
+        "/api/flame?what=allocated&group_interval_max=0".to_owned(),
+    ];
+    for (aligned, other) in pairs {
+        for view in &views {
+            let (mut a, mut b) = (
+                server.json(&format!("{view}&{aligned}")),
+                server.json(&format!("{view}&{other}")),
+            );
+            if view.starts_with("/api/sites?") {
+                let from = a["exact_from"].as_str().unwrap();
+                assert!(from.starts_with("index"), "{view}&{aligned}: {from}");
+                assert_eq!(b["exact_from"], "scan", "{view}&{other}");
+                a["exact_from"] = json!(null);
+                b["exact_from"] = json!(null);
+            }
+            if view.starts_with("/api/site/") {
+                // Its timeline: the index's buckets, or a scan's edges.
+                a["timeline"] = json!(null);
+                b["timeline"] = json!(null);
+            }
+            assert_eq!(a, b, "{view} with {aligned} and with {other}");
+        }
+        // The timeline from the index: its buckets, and the same live heap at the end.
+        let timeline = server.json(&format!("/api/timeline?points=800&{aligned}"));
+        assert_eq!(timeline["bucket_ns"].as_u64().unwrap(), bucket, "{aligned}");
+        let scanned = server.json(&format!("/api/timeline?points=800&{other}"));
+        assert_eq!(scanned["bucket_ns"], 0, "{other}");
+        let last = |t: &Value| {
+            let points = t["points"].as_array().unwrap();
+            let allocs: u64 = points.iter().map(|p| p["allocs"].as_u64().unwrap()).sum();
+            let p = points.last().unwrap();
+            (p["live_bytes"].clone(), p["live_blocks"].clone(), allocs)
+        };
+        assert_eq!(last(&timeline), last(&scanned), "{aligned} and {other}");
+    }
+    // The figures themselves, from the index.
+    assert_eq!(
+        sites(&server, "size_max=15").1,
+        vec![row(1, [1, 10, 1, 10, 0, 0, 0, 0, 0, 0, 1, 10, 100, 0])]
+    );
+    assert_eq!(
+        sites(&server, "life=never").1,
+        vec![row(
+            0,
+            [1, 1000, 0, 0, 1000, 1, 1000, 1, 1000, 1, 0, 0, 0, 0]
+        )]
+    );
+    let timeline = server.json("/api/timeline?points=800&size_min=4096");
+    let points = timeline["points"].as_array().unwrap();
+    // The 5000-byte block, allocated at 550 ns and freed at 650, within the first bucket.
+    let sum = |key: &str| -> u64 { points.iter().map(|p| p[key].as_u64().unwrap()).sum() };
+    assert_eq!((sum("allocs"), sum("alloc_bytes")), (1, 5000));
+    assert_eq!((sum("frees"), sum("free_bytes")), (1, 5000));
+    assert_eq!(timeline["peak"]["exact"], false);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

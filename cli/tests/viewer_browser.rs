@@ -494,6 +494,21 @@ fn the_viewer_page_in_chromium() {
         let dom = dump_dom(chromium, &profile, &url);
         assert_ready(&dom);
         assert_eq!(site_rows(&dom.html), expected, "{}", dom.file.display());
+        if query == "&size_min=1000" {
+            // The size control offers the index's edges, and keeps a bound off them.
+            for option in [
+                r#"<option value="1024">1.00 KiB</option>"#,
+                r#"<option value="1536">1.50 KiB</option>"#,
+                ">1000 (replayed)</option>",
+                r#"<option value="1000000">1.0 ms</option>"#,
+            ] {
+                assert!(
+                    dom.html.contains(option),
+                    "{option} in {}",
+                    dom.file.display()
+                );
+            }
+        }
     }
 
     // The diff between the start and the end: what is left grew, and only that is in the flame

@@ -320,6 +320,17 @@ function drawSummary() {
     document.getElementById("summary").append(el("span", { class: "live", text: "still arriving, or cut short: followed every 2 s" }));
   }
   const form = document.getElementById("filters");
+  // Size and lifetime bounds offered on the index's bin edges, which it answers without a replay.
+  const edges = s.index_edges || { size: [], life_ns: [] };
+  for (const [name, values, fmt] of [
+    ["size_min", edges.size, fmtBytes], ["size_max", edges.size, fmtBytes],
+    ["life_min", edges.life_ns, fmtDuration], ["life_max", edges.life_ns, fmtDuration],
+  ]) {
+    const select = form.elements[name];
+    if (!select || select.dataset.edges) continue;
+    select.dataset.edges = "filled";
+    for (const v of values) select.append(el("option", { value: String(v), text: fmt(v) }));
+  }
   for (const name of ["marker_from", "marker_to"]) {
     const select = form.elements[name];
     for (const m of markers) {
@@ -343,7 +354,12 @@ function fillForm() {
       const chosen = q.getAll(name);
       for (const option of field.options) option.selected = chosen.includes(option.value);
     } else {
-      field.value = q.get(name) || "";
+      const value = q.get(name) || "";
+      if (field.tagName === "SELECT" && value !== "" && ![...field.options].some((o) => o.value === value)) {
+        // A bound from the URL off the index's edges: kept, and answered by a replay.
+        field.append(el("option", { value, text: `${value} (replayed)`, title: "off the index's edges: the server replays the trace" }));
+      }
+      field.value = value;
     }
   }
 }

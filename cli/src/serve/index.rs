@@ -5,10 +5,15 @@
 //! edges and moments, with its filter), so both answer through the same lookups.
 //!
 //! A class is an allocating (stack, thread) pair: the filters on threads and on a stack's frames
-//! select whole classes, so the index answers them exactly. A bucket `i` holds the events with
+//! select whole classes, so the index answers them exactly. The index also splits each class's
+//! counters by the blocks' size and lifetime bins ([`bins`]), so that size and lifetime bounds
+//! on the bins' edges select whole bins, which it answers exactly too. A bucket `i` holds the events with
 //! `edge(i - 1) < time <= edge(i)`, so the heap after every event at or before `edge(i)` is the
 //! sum of buckets `0..=i`.
 
+mod bins;
+
+pub use bins::{Bin, BinCell, BinFilter, BinTotals, NEVER, edges as bin_edges};
 use memprof_trace::{
     Accumulated, AddressHasher, Block, ChunkFlags, Event, Mapping, Timed, Visitor,
 };
@@ -296,6 +301,11 @@ pub struct Agg {
     pub totals: Totals,
     /// Per class, the times of its first and last allocation counted (`(u64::MAX, 0)`: none).
     pub first_last: Vec<(u64, u64)>,
+    /// The index's counters split by size and lifetime: per class, its non-empty (bucket, bin)
+    /// pairs in order (empty for a scan).
+    pub bins: Vec<Vec<(u32, Bin, BinCell)>>,
+    /// The index's live heap at the peak and markers, and first and last allocations, by bin.
+    pub bin_totals: BinTotals,
 }
 
 impl Agg {
@@ -333,8 +343,34 @@ impl Agg {
 }
 
 const INDEX_BUCKETS: usize = 4096;
+
+/// A class, a bucket (below 2^16: the index has at most [`INDEX_BUCKETS`]) and a bin as one
+/// number.
+fn bin_cell_key(class: u32, bucket: u32, bin: Bin) -> u64 {
+    u64::from(class) << 32
+        | u64::from(bucket & 0xffff) << 16
+        | u64::from(bin.size) << 8
+        | u64::from(bin.life) << 1
+        | u64::from(bin.temporary)
+}
+
+/// The class, bucket and bin of a [`bin_cell_key`].
+fn of_bin_cell_key(key: u64) -> (u32, u32, Bin) {
+    (
+        (key >> 32) as u32,
+        (key >> 16) as u32 & 0xffff,
+        Bin {
+            size: (key >> 8) as u8,
+            life: (key >> 1) as u8 & 0x7f,
+            temporary: key & 1 == 1,
+        },
+    )
+}
 /// Cells the index keeps before it halves its resolution (72 bytes each).
 const INDEX_CELLS: usize = 3 << 20;
+/// Cells split by size and lifetime the index keeps before it halves its resolution (48 bytes
+/// each).
+const INDEX_BINS: usize = 4 << 20;
 
 /// The pass: the index when `index` is set, else a scan.
 #[derive(Debug)]
@@ -358,6 +394,23 @@ pub struct Builder<'a> {
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
     labels_seen: usize,
+    // The index's counters by bin: how many, and the live heap at the peak of the blocks
+    // resolved since the peak, the first and last allocations, the events of the markers kept
+    // and the steps of the live heap there.
+    /// The counters by (class, bucket, bin) while the pass runs, by [`bin_cell_key`]: a block's
+    /// allocation counts in its bucket when it ends, often long after, so that a map rather
+    /// than the sorted lists takes them; [`Builder::finish`] sorts them into [`Agg::bins`].
+    bin_cells: HashMap<u64, BinCell, BuildHasherDefault<AddressHasher>>,
+    /// Those of the latest bucket, `hot_bucket`, apart: most blocks end in the bucket they began
+    /// in, and this small map stays in the cache.
+    hot_cells: HashMap<u64, BinCell, BuildHasherDefault<AddressHasher>>,
+    hot_bucket: u32,
+    bin_limit: usize,
+    peak_bins: HashMap<u64, Live, BuildHasherDefault<AddressHasher>>,
+    first_last_bins: HashMap<u64, (u64, u64), BuildHasherDefault<AddressHasher>>,
+    marker_events: Vec<u64>,
+    marker_labels: Vec<u32>,
+    marker_steps: HashMap<(u64, u32), (i64, i64)>,
 }
 
 impl<'a> Builder<'a> {
@@ -431,6 +484,8 @@ impl<'a> Builder<'a> {
                 end: Vec::new(),
                 totals: Totals::default(),
                 first_last: vec![(u64::MAX, 0); classes],
+                bins: Vec::new(),
+                bin_totals: BinTotals::default(),
             },
             index,
             classes: Classes::default(),
@@ -447,6 +502,15 @@ impl<'a> Builder<'a> {
             dirty: Vec::new(),
             is_dirty: Vec::new(),
             labels_seen: 0,
+            bin_cells: HashMap::default(),
+            hot_cells: HashMap::default(),
+            hot_bucket: 0,
+            bin_limit: INDEX_BINS,
+            peak_bins: HashMap::default(),
+            first_last_bins: HashMap::default(),
+            marker_events: Vec::new(),
+            marker_labels: Vec::new(),
+            marker_steps: HashMap::new(),
         }
     }
 
@@ -469,6 +533,71 @@ impl<'a> Builder<'a> {
             }
         };
         &mut cells[at].1
+    }
+
+    /// The index's counters of `class` in `bucket` for the blocks of `bin`.
+    fn bin_cell(&mut self, class: u32, bucket: u32, bin: Bin) -> &mut BinCell {
+        if bucket > self.hot_bucket {
+            self.cool();
+            self.hot_bucket = bucket;
+        }
+        let cells = if bucket == self.hot_bucket {
+            &mut self.hot_cells
+        } else {
+            &mut self.bin_cells
+        };
+        cells.entry(bin_cell_key(class, bucket, bin)).or_default()
+    }
+
+    /// Moves the latest bucket's counters by bin to the others.
+    fn cool(&mut self) {
+        for (key, cell) in self.hot_cells.drain() {
+            self.bin_cells.entry(key).or_default().add(&cell);
+        }
+    }
+
+    /// Counters by bin kept.
+    fn bin_count(&self) -> usize {
+        self.bin_cells.len() + self.hot_cells.len()
+    }
+
+    /// The index counts a block by its bin once it ended: freed in bucket `freed.0` after
+    /// `freed.1` ns, or never.
+    fn count_bin(&mut self, block: &Pending, bin: Bin, freed: Option<(u32, u64)>) {
+        let class = block.class;
+        let cell = self.bin_cell(class, block.bucket, bin);
+        cell.allocs += 1;
+        cell.alloc_bytes += block.size;
+        if let Some((bucket, life)) = freed {
+            cell.life_sum = cell.life_sum.saturating_add(life);
+            let cell = self.bin_cell(class, bucket, bin);
+            cell.frees += 1;
+            cell.free_bytes += block.size;
+        }
+        let key = bin.key(class);
+        let span = self.first_last_bins.entry(key).or_insert((u64::MAX, 0));
+        span.0 = span.0.min(block.time);
+        span.1 = span.1.max(block.time);
+        // Live at the peak, which is the latest one yet: the peak's split is cleared whenever
+        // the peak moves, so that what it holds at the end is the blocks live at the last.
+        if block.events <= self.agg.totals.peak_events {
+            let live = self.peak_bins.entry(key).or_default();
+            live.0 += block.size;
+            live.1 += 1;
+        }
+        // Live at the markers kept after its allocation, up to now.
+        let from = self.marker_events.partition_point(|&e| e < block.events) as u32;
+        let to = self.marker_events.len() as u32;
+        if from < to {
+            let step = self.marker_steps.entry((key, from)).or_default();
+            step.0 += block.size as i64;
+            step.1 += 1;
+            if freed.is_some() {
+                let step = self.marker_steps.entry((key, to)).or_default();
+                step.0 -= block.size as i64;
+                step.1 -= 1;
+            }
+        }
     }
 
     /// Halves the index's resolution: buckets `2j - 1` and `2j` become bucket `j`.
@@ -495,6 +624,14 @@ impl<'a> Builder<'a> {
             cells.truncate(kept);
             self.cell_count += kept;
         }
+        self.cool();
+        self.hot_bucket = 0;
+        let cells = std::mem::take(&mut self.bin_cells);
+        self.bin_cells.reserve(cells.len() / 2);
+        for (key, cell) in cells {
+            let (class, bucket, bin) = of_bin_cell_key(key);
+            self.bin_cell(class, merge(bucket), bin).add(&cell);
+        }
         let mut peaks: Vec<BucketPeak> = Vec::with_capacity(self.agg.peaks.len() / 2 + 1);
         for (i, peak) in self.agg.peaks.iter().enumerate() {
             let bucket = merge(i as u32) as usize;
@@ -514,14 +651,20 @@ impl<'a> Builder<'a> {
     fn bucket(&mut self, time: u64) -> u32 {
         let mut bucket = self.agg.edges.bucket(time);
         if self.index {
-            while bucket >= INDEX_BUCKETS || self.cell_count > self.cell_limit {
-                let before = self.cell_count;
+            while bucket >= INDEX_BUCKETS
+                || self.cell_count > self.cell_limit
+                || self.bin_count() > self.bin_limit
+            {
+                let (before, bins_before) = (self.cell_count, self.bin_count());
                 self.coarsen();
                 bucket = self.agg.edges.bucket(time);
                 if self.cell_count * 4 > before * 3 {
                     // So many classes that halving the resolution barely helps: a higher limit,
                     // rather than coarsening again at each event.
                     self.cell_limit = self.cell_limit.max(self.cell_count * 2);
+                }
+                if self.bin_count() * 4 > bins_before * 3 {
+                    self.bin_limit = self.bin_limit.max(self.bin_count() * 2);
                 }
             }
             if self.agg.peaks.len() <= bucket {
@@ -563,6 +706,15 @@ impl<'a> Builder<'a> {
             totals.peak = (bytes, blocks);
             totals.peak_time = time;
             totals.peak_events = totals.events;
+            if !self.peak_bins.is_empty() {
+                if self.peak_bins.capacity() > 4096
+                    && self.peak_bins.len() * 8 < self.peak_bins.capacity()
+                {
+                    self.peak_bins = HashMap::default();
+                } else {
+                    self.peak_bins.clear();
+                }
+            }
             for class in self.dirty.drain(..) {
                 self.peak_live[class as usize] = self.current[class as usize];
                 self.is_dirty[class as usize] = false;
@@ -600,6 +752,12 @@ impl<'a> Builder<'a> {
                 cell.temporary_bytes += block.size;
                 self.agg.totals.temporary += 1;
             }
+            let bin = Bin {
+                size: bins::size_bin(block.size),
+                life: bins::life_bin(life),
+                temporary: is_temporary,
+            };
+            self.count_bin(&block, bin, Some((bucket, life)));
             return;
         }
         if !self
@@ -660,6 +818,66 @@ impl<'a> Builder<'a> {
         }
         let classes = self.fixed.map_or(self.agg.cells.len(), |c| c.list.len());
         if self.index {
+            let live: Vec<Pending> = self.live.drain().map(|(_, p)| p).collect();
+            for block in live {
+                let bin = Bin {
+                    size: bins::size_bin(block.size),
+                    life: NEVER,
+                    temporary: false,
+                };
+                self.count_bin(&block, bin, None);
+            }
+            let mut peak: Vec<(u32, Bin, Live)> = self
+                .peak_bins
+                .drain()
+                .map(|(key, live)| {
+                    let (class, bin) = Bin::of_key(key);
+                    (class, bin, live)
+                })
+                .collect();
+            peak.sort_unstable_by_key(|&(class, bin, _)| (class, bin));
+            let mut first_last: Vec<(u32, Bin, u64, u64)> = self
+                .first_last_bins
+                .drain()
+                .map(|(key, (first, last))| {
+                    let (class, bin) = Bin::of_key(key);
+                    (class, bin, first, last)
+                })
+                .collect();
+            first_last.sort_unstable_by_key(|&(class, bin, _, _)| (class, bin));
+            let mut marker_steps: Vec<(u32, Bin, u32, i64, i64)> = self
+                .marker_steps
+                .drain()
+                .filter(|(_, step)| *step != (0, 0))
+                .map(|((key, marker), (bytes, blocks))| {
+                    let (class, bin) = Bin::of_key(key);
+                    (class, bin, marker, bytes, blocks)
+                })
+                .collect();
+            marker_steps.sort_unstable_by_key(|&(class, bin, marker, _, _)| (class, bin, marker));
+            self.agg.bin_totals = BinTotals {
+                peak,
+                first_last,
+                marker_labels: std::mem::take(&mut self.marker_labels),
+                marker_steps,
+            };
+            self.cool();
+            let mut bins: Vec<Vec<(u32, Bin, BinCell)>> = vec![Vec::new(); self.agg.cells.len()];
+            let mut counts = vec![0usize; self.agg.cells.len()];
+            for key in self.bin_cells.keys() {
+                counts[of_bin_cell_key(*key).0 as usize] += 1;
+            }
+            for (list, count) in bins.iter_mut().zip(counts) {
+                list.reserve_exact(count);
+            }
+            for (key, cell) in self.bin_cells.drain() {
+                let (class, bucket, bin) = of_bin_cell_key(key);
+                bins[class as usize].push((bucket, bin, cell));
+            }
+            for list in &mut bins {
+                list.sort_unstable_by_key(|&(bucket, bin, _)| (bucket, bin));
+            }
+            self.agg.bins = bins;
             for class in self.dirty.drain(..) {
                 self.is_dirty[class as usize] = false;
             }
@@ -818,6 +1036,8 @@ impl Visitor for Builder<'_> {
         if self.index && !self.agg.marker_live.contains_key(&label) && self.labels_seen < 4096 {
             self.labels_seen += 1;
             self.agg.marker_live.insert(label, self.current.clone());
+            self.marker_events.push(events);
+            self.marker_labels.push(label);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Query strings of the viewer's API: decoding, the shared moment and filter parameters, and the
 //! errors a bad value gets (status 400 with a message naming the parameter and the value).
 
-use super::index::{ChunkFilter, Classes, Selection, Totals};
+use super::index::{BinFilter, ChunkFilter, Classes, Selection, Totals};
 use super::state::FrameInfo;
 use regex_lite::{Regex, RegexBuilder};
 use std::collections::HashMap;
@@ -436,6 +436,15 @@ impl Filters {
              preloaded library, or MemProf::new() on Linux with glibc)",
             params.get(name).unwrap_or_default()
         )))
+    }
+
+    /// The filters on blocks as the index's bins answer them: when the size and lifetime bounds
+    /// fall on the bins' edges and no filter depends on the range.
+    pub fn bins(&self) -> Option<BinFilter> {
+        if self.in_range.is_some() || self.address.is_some() || self.chunk.is_set() {
+            return None;
+        }
+        BinFilter::aligned(self.size, self.life, self.never, self.temporary)
     }
 
     /// Whether any frame filter (or the stack's depth) is set.

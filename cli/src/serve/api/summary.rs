@@ -1,6 +1,7 @@
 //! `/api/summary`: the trace as a whole.
 
 use super::{MARKERS_LISTED, markers, width};
+use crate::serve::index::bin_edges;
 use crate::serve::state::State;
 use serde_json::{Value, json};
 
@@ -14,6 +15,7 @@ pub fn summary(state: &State) -> Value {
         .collect();
     threads.sort_unstable();
     let (listed, total) = markers(state, None, None, MARKERS_LISTED);
+    let (sizes, lives) = bin_edges();
     json!({
         "path": trace.path().display().to_string(),
         "events": trace.events(),
@@ -33,6 +35,7 @@ pub fn summary(state: &State) -> Value {
             "mappings": totals.mappings,
         },
         "bucket_ns": width(&state.index),
+        "index_edges": {"size": sizes, "life_ns": lives},
         "complete": trace.end_record().is_some(),
         "chunk_flags": state.index.totals.chunk_flags,
     })

@@ -1,6 +1,6 @@
 //! `/api/timeline`, and a site's timeline.
 
-use super::view::{Query, View, ViewAgg, view};
+use super::view::{Query, View, ViewAgg, filtered, view};
 use super::{MARKERS_LISTED, MAX_POINTS, MIN_INDEX_POINTS, markers, width};
 use crate::serve::index::Cell;
 use crate::serve::query::{ApiError, At, Filters, Params};
@@ -56,7 +56,7 @@ pub fn timeline(
     // The exact peak within the range when the index holds it (no filter); else the highest
     // point drawn.
     let mut exact = false;
-    if agg_view.is_index() && mask.is_none() {
+    if agg_view.is_whole_index() && mask.is_none() {
         for &(start, end) in &groups {
             for peak in index
                 .peaks
@@ -103,10 +103,14 @@ fn drawn_by<'a>(
         lo.map_or(0, |lo| (lo / w) as usize + 1),
         (hi.div_ceil(w) as usize).min(index.buckets.saturating_sub(1)),
     );
-    let from_index = q.filters.by_class_only()
-        && last >= first
-        && last + 1 - first >= MIN_INDEX_POINTS.min(points)
-        || (q.filters.by_class_only() && last_time < w);
+    let bins = if q.filters.by_class_only() {
+        None
+    } else {
+        q.filters.bins()
+    };
+    let indexed = q.filters.by_class_only() || bins.is_some();
+    let from_index = indexed && last >= first && last + 1 - first >= MIN_INDEX_POINTS.min(points)
+        || (indexed && last_time < w);
     let (agg_view, groups): (View, Vec<(usize, usize)>) = if from_index {
         let count = last + 1 - first.min(last + 1);
         let per = count.div_ceil(points).max(1);
@@ -116,7 +120,10 @@ fn drawn_by<'a>(
             .collect();
         (
             View {
-                agg: ViewAgg::Index(index),
+                agg: match &bins {
+                    None => ViewAgg::Index(index),
+                    Some(bins) => ViewAgg::Filtered(filtered(state, bins)),
+                },
                 mask: None,
                 last_time,
                 extra: None,

@@ -3,7 +3,7 @@
 
 use super::CACHED_SCANS;
 use super::groups::Groups;
-use crate::serve::index::{Agg, Builder, Cell, Live, Point, Selection};
+use crate::serve::index::{Agg, BinFilter, Builder, Cell, Live, Point, Selection};
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
 use std::sync::Arc;
@@ -102,6 +102,8 @@ pub struct View<'a> {
 
 pub enum ViewAgg<'a> {
     Index(&'a Agg),
+    /// The index's figures of the blocks a size and lifetime filter on its bins passes.
+    Filtered(Arc<Agg>),
     Scan(Arc<Agg>),
 }
 
@@ -109,11 +111,17 @@ impl View<'_> {
     pub fn agg(&self) -> &Agg {
         match &self.agg {
             ViewAgg::Index(agg) => agg,
-            ViewAgg::Scan(agg) => agg,
+            ViewAgg::Filtered(agg) | ViewAgg::Scan(agg) => agg,
         }
     }
 
+    /// Whether the index answers: its buckets and moments.
     pub fn is_index(&self) -> bool {
+        matches!(self.agg, ViewAgg::Index(_) | ViewAgg::Filtered(_))
+    }
+
+    /// Whether the index answers with no filter on blocks: its per-bucket peaks hold.
+    pub fn is_whole_index(&self) -> bool {
         matches!(self.agg, ViewAgg::Index(_))
     }
 
@@ -221,7 +229,15 @@ pub fn view<'a>(
     timeline_edges: Option<&[u64]>,
 ) -> Result<View<'a>, ApiError> {
     let last_time = state.index.totals.last_time;
-    if q.filters.by_class_only() && index_has_range(state, q.lo, q.hi) && timeline_edges.is_none() {
+    let bins = if q.filters.by_class_only() {
+        None
+    } else {
+        q.filters.bins()
+    };
+    if (q.filters.by_class_only() || bins.is_some())
+        && index_has_range(state, q.lo, q.hi)
+        && timeline_edges.is_none()
+    {
         // The index, and a scan up to the moments it does not hold (if any).
         let mut missing: Vec<Point> = Vec::new();
         for at in ats.iter().filter(|at| !index_has(state, at)) {
@@ -236,12 +252,24 @@ pub fn view<'a>(
         } else {
             missing.sort_unstable_by_key(|p| format!("{p:?}"));
             missing.dedup();
-            let key = format!("points {:?}|{missing:?}", q.classes);
             let selection = q.filters.selection(q.classes.clone());
-            Some(scan(state, key, None, selection, missing)?)
+            let key = format!("points {}|{missing:?}", selection_key(&selection));
+            // A block live at a moment counts by how it ends: with a filter on that, the replay
+            // runs to the end rather than stopping after the last moment.
+            let to_the_end = selection.life.is_some() || selection.never || selection.temporary;
+            Some(scan(
+                state,
+                key,
+                to_the_end.then(Vec::new),
+                selection,
+                missing,
+            )?)
         };
         return Ok(View {
-            agg: ViewAgg::Index(&state.index),
+            agg: match bins {
+                None => ViewAgg::Index(&state.index),
+                Some(bins) => ViewAgg::Filtered(filtered(state, &bins)),
+            },
             mask: q.classes.clone(),
             last_time,
             extra,
@@ -274,6 +302,29 @@ pub fn view<'a>(
         last_time,
         extra: None,
     })
+}
+
+/// The index's figures of the blocks `bins` passes, or the same made for an earlier query.
+pub fn filtered(state: &State, bins: &BinFilter) -> Arc<Agg> {
+    let key = format!("bins {bins:?}");
+    let cached = state
+        .scans
+        .lock()
+        .ok()
+        .and_then(|s| s.iter().find(|(k, _)| *k == key).map(|(_, a)| a.clone()));
+    if let Some(agg) = cached {
+        return agg;
+    }
+    let agg = Arc::new(state.index.filtered(bins));
+    if let Ok(mut scans) = state.scans.lock() {
+        // One at a time: it may be as large as the index.
+        scans.retain(|(k, _)| !k.starts_with("bins "));
+        if scans.len() >= CACHED_SCANS {
+            scans.remove(0);
+        }
+        scans.push((key, agg.clone()));
+    }
+    agg
 }
 
 fn selection_key(selection: &Selection) -> String {
