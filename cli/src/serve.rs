@@ -1,23 +1,22 @@
 //! `memprof serve`: the viewer. A small synchronous HTTP server (tiny_http, a fixed pool of
 //! worker threads) serves the page embedded in the binary and the REST API over a trace's index
 //! (docs/viewer-api.md). With `--listen-trace`, it receives a trace sent to
-//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, indexing it again as it grows.
+//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, its index extended as it grows.
 
 #![forbid(unsafe_code)]
 
 mod api;
 mod index;
+mod live;
 mod query;
 mod state;
 
 use crate::Failure;
-use memprof_trace::Trace;
 use query::ApiError;
 use state::State;
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 include!(concat!(env!("OUT_DIR"), "/viewer_files.rs"));
 
@@ -226,8 +225,8 @@ fn file(name: &str) -> api::Reply {
     }
 }
 
-/// Receives a trace in the background, writing it to `path`, and indexes it again whenever it
-/// grew (at most once a second), replacing the state served.
+/// Receives a trace in the background, writing it to `path`, and extends its index with what
+/// arrived about once a second ([`live::follow`]).
 fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Failure> {
     let listener = std::net::TcpListener::bind(address)
         .map_err(|e| Failure(format!("--listen-trace {address}: {e}"), 1))?;
@@ -260,7 +259,7 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let indexer = {
             let (path, shared, done) = (path.clone(), shared.clone(), done.clone());
-            std::thread::spawn(move || reindex(&path, &shared, &done))
+            std::thread::spawn(move || live::follow(&path, &shared, &done))
         };
         if let Err(e) = copy(&mut stream, file) {
             eprintln!("memprof: receiving the trace: {e}");
@@ -280,30 +279,6 @@ fn copy(stream: &mut impl Read, mut file: std::fs::File) -> io::Result<()> {
             return file.flush();
         }
         file.write_all(&buffer[..n])?;
-    }
-}
-
-fn reindex(path: &Path, shared: &Shared, done: &std::sync::atomic::AtomicBool) {
-    let mut indexed = 0;
-    loop {
-        let finished = done.load(std::sync::atomic::Ordering::SeqCst);
-        let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        if len != indexed {
-            // The header may not have arrived yet: try again later.
-            if let Ok(trace) = Trace::open(path)
-                && let Ok(state) = State::build(trace, true)
-            {
-                indexed = len;
-                if let Ok(mut current) = shared.write() {
-                    *current = Some(Arc::new(state));
-                }
-            }
-        }
-        if finished {
-            eprintln!("memprof: the trace is complete: {len} bytes");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(if finished { 10 } else { 1000 }));
     }
 }
 

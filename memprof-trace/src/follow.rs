@@ -24,7 +24,8 @@ pub const FOLLOW_SLACK_NS: u64 = 3_000_000_000;
 #[derive(Debug)]
 pub struct Follow {
     state: Accumulated,
-    /// Event chunks read from the file but not decoded yet.
+    /// Event chunks read from the file but not decoded yet, by first time (then place in the
+    /// file): a chunk is decoded once the watermark reaches its first event.
     backlog: Vec<ChunkInfo>,
     /// Decoded chunks with events left to apply: their events and the next one's index.
     open: Vec<Option<(Vec<Timed>, usize)>>,
@@ -49,7 +50,8 @@ pub struct Followed {
     pub applied: u64,
     /// Events applied by this update.
     pub applied_now: u64,
-    /// Events that arrived but wait for the watermark.
+    /// Events that arrived but wait for the watermark (for the chunks not decoded yet, their
+    /// records: a reallocation is one).
     pub pending: u64,
     /// Events applied after a later event had been (their chunk arrived behind the watermark).
     pub out_of_order: u64,
@@ -68,18 +70,19 @@ impl Follow {
 
     /// [`Follow::new`], applying events `slack` ns behind the newest that arrived.
     pub fn with_slack(trace: &Trace, slack: u64) -> Follow {
-        let mut backlog = trace.chunk_infos().to_vec();
-        backlog.sort_by_key(|c| c.offset);
+        let backlog = trace.chunk_infos().to_vec();
+        let newest = backlog.iter().map(|c| c.last_time).max().unwrap_or(0);
+        let pending = backlog.iter().map(|c| u64::from(c.events)).sum();
         Follow {
             state: Accumulated::start(trace),
             backlog,
             open: Vec::new(),
             free: Vec::new(),
             heap: BinaryHeap::new(),
-            newest: 0,
+            newest,
             watermark: 0,
             slack,
-            pending: 0,
+            pending,
             out_of_order: 0,
         }
     }
@@ -101,26 +104,43 @@ impl Follow {
         everything: bool,
     ) -> Result<Followed, TraceError> {
         let arrived = trace.extend_chunks()?;
-        self.backlog.extend(arrived);
-        let chunks_now = self.backlog.len();
-        if !self.backlog.is_empty() {
+        for chunk in arrived {
+            self.newest = self.newest.max(chunk.last_time);
+            self.pending += u64::from(chunk.events);
+            let at = self.backlog.partition_point(|c| {
+                (c.first_time, c.offset) <= (chunk.first_time, chunk.offset)
+            });
+            self.backlog.insert(at, chunk);
+        }
+        // Everything that arrived is at or before the newest time.
+        let limit = if everything {
+            self.newest
+        } else {
+            self.newest.saturating_sub(self.slack)
+        };
+        self.watermark = self.watermark.max(limit);
+        // Decode the chunks that start at or before the watermark: those whose events may be
+        // applied now. The others wait as their place in the file.
+        let ready = self
+            .backlog
+            .partition_point(|c| c.first_time <= self.watermark);
+        let chunks_now = ready;
+        if ready > 0 {
             let mut file = File::open(trace.path()).map_err(|e| TraceError {
                 path: trace.path().to_path_buf(),
                 error: error_at(0, ErrorKind::Io(e)),
             })?;
-            for info in std::mem::take(&mut self.backlog) {
+            for info in self.backlog.drain(..ready) {
                 let events = trace.decode(&mut file, info).map_err(|error| TraceError {
                     path: trace.path().to_path_buf(),
                     error,
                 })?;
+                // The header's count becomes the events decoded (a reallocation is two).
+                self.pending = self.pending - u64::from(info.events) + events.len() as u64;
                 let Some(first) = events.first() else {
                     continue;
                 };
                 let key = (first.time, info.first_time, info.offset);
-                self.newest = self
-                    .newest
-                    .max(events.iter().map(|e| e.time).max().unwrap_or(0));
-                self.pending += events.len() as u64;
                 let slot = match self.free.pop() {
                     Some(slot) => {
                         self.open[slot] = Some((events, 0));
@@ -134,13 +154,6 @@ impl Follow {
                 self.heap.push(Reverse((key.0, key.1, key.2, slot)));
             }
         }
-        // Everything that arrived is at or before the newest time.
-        let limit = if everything {
-            self.newest
-        } else {
-            self.newest.saturating_sub(self.slack)
-        };
-        self.watermark = self.watermark.max(limit);
         let before = self.state.events;
         while let Some(&Reverse((time, first_time, offset, slot))) = self.heap.peek() {
             if time > self.watermark {

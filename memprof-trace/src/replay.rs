@@ -85,6 +85,9 @@ pub(crate) struct ChunkInfo {
     pub(crate) offset: u64,
     pub(crate) thread: u32,
     pub(crate) first_time: u64,
+    pub(crate) last_time: u64,
+    /// Its records' count, from its header.
+    pub(crate) events: u32,
 }
 
 /// A trace opened for replay: its header, definitions and the index of its event chunks.
@@ -253,6 +256,8 @@ impl Trace {
                     offset: offset + shift,
                     thread: chunk.thread,
                     first_time: chunk.first_time,
+                    last_time: chunk.last_time,
+                    events: chunk.events,
                 });
             }
             progress(reader.offset() + shift, self.file_len);

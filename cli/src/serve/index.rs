@@ -190,6 +190,14 @@ impl Classes {
         id
     }
 
+    /// Adds the classes `other` has past those of `self` (`other` numbers every class of
+    /// `self` alike, as the index it was copied from grows).
+    pub fn sync_from(&mut self, other: &Classes) {
+        for &(stack, thread) in &other.list[self.list.len().min(other.list.len())..] {
+            self.intern(stack, thread);
+        }
+    }
+
     /// The class of a pair, when it allocated.
     pub fn get(&self, stack: u32, thread: u32) -> Option<u32> {
         self.ids.get(&(stack, thread)).copied()
@@ -237,7 +245,7 @@ pub struct Totals {
 }
 
 /// Aggregates of one pass.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Agg {
     /// The buckets' ends.
     pub edges: Edges,
@@ -613,6 +621,27 @@ impl<'a> Builder<'a> {
             entry.0 = entry.0.min(time);
             entry.1 = entry.1.max(time);
         }
+    }
+
+    /// The index as [`Builder::finish`] would give it if the events ended here, the pass going
+    /// on (a live trace's); its classes are [`Builder::classes`].
+    pub fn snapshot(&self) -> Agg {
+        let mut agg = self.agg.clone();
+        if self.index {
+            agg.points.insert(
+                Point::Events(self.agg.totals.peak_events),
+                self.peak_live.clone(),
+            );
+            agg.totals.end = self.now;
+            agg.end = self.current.clone();
+            agg.buckets = agg.buckets.max(agg.peaks.len());
+        }
+        agg
+    }
+
+    /// The classes interned so far.
+    pub fn classes(&self) -> &Classes {
+        &self.classes
     }
 
     /// The aggregates, with the blocks still live counted as never freed.

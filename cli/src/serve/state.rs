@@ -114,6 +114,32 @@ pub struct State {
     pub exports: Mutex<Vec<(String, Arc<Vec<u8>>)>>,
     /// Held while a scan runs: one at a time, so memory stays that of one replay.
     pub scanning: Mutex<()>,
+    /// A live trace's progress, while it is received.
+    pub live: Option<LiveFigures>,
+    /// What resolving more stacks into call sites needs.
+    resolving: Resolving,
+}
+
+/// Where the index of a trace being received stands.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LiveFigures {
+    /// Events that arrived but are not in the index yet: within the last seconds, while chunks
+    /// of other threads may still arrive from before them.
+    pub pending: u64,
+    /// Events the index counted after later ones (their chunk arrived late).
+    pub out_of_order: u64,
+    /// The index has every event at or before this time (ns).
+    pub through: u64,
+}
+
+/// The tables that number call sites and frame names, kept to resolve a live trace's new
+/// stacks.
+#[derive(Debug)]
+struct Resolving {
+    options: ReportOptions,
+    whole: ReportOptions,
+    site_ids: HashMap<Vec<u32>, u32>,
+    name_ids: HashMap<String, u32>,
 }
 
 fn frame_info(frame: &Frame, address: u64) -> FrameInfo {
@@ -130,7 +156,7 @@ fn frame_info(frame: &Frame, address: u64) -> FrameInfo {
 }
 
 impl State {
-    /// Opens and indexes `trace` (`quiet`: no progress bar, for the live trace's rebuilds).
+    /// Opens and indexes `trace` (`quiet`: no progress bar).
     pub fn build(trace: Trace, quiet: bool) -> Result<State, Failure> {
         let progress = if quiet {
             ProgressBar::hidden()
@@ -141,7 +167,11 @@ impl State {
         trace.visit(&mut builder, &mut |done| progress.set_position(done))?;
         progress.finish_and_clear();
         let (index, classes) = builder.finish();
+        Ok(State::new(trace, index, classes))
+    }
 
+    /// `trace` with this index, its stacks resolved into call sites.
+    pub fn new(trace: Trace, index: Agg, classes: Classes) -> State {
         let header = trace.header();
         let mut options = ReportOptions::from_env();
         if header.stack_depth > 0 {
@@ -150,14 +180,44 @@ impl State {
         options.skip = header.stack_skip as usize;
         let mut whole = options.clone().depth(usize::MAX);
         whole.skip = 0;
-        let mut resolver = crate::moment::resolver(&trace);
-        let mut site_ids: HashMap<Vec<u32>, u32> = HashMap::new();
-        let mut sites: Vec<SiteInfo> = Vec::new();
-        let mut stacks = Vec::with_capacity(trace.stacks().len());
-        let mut frames: HashMap<u64, Arc<[FrameInfo]>> = HashMap::new();
-        let mut names: Vec<(String, bool)> = Vec::new();
-        let mut name_ids: HashMap<String, u32> = HashMap::new();
-        for (id, addresses) in trace.stacks().iter().enumerate() {
+        let mut state = State {
+            trace,
+            index,
+            classes,
+            stacks: Vec::new(),
+            frames: HashMap::new(),
+            names: Vec::new(),
+            sites: Vec::new(),
+            labels: HashMap::new(),
+            scans: Mutex::new(Vec::new()),
+            exports: Mutex::new(Vec::new()),
+            scanning: Mutex::new(()),
+            live: None,
+            resolving: Resolving {
+                options,
+                whole,
+                site_ids: HashMap::new(),
+                name_ids: HashMap::new(),
+            },
+        };
+        state.resolve_new_stacks();
+        state
+    }
+
+    /// Resolves the stacks the trace defined since the last call into call sites (a live
+    /// trace's new stacks), and takes its new marker labels.
+    pub fn resolve_new_stacks(&mut self) {
+        let from = self.stacks.len();
+        let trace = &self.trace;
+        let mut resolver = crate::moment::resolver_for(trace, &trace.stacks()[from..]);
+        let Resolving {
+            options,
+            whole,
+            site_ids,
+            name_ids,
+        } = &mut self.resolving;
+        let (sites, frames, names) = (&mut self.sites, &mut self.frames, &mut self.names);
+        for (id, addresses) in trace.stacks().iter().enumerate().skip(from) {
             let returns: Vec<ReturnAddress> = addresses
                 .iter()
                 .map(|&a| ReturnAddress(a as usize))
@@ -177,8 +237,8 @@ impl State {
             let bare: Vec<&Frame> = expanded.iter().map(|(f, _)| *f).collect();
             // The site's context, as the reports group it, and the program's frames with no
             // depth limit, as the flame graph draws them: both by the library's rules.
-            let context = memprof::context_range(&bare, &options);
-            let program = memprof::context_range(&bare, &whole);
+            let context = memprof::context_range(&bare, options);
+            let program = memprof::context_range(&bare, whole);
             let mut intern = |frames: &[&Frame]| -> Vec<u32> {
                 frames
                     .iter()
@@ -216,27 +276,27 @@ impl State {
                 });
             }
             sites[site as usize].stacks.push(id as u32);
-            stacks.push(StackInfo {
+            self.stacks.push(StackInfo {
                 site,
                 path,
                 shown: program.start as u32..program.end as u32,
                 frames: expanded.len() as u32,
             });
         }
-        let labels = trace.labels().clone();
-        Ok(State {
-            trace,
-            index,
-            classes,
-            stacks,
-            frames,
-            names,
-            sites,
-            labels,
-            scans: Mutex::new(Vec::new()),
-            exports: Mutex::new(Vec::new()),
-            scanning: Mutex::new(()),
-        })
+        if self.labels.len() != trace.labels().len() {
+            self.labels = trace.labels().clone();
+        }
+    }
+
+    /// Resolves every stack again (a live trace whose symbols arrived at its end).
+    pub fn resolve_all_stacks(&mut self) {
+        self.stacks.clear();
+        self.frames.clear();
+        self.names.clear();
+        self.sites.clear();
+        self.resolving.site_ids.clear();
+        self.resolving.name_ids.clear();
+        self.resolve_new_stacks();
     }
 
     /// The label id of a marker's text.

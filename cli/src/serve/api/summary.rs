@@ -33,6 +33,11 @@ pub fn summary(state: &State) -> Value {
         },
         "bucket_ns": width(&state.index),
         "complete": trace.end_record().is_some(),
+        "live": state.live.map(|live| json!({
+            "pending_events": live.pending,
+            "out_of_order_events": live.out_of_order,
+            "indexed_through_ns": live.through,
+        })),
     })
 }
 
