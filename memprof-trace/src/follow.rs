@@ -107,9 +107,9 @@ impl Follow {
         for chunk in arrived {
             self.newest = self.newest.max(chunk.last_time);
             self.pending += u64::from(chunk.events);
-            let at = self.backlog.partition_point(|c| {
-                (c.first_time, c.offset) <= (chunk.first_time, chunk.offset)
-            });
+            let at = self
+                .backlog
+                .partition_point(|c| (c.first_time, c.offset) <= (chunk.first_time, chunk.offset));
             self.backlog.insert(at, chunk);
         }
         // Everything that arrived is at or before the newest time.

@@ -56,7 +56,14 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
         let quiet = grew_at.elapsed() >= QUIET;
         if !caught_up || finished {
             let everything = finished || quiet;
-            let result = update(shared, &mut follow, &mut builder, everything, finished, timed);
+            let result = update(
+                shared,
+                &mut follow,
+                &mut builder,
+                everything,
+                finished,
+                timed,
+            );
             match result {
                 Ok(followed) => {
                     caught_up = everything && followed.pending == 0;
@@ -85,7 +92,10 @@ fn rebuild(path: &Path, shared: &Shared, out_of_order: u64) {
         "memprof: {out_of_order} events of the trace arrived after later ones: indexing it again \
          from its start, for exact figures"
     );
-    match Trace::open(path).map_err(crate::Failure::from).and_then(|t| State::build(t, true)) {
+    match Trace::open(path)
+        .map_err(crate::Failure::from)
+        .and_then(|t| State::build(t, true))
+    {
         Ok(state) => {
             if let Ok(mut current) = shared.write() {
                 *current = Some(Arc::new(state));
