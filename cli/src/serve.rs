@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod api;
+mod cache;
 mod index;
 mod live;
 mod query;
@@ -48,8 +49,7 @@ pub fn serve(
         }
         None => {
             for (id, path) in traces.iter().enumerate() {
-                let trace = crate::open(path)?;
-                let state = State::build(trace, false)?;
+                let state = open_indexed(path)?;
                 eprintln!(
                     "memprof: trace {id}: {}: {} events, {} call sites, {} classes indexed",
                     path.display(),
@@ -111,6 +111,43 @@ pub fn serve(
         let _ = worker.join();
     }
     Ok(())
+}
+
+/// Opens a trace with its index: the one kept beside it when it is the index of this trace as it
+/// is now ([`cache`]), else one built by replaying it, then kept there for the next time.
+fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
+    let key = cache::key(path).ok();
+    let trace = crate::open(path)?;
+    let cache_path = cache::path_of(path);
+    if let Some(key) = &key {
+        match cache::load(&cache_path, key, trace.stacks().len()) {
+            Ok((index, classes)) => {
+                eprintln!(
+                    "memprof: {}: index read from {}",
+                    path.display(),
+                    cache_path.display()
+                );
+                return Ok(State::new(trace, index, classes));
+            }
+            Err(cache::Miss::Absent) => {}
+            Err(cache::Miss::Ignored(why)) => eprintln!(
+                "memprof: {}: {why}; ignored, indexing the trace again",
+                cache_path.display()
+            ),
+        }
+    }
+    let state = State::build(trace, false)?;
+    // Kept only when the trace did not change while it was indexed.
+    if let Some(key) = key
+        && cache::key(path).is_ok_and(|now| now == key)
+        && let Err(e) = cache::store(&cache_path, key, &state.index, &state.classes)
+    {
+        eprintln!(
+            "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",
+            cache_path.display()
+        );
+    }
+    Ok(state)
 }
 
 fn handle(shared: &Shared, others: &[Arc<State>], request: tiny_http::Request) {

@@ -3,11 +3,13 @@
 //! runs, the viewer's figures grow and stay consistent, and once the trace is complete every
 //! answer equals that of `memprof serve` opening the file afresh.
 
+#[path = "support/server.rs"]
+mod server;
+
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use server::Server;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -42,71 +44,6 @@ fn child() {
     let kept: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     memprof::close_trace().unwrap();
     drop(kept);
-}
-
-struct Server {
-    child: Child,
-    address: String,
-    trace_address: Option<String>,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
-            .arg("serve")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut trace_address = None;
-        let address = loop {
-            let line = lines.next().expect("memprof serve stopped").unwrap();
-            if let Some(rest) = line.strip_prefix("memprof: waiting for a trace on ") {
-                trace_address = Some(rest.trim().to_owned());
-            }
-            if let Some(rest) = line.strip_prefix("memprof: serving on http://") {
-                break rest.trim_end_matches('/').to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Server {
-            child,
-            address,
-            trace_address,
-        }
-    }
-
-    fn get(&self, path: &str) -> (u16, Vec<u8>) {
-        let mut stream = TcpStream::connect(&self.address).unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n",
-            self.address
-        )
-        .unwrap();
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).unwrap();
-        let split = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-        let status = String::from_utf8_lossy(&response[9..12]).parse().unwrap();
-        (status, response[split + 4..].to_vec())
-    }
-
-    fn json(&self, path: &str) -> Value {
-        let (status, body) = self.get(path);
-        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
-        serde_json::from_slice(&body).unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -10,13 +10,14 @@
 //! sum of buckets `0..=i`.
 
 use memprof_trace::{Accumulated, AddressHasher, Block, Event, Mapping, Timed, Visitor};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
 
 /// Counters of one class within one bucket. Allocation-side counters (`allocs` to `life_*`)
 /// belong to the bucket of the allocation; `frees` and `free_bytes` to the bucket of the free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cell {
     /// Blocks allocated.
     pub allocs: u64,
@@ -54,7 +55,7 @@ impl Cell {
 pub type Live = (u64, u64);
 
 /// Where the buckets end.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Edges {
     /// Bucket `i` ends at `i * width` (bucket 0 holds the events at time 0).
     Uniform(u64),
@@ -89,7 +90,7 @@ impl Edges {
 }
 
 /// A moment a scan keeps the live heap of, per class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Point {
     /// After every event at or before this time.
     Time(u64),
@@ -205,7 +206,7 @@ impl Classes {
 }
 
 /// A global figure of one bucket of the index: the highest live bytes reached within it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct BucketPeak {
     /// Live bytes at the highest.
     pub bytes: u64,
@@ -216,7 +217,7 @@ pub struct BucketPeak {
 }
 
 /// Whole-run figures the index keeps besides its buckets.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Totals {
     /// Allocation events (a reallocation's new block too).
     pub allocations: u64,
@@ -245,7 +246,7 @@ pub struct Totals {
 }
 
 /// Aggregates of one pass.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Agg {
     /// The buckets' ends.
     pub edges: Edges,

@@ -5,6 +5,7 @@
 //! memory.
 
 use super::Shared;
+use super::cache;
 use super::index::Builder;
 use super::state::{LiveFigures, State};
 use memprof_trace::{Follow, Followed, Trace};
@@ -79,6 +80,7 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
         }
         if finished {
             eprintln!("memprof: the trace is complete: {len} bytes");
+            keep(path, shared);
             return;
         }
         std::thread::sleep(PERIOD);
@@ -103,6 +105,20 @@ fn rebuild(path: &Path, shared: &Shared, out_of_order: u64) {
         }
         Err(e) => eprintln!("memprof: {}: {}", path.display(), e.0),
     }
+}
+
+/// Keeps the complete trace's index beside it, for the next time it is opened.
+fn keep(path: &Path, shared: &Shared) {
+    let Ok(key) = cache::key(path) else { return };
+    let cache_path = cache::path_of(path);
+    with_state(shared, |state| {
+        if let Err(e) = cache::store(&cache_path, key, &state.index, &state.classes) {
+            eprintln!(
+                "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",
+                cache_path.display()
+            );
+        }
+    });
 }
 
 /// One update: what arrived applied to the index, published in the state served.
