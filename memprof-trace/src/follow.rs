@@ -95,8 +95,9 @@ impl Follow {
     /// Reads what was appended to `trace`'s file since the last update ([`Trace`]'s
     /// definitions and chunk index grow with it), decodes its event chunks, and applies to
     /// `visitor`, merged in time order, the events up to the watermark: every event that arrived
-    /// when `everything` is set (the trace is complete, or its writer has been quiet longer than
-    /// it waits to send partly filled buffers). Costs what arrived and what is applied.
+    /// when `everything` is set (the trace's writer is gone, or has been quiet longer than it
+    /// waits to send partly filled buffers) or the trace has its end record. Costs what arrived
+    /// and what is applied.
     pub fn update(
         &mut self,
         trace: &mut Trace,
@@ -112,8 +113,9 @@ impl Follow {
                 .partition_point(|c| (c.first_time, c.offset) <= (chunk.first_time, chunk.offset));
             self.backlog.insert(at, chunk);
         }
-        // Everything that arrived is at or before the newest time.
-        let limit = if everything {
+        // Everything that arrived is at or before the newest time; a trace that has its end
+        // record has every event before it.
+        let limit = if everything || trace.end_record().is_some() {
             self.newest
         } else {
             self.newest.saturating_sub(self.slack)
@@ -258,11 +260,15 @@ mod tests {
         file.write_all(&next[next.len() / 2..]).unwrap();
         let followed = update(&mut trace, &mut order, false);
         assert!(trace.cut().is_none());
+        // Thread 2's chunk and thread 1's first: decoded once the watermark reached them.
+        assert_eq!(followed.chunks_now, 1);
         assert_eq!(order.0[2..], [(8, 2), (9, 2), (10, 1)]);
         assert_eq!((followed.pending, followed.out_of_order), (1, 0));
-        // A chunk far behind: applied as it comes, counted out of order.
+        // A chunk far behind: applied as it comes, counted out of order. An update decodes
+        // what arrived, not what came before.
         file.write_all(&chunk(2, &[5])).unwrap();
         let followed = update(&mut trace, &mut order, false);
+        assert_eq!(followed.chunks_now, 1);
         assert_eq!(order.0[5..], [(5, 2)]);
         assert_eq!((followed.pending, followed.out_of_order), (1, 1));
         // Everything, at the end.
