@@ -6,6 +6,7 @@
 #   RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release -p memprof-bench --features trace --example workload
 #   cargo build --release -p memprof-cli
 #   scripts/bench-live.sh churn 4000000
+#   scripts/bench-live.sh --send TRACE BYTES_PER_S    # a recorded trace sent at a steady rate
 #
 # MEMPROF_BIN and WORKLOAD override the binaries (default target/release/memprof and
 # target/release/examples/workload, or $CARGO_TARGET_DIR's).
@@ -22,13 +23,27 @@ MEMPROF_SERVE_LIVE_TIMES=1 "$bin" serve "$dir/live.mptrace" --listen-trace "127.
     --listen "127.0.0.1:$((port + 1))" 2>"$dir/log" >/dev/null &
 server=$!
 until grep -q 'serving on' "$dir/log"; do sleep 0.2; done
-MEMPROF_TRACE="tcp://127.0.0.1:$port" "$workload" "$@" >/dev/null
+if [ "$1" = --send ]; then
+    python3 - "$2" "$3" "$port" <<'PY'
+import socket, sys, time
+path, rate, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "rb") as f, socket.create_connection(("127.0.0.1", port)) as s:
+    start, sent = time.monotonic(), 0
+    while block := f.read(rate // 10):
+        s.sendall(block)
+        sent += len(block)
+        time.sleep(max(0.0, start + sent / rate - time.monotonic()))
+PY
+else
+    MEMPROF_TRACE="tcp://127.0.0.1:$port" "$workload" "$@" >/dev/null
+fi
 until grep -q 'the trace is complete' "$dir/log"; do sleep 0.5; done
 kill "$server"
 wait "$server" 2>/dev/null || true
+if [ -n "${LOG:-}" ]; then cp "$dir/log" "$LOG"; fi
 # "memprof: live update: N events applied (T in all, P pending) from C chunks in M ms"
 grep 'live update' "$dir/log" | awk '
-    { n = $4; total = $8; ms = $(NF - 1); if (n > 0) { u++; applied[u] = n; all[u] = total; t[u] = ms } }
+    { n = $4; total = substr($7, 2); ms = $(NF - 1); if (n > 0) { u++; applied[u] = n; all[u] = total; t[u] = ms } }
     END {
         third = int(u / 3);
         for (part = 0; part < 2; part++) {
@@ -41,12 +56,13 @@ grep 'live update' "$dir/log" | awk '
     }'
 ls -l "$dir/live.mptrace" "$dir/live.mptrace.index" | awk '{print $5, $9}'
 rm "$dir/live.mptrace.index"
-for attempt in "afresh" "from the index kept"; do
+for attempt in afresh again; do
     start=$(date +%s.%N)
-    "$bin" serve "$dir/live.mptrace" --listen "127.0.0.1:$((port + 1))" 2>"$dir/log" >/dev/null &
+    "$bin" serve "$dir/live.mptrace" --listen "127.0.0.1:$((port + 2))" 2>"$dir/$attempt.log" >/dev/null &
     server=$!
-    until grep -q 'serving on' "$dir/log"; do sleep 0.05; done
-    printf 'open %s: %.2f s\n' "$attempt" "$(echo "$(date +%s.%N) - $start" | bc)"
+    until grep -q 'serving on' "$dir/$attempt.log" 2>/dev/null; do sleep 0.05; done
+    printf 'open %s: %.2f s (%s)\n' "$attempt" "$(echo "$(date +%s.%N) - $start" | bc)" \
+        "$(grep -c 'index read from' "$dir/$attempt.log" | sed 's/0/index built/; s/1/index read/')"
     kill "$server"
     wait "$server" 2>/dev/null || true
 done
