@@ -46,6 +46,10 @@ pub fn path_of(trace: &Path) -> PathBuf {
 /// The key of the trace at `path` as it is now.
 pub fn key(path: &Path) -> std::io::Result<Key> {
     use std::os::unix::fs::MetadataExt;
+    // Only a regular file has a content to key (a FIFO is neither opened nor read here).
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
     let mut file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     let len = meta.len();
