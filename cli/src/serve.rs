@@ -121,13 +121,19 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
     let cache_path = cache::path_of(path);
     if let Some(key) = &key {
         match cache::load(&cache_path, key, trace.stacks().len()) {
-            Ok((index, classes)) => {
+            Ok((index, classes, resolved)) => {
+                let (state, sites) = State::with_resolved(trace, index, classes, Some(resolved));
                 eprintln!(
-                    "memprof: {}: index read from {}",
+                    "memprof: {}: index read from {}{}",
                     path.display(),
-                    cache_path.display()
+                    cache_path.display(),
+                    if sites {
+                        ""
+                    } else {
+                        " (call sites resolved again)"
+                    }
                 );
-                return Ok(State::new(trace, index, classes));
+                return Ok(state);
             }
             Err(cache::Miss::Absent) => {}
             Err(cache::Miss::Ignored(why)) => eprintln!(
@@ -140,7 +146,7 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
     // Kept only when the trace did not change while it was indexed.
     if let Some(key) = key
         && cache::key(path).is_ok_and(|now| now == key)
-        && let Err(e) = cache::store(&cache_path, key, &state.index, &state.classes)
+        && let Err(e) = cache::store(&cache_path, key, &state)
     {
         eprintln!(
             "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",

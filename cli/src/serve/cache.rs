@@ -1,5 +1,5 @@
 //! The index of a trace kept beside it (`TRACE.index`), so that opening the trace again reads
-//! the index rather than replaying every event. The file is the index's own types encoded with
+//! the index and its call sites rather than replaying every event and resolving every stack. The file is the index's own types encoded with
 //! postcard (serde derives: a field added to them is kept too), behind a key of what identifies
 //! the trace's content (its length, modification time, inode, and hashes of its first and last
 //! 64 KiB) and of the build that wrote it, and followed by a hash of all of it. A cache that is
@@ -9,6 +9,7 @@
 //! link, never over what is not a regular file; and read only from a regular file.
 
 use super::index::{Agg, Classes, Edges};
+use super::state::{Resolved, ResolvedRef};
 use serde::{Deserialize, Serialize};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -29,12 +30,17 @@ pub struct Key {
     tail: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Cached {
     key: Key,
     classes: Vec<(u32, u32)>,
     index: Agg,
+    resolved: Resolved,
 }
+
+/// What the cache gives: the index, its classes, and the call sites resolved (which
+/// [`super::state::State::with_resolved`] checks against the trace).
+pub type Loaded = (Agg, Classes, Resolved);
 
 /// Where the index of `trace` is kept.
 pub fn path_of(trace: &Path) -> PathBuf {
@@ -86,7 +92,7 @@ pub enum Miss {
 
 /// The index kept for the trace whose key is `key` and which has `stacks` stacks, when the
 /// cache at `cache` holds one for it.
-pub fn load(cache: &Path, key: &Key, stacks: usize) -> Result<(Agg, Classes), Miss> {
+pub fn load(cache: &Path, key: &Key, stacks: usize) -> Result<Loaded, Miss> {
     use std::os::unix::fs::MetadataExt;
     let link = match std::fs::symlink_metadata(cache) {
         Ok(meta) => meta,
@@ -128,7 +134,7 @@ pub fn load(cache: &Path, key: &Key, stacks: usize) -> Result<(Agg, Classes), Mi
     }
     let mut classes = Classes::default();
     classes.sync_from(&Classes::from_pairs(cached.classes));
-    Ok((cached.index, classes))
+    Ok((cached.index, classes, cached.resolved))
 }
 
 /// Whether the index's tables agree with each other and with the trace's stacks, so that no
@@ -165,12 +171,13 @@ fn checksum(bytes: &[u8]) -> u64 {
     hasher.finish()
 }
 
-/// Keeps `index` and `classes` as the index of the trace whose key is `key`.
-pub fn store(cache: &Path, key: Key, index: &Agg, classes: &Classes) -> std::io::Result<()> {
+/// Keeps `state`'s index and call sites as those of the trace whose key is `key`.
+pub fn store(cache: &Path, key: Key, state: &super::state::State) -> std::io::Result<()> {
     let cached = CachedRef {
         key,
-        classes: &classes.list,
-        index,
+        classes: &state.classes.list,
+        index: &state.index,
+        resolved: state.resolved(),
     };
     let mut bytes = MAGIC.to_vec();
     bytes = postcard::to_extend(&cached, bytes).map_err(std::io::Error::other)?;
@@ -188,4 +195,5 @@ struct CachedRef<'a> {
     key: Key,
     classes: &'a Vec<(u32, u32)>,
     index: &'a Agg,
+    resolved: ResolvedRef<'a>,
 }

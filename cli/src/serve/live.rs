@@ -112,7 +112,7 @@ fn keep(path: &Path, shared: &Shared) {
     let Ok(key) = cache::key(path) else { return };
     let cache_path = cache::path_of(path);
     with_state(shared, |state| {
-        if let Err(e) = cache::store(&cache_path, key, &state.index, &state.classes) {
+        if let Err(e) = cache::store(&cache_path, key, state) {
             eprintln!(
                 "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",
                 cache_path.display()

@@ -7,11 +7,12 @@ use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::{Frame, ReportOptions, Resolve, ReturnAddress};
 use memprof_trace::Trace;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A frame as the API writes it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrameInfo {
     /// The function, `???` when unknown.
     pub function: String,
@@ -42,7 +43,7 @@ impl FrameInfo {
 }
 
 /// One stack of the trace.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct StackInfo {
     /// Its call site.
     pub site: u32,
@@ -58,7 +59,7 @@ pub struct StackInfo {
 }
 
 /// A call site: stacks with one context.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SiteInfo {
     /// Its context's frames, innermost first (the report's context: the collection operation
     /// the program called, then the program's frames, up to the recording's depth).
@@ -132,6 +133,55 @@ pub struct LiveFigures {
     pub through: u64,
 }
 
+/// The call sites resolved from a trace's stacks, as kept beside the trace: those of a trace
+/// opened from a file, which is not extended (the tables that number sites and frame names for
+/// new stacks are not kept).
+#[derive(Deserialize)]
+pub struct Resolved {
+    depth: usize,
+    skip: usize,
+    stacks: Vec<StackInfo>,
+    frames: HashMap<u64, Arc<[FrameInfo]>>,
+    names: Vec<(String, bool)>,
+    sites: Vec<SiteInfo>,
+}
+
+/// [`Resolved`] by reference, for writing.
+#[derive(Serialize)]
+pub struct ResolvedRef<'a> {
+    depth: usize,
+    skip: usize,
+    stacks: &'a Vec<StackInfo>,
+    frames: &'a HashMap<u64, Arc<[FrameInfo]>>,
+    names: &'a Vec<(String, bool)>,
+    sites: &'a Vec<SiteInfo>,
+}
+
+impl Resolved {
+    /// Whether these are the call sites of `state`'s trace as it resolves them, every id in
+    /// range and every frame's file sliceable where the API slices it.
+    fn fits(&self, state: &State) -> bool {
+        let options = &state.resolving.options;
+        let stacks = state.trace.stacks();
+        let frame_ok = |f: &FrameInfo| f.file.is_char_boundary(f.short_from);
+        (self.depth, self.skip) == (options.depth, options.skip)
+            && self.stacks.len() == stacks.len()
+            && self.stacks.iter().all(|s| {
+                (s.site as usize) < self.sites.len()
+                    && s.path.iter().all(|&n| (n as usize) < self.names.len())
+            })
+            && self.sites.iter().all(|site| {
+                site.program < site.context.len()
+                    && site.context.iter().all(frame_ok)
+                    && site.stacks.iter().all(|&s| (s as usize) < stacks.len())
+            })
+            && self
+                .frames
+                .values()
+                .all(|frames| frames.iter().all(frame_ok))
+    }
+}
+
 /// The tables that number call sites and frame names, kept to resolve a live trace's new
 /// stacks.
 #[derive(Debug)]
@@ -172,6 +222,18 @@ impl State {
 
     /// `trace` with this index, its stacks resolved into call sites.
     pub fn new(trace: Trace, index: Agg, classes: Classes) -> State {
+        State::with_resolved(trace, index, classes, None).0
+    }
+
+    /// [`State::new`], with the call sites resolved before (kept beside the trace) when they
+    /// are those of this trace with the depth and skip it is resolved with now; and whether they
+    /// were.
+    pub fn with_resolved(
+        trace: Trace,
+        index: Agg,
+        classes: Classes,
+        resolved: Option<Resolved>,
+    ) -> (State, bool) {
         let header = trace.header();
         let mut options = ReportOptions::from_env();
         if header.stack_depth > 0 {
@@ -200,8 +262,30 @@ impl State {
                 name_ids: HashMap::new(),
             },
         };
+        if let Some(resolved) = resolved
+            && resolved.fits(&state)
+        {
+            state.stacks = resolved.stacks;
+            state.frames = resolved.frames;
+            state.names = resolved.names;
+            state.sites = resolved.sites;
+            state.labels = state.trace.labels().clone();
+            return (state, true);
+        }
         state.resolve_new_stacks();
-        state
+        (state, false)
+    }
+
+    /// The call sites resolved, to keep beside the trace.
+    pub fn resolved(&self) -> ResolvedRef<'_> {
+        ResolvedRef {
+            depth: self.resolving.options.depth,
+            skip: self.resolving.options.skip,
+            stacks: &self.stacks,
+            frames: &self.frames,
+            names: &self.names,
+            sites: &self.sites,
+        }
     }
 
     /// Resolves the stacks the trace defined since the last call into call sites (a live
