@@ -122,7 +122,7 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
     if let Some(key) = &key {
         match cache::load(&cache_path, key, trace.stacks().len()) {
             Ok((index, classes, resolved)) => {
-                let (state, sites) = State::with_resolved(trace, index, classes, Some(resolved));
+                let (state, sites) = State::with_resolved(trace, index, classes, resolved);
                 eprintln!(
                     "memprof: {}: index read from {}{}",
                     path.display(),

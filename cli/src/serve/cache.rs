@@ -35,12 +35,12 @@ struct Cached {
     key: Key,
     classes: Vec<(u32, u32)>,
     index: Agg,
-    resolved: Resolved,
+    resolved: Option<Resolved>,
 }
 
 /// What the cache gives: the index, its classes, and the call sites resolved (which
 /// [`super::state::State::with_resolved`] checks against the trace).
-pub type Loaded = (Agg, Classes, Resolved);
+pub type Loaded = (Agg, Classes, Option<Resolved>);
 
 /// Where the index of `trace` is kept.
 pub fn path_of(trace: &Path) -> PathBuf {
@@ -195,5 +195,5 @@ struct CachedRef<'a> {
     key: Key,
     classes: &'a Vec<(u32, u32)>,
     index: &'a Agg,
-    resolved: ResolvedRef<'a>,
+    resolved: Option<ResolvedRef<'a>>,
 }

@@ -143,7 +143,7 @@ pub struct Resolved {
     stacks: Vec<StackInfo>,
     frames: HashMap<u64, Arc<[FrameInfo]>>,
     names: Vec<(String, bool)>,
-    sites: Vec<SiteInfo>,
+    sites: Vec<KeptSite>,
 }
 
 /// [`Resolved`] by reference, for writing.
@@ -154,23 +154,59 @@ pub struct ResolvedRef<'a> {
     stacks: &'a Vec<StackInfo>,
     frames: &'a HashMap<u64, Arc<[FrameInfo]>>,
     names: &'a Vec<(String, bool)>,
-    sites: &'a Vec<SiteInfo>,
+    sites: Vec<KeptSite>,
 }
+
+/// A call site as kept: its context's frames by their return address and place among that
+/// address's frames (a site of a deep stack would otherwise repeat the names of all of them).
+#[derive(Serialize, Deserialize)]
+pub struct KeptSite {
+    context: Vec<(u64, u32)>,
+    program: usize,
+    stacks: Vec<u32>,
+}
+
+/// The place of a frame without a name, the one frame of a site with an empty context.
+const UNKNOWN_FRAME: u32 = u32::MAX;
 
 impl Resolved {
     /// Whether these are the call sites of `state`'s trace as it resolves them, every id in
     /// range and every frame's file sliceable where the API slices it.
-    fn fits(&self, state: &State) -> bool {
+    /// The call sites, their frames found again among the addresses' frames.
+    fn sites(&self) -> Option<Vec<SiteInfo>> {
+        self.sites
+            .iter()
+            .map(|kept| {
+                let context = kept
+                    .context
+                    .iter()
+                    .map(|&(address, at)| {
+                        if at == UNKNOWN_FRAME {
+                            return Some(frame_info(&Frame::default(), address));
+                        }
+                        self.frames.get(&address)?.get(at as usize).cloned()
+                    })
+                    .collect::<Option<Vec<FrameInfo>>>()?;
+                Some(SiteInfo {
+                    context,
+                    program: kept.program,
+                    stacks: kept.stacks.clone(),
+                })
+            })
+            .collect()
+    }
+
+    fn fits(&self, state: &State, sites: &[SiteInfo]) -> bool {
         let options = &state.resolving.options;
         let stacks = state.trace.stacks();
         let frame_ok = |f: &FrameInfo| f.file.is_char_boundary(f.short_from);
         (self.depth, self.skip) == (options.depth, options.skip)
             && self.stacks.len() == stacks.len()
             && self.stacks.iter().all(|s| {
-                (s.site as usize) < self.sites.len()
+                (s.site as usize) < sites.len()
                     && s.path.iter().all(|&n| (n as usize) < self.names.len())
             })
-            && self.sites.iter().all(|site| {
+            && sites.iter().all(|site| {
                 site.program < site.context.len()
                     && site.context.iter().all(frame_ok)
                     && site.stacks.iter().all(|&s| (s as usize) < stacks.len())
@@ -263,12 +299,13 @@ impl State {
             },
         };
         if let Some(resolved) = resolved
-            && resolved.fits(&state)
+            && let Some(sites) = resolved.sites()
+            && resolved.fits(&state, &sites)
         {
             state.stacks = resolved.stacks;
             state.frames = resolved.frames;
             state.names = resolved.names;
-            state.sites = resolved.sites;
+            state.sites = sites;
             state.labels = state.trace.labels().clone();
             return (state, true);
         }
@@ -276,16 +313,48 @@ impl State {
         (state, false)
     }
 
-    /// The call sites resolved, to keep beside the trace.
-    pub fn resolved(&self) -> ResolvedRef<'_> {
-        ResolvedRef {
+    /// The call sites resolved, to keep beside the trace; none when a frame of a site is not
+    /// among its address's frames.
+    pub fn resolved(&self) -> Option<ResolvedRef<'_>> {
+        let same = |a: &FrameInfo, b: &FrameInfo| {
+            (&a.function, &a.file, a.line, a.short_from, a.std)
+                == (&b.function, &b.file, b.line, b.short_from, b.std)
+        };
+        let unknown = |f: &FrameInfo| same(f, &frame_info(&Frame::default(), f.address));
+        let sites = self
+            .sites
+            .iter()
+            .map(|site| {
+                let context = site
+                    .context
+                    .iter()
+                    .map(|frame| {
+                        let found = self
+                            .frames
+                            .get(&frame.address)
+                            .and_then(|frames| frames.iter().position(|f| same(f, frame)));
+                        match found {
+                            Some(at) => Some((frame.address, at as u32)),
+                            None if unknown(frame) => Some((frame.address, UNKNOWN_FRAME)),
+                            None => None,
+                        }
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(KeptSite {
+                    context,
+                    program: site.program,
+                    stacks: site.stacks.clone(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(ResolvedRef {
             depth: self.resolving.options.depth,
             skip: self.resolving.options.skip,
             stacks: &self.stacks,
             frames: &self.frames,
             names: &self.names,
-            sites: &self.sites,
-        }
+            sites,
+        })
     }
 
     /// Resolves the stacks the trace defined since the last call into call sites (a live
