@@ -70,7 +70,11 @@ fn main() {
 /// as this one's.
 fn index_schema() {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for file in ["src/serve/index.rs", "src/serve/state.rs", "src/serve/cache.rs"] {
+    for file in [
+        "src/serve/index.rs",
+        "src/serve/state.rs",
+        "src/serve/cache.rs",
+    ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
         println!("cargo::rerun-if-changed={}", path.display());
         let bytes = std::fs::read(&path).unwrap_or_default();

@@ -1,5 +1,5 @@
 //! `memprof serve --listen-trace`: a real traced program (this test binary run again, its
-//! allocator memprof's) streams its trace over TCP for a few seconds from four threads; while it
+//! allocator memprof's) streams its trace over TCP for about eight seconds from four threads; while it
 //! runs, the viewer's figures grow and stay consistent, and once the trace is complete every
 //! answer equals that of `memprof serve` opening the file afresh.
 
@@ -36,10 +36,11 @@ fn work(thread: usize, rounds: usize) -> Vec<Vec<u8>> {
     kept
 }
 
-/// Four threads allocating for about four seconds.
+/// Four threads allocating for about eight seconds: the index, a few seconds behind, grows while
+/// they run.
 fn child() {
     let threads: Vec<_> = (0..4)
-        .map(|t| std::thread::spawn(move || work(t, 400)))
+        .map(|t| std::thread::spawn(move || work(t, 800)))
         .collect();
     let kept: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     memprof::close_trace().unwrap();
@@ -119,7 +120,7 @@ fn a_traced_program_served_live() {
         "the page saw the index grow {seen_live} times"
     );
     let events = summary["events"].as_u64().unwrap();
-    assert!(events > 4 * 400 * 200, "{summary}");
+    assert!(events > 4 * 800 * 200, "{summary}");
 
     // Every answer equals that of the complete trace opened afresh.
     let fresh = Server::start(&[output.to_str().unwrap()]);
