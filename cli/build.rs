@@ -1,6 +1,7 @@
 //! Embeds the viewer's page: every file of `viewer/` becomes an entry of `VIEWER_FILES` (its
 //! name, its bytes, its content type), so `memprof serve` serves whatever files the page is made
-//! of, from the binary, with nothing fetched at run time.
+//! of, from the binary, with nothing fetched at run time. And tells which build of the index
+//! wrote a cached index (`MEMPROF_INDEX_SCHEMA`).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -61,4 +62,26 @@ fn main() {
     let out =
         Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("viewer_files.rs");
     std::fs::write(out, code).expect("OUT_DIR is writable");
+    index_schema();
+}
+
+/// `MEMPROF_INDEX_SCHEMA`: a hash of the sources that define the viewer's index, its call sites
+/// and its cache, so that an index cached beside a trace by another build of them is never read
+/// as this one's.
+fn index_schema() {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for file in [
+        "src/serve/index.rs",
+        "src/serve/index/bins.rs",
+        "src/serve/state.rs",
+        "src/serve/cache.rs",
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        println!("cargo::rerun-if-changed={}", path.display());
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        for &byte in file.as_bytes().iter().chain(&bytes) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    println!("cargo::rustc-env=MEMPROF_INDEX_SCHEMA={hash:016x}");
 }

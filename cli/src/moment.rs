@@ -47,6 +47,36 @@ pub fn resolver(trace: &Trace) -> HashMap<ReturnAddress, Vec<Frame>> {
     resolver
 }
 
+/// [`resolver`] for the addresses of `stacks` only (a live trace's new stacks).
+pub fn resolver_for(trace: &Trace, stacks: &[Vec<u64>]) -> HashMap<ReturnAddress, Vec<Frame>> {
+    let modules: Vec<_> = trace.modules().iter().rev().flatten().collect();
+    let mut resolver: HashMap<ReturnAddress, Vec<Frame>> = HashMap::new();
+    for &address in stacks.iter().flatten() {
+        let key = ReturnAddress(address as usize);
+        if resolver.contains_key(&key) {
+            continue;
+        }
+        if let Some(frames) = trace.symbols().get(&address) {
+            resolver.insert(key, frames.iter().cloned().map(Frame::from).collect());
+            continue;
+        }
+        let pc = address.wrapping_sub(1);
+        let module = modules.iter().find(|m| {
+            m.text
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&pc))
+        });
+        if let Some(module) = module {
+            let frame = Frame {
+                file: Some(module.path.clone()),
+                ..Frame::default()
+            };
+            resolver.insert(key, vec![frame]);
+        }
+    }
+    resolver
+}
+
 /// The snapshot of `heap`: live blocks, and every stack of the trace with its allocated totals
 /// (so snapshots of one trace at two moments diff stack by stack). `peak_bytes` is the heap's
 /// peak to state, when known.

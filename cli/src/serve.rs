@@ -1,23 +1,23 @@
 //! `memprof serve`: the viewer. A small synchronous HTTP server (tiny_http, a fixed pool of
 //! worker threads) serves the page embedded in the binary and the REST API over a trace's index
 //! (docs/viewer-api.md). With `--listen-trace`, it receives a trace sent to
-//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, indexing it again as it grows.
+//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, its index extended as it grows.
 
 #![forbid(unsafe_code)]
 
 mod api;
+mod cache;
 mod index;
+mod live;
 mod query;
 mod state;
 
 use crate::Failure;
-use memprof_trace::Trace;
 use query::ApiError;
 use state::State;
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 include!(concat!(env!("OUT_DIR"), "/viewer_files.rs"));
 
@@ -49,8 +49,7 @@ pub fn serve(
         }
         None => {
             for (id, path) in traces.iter().enumerate() {
-                let trace = crate::open(path)?;
-                let state = State::build(trace, false)?;
+                let state = open_indexed(path)?;
                 eprintln!(
                     "memprof: trace {id}: {}: {} events, {} call sites, {} classes indexed",
                     path.display(),
@@ -112,6 +111,49 @@ pub fn serve(
         let _ = worker.join();
     }
     Ok(())
+}
+
+/// Opens a trace with its index: the one kept beside it when it is the index of this trace as it
+/// is now ([`cache`]), else one built by replaying it, then kept there for the next time.
+fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
+    let key = cache::key(path).ok();
+    let trace = crate::open(path)?;
+    let cache_path = cache::path_of(path);
+    if let Some(key) = &key {
+        match cache::load(&cache_path, key, trace.stacks().len()) {
+            Ok((index, classes, resolved)) => {
+                let (state, sites) = State::with_resolved(trace, index, classes, resolved);
+                eprintln!(
+                    "memprof: {}: index read from {}{}",
+                    path.display(),
+                    cache_path.display(),
+                    if sites {
+                        ""
+                    } else {
+                        " (call sites resolved again)"
+                    }
+                );
+                return Ok(state);
+            }
+            Err(cache::Miss::Absent) => {}
+            Err(cache::Miss::Ignored(why)) => eprintln!(
+                "memprof: {}: {why}; ignored, indexing the trace again",
+                cache_path.display()
+            ),
+        }
+    }
+    let state = State::build(trace, false)?;
+    // Kept only when the trace did not change while it was indexed.
+    if let Some(key) = key
+        && cache::key(path).is_ok_and(|now| now == key)
+        && let Err(e) = cache::store(&cache_path, key, &state)
+    {
+        eprintln!(
+            "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",
+            cache_path.display()
+        );
+    }
+    Ok(state)
 }
 
 fn handle(shared: &Shared, others: &[Arc<State>], request: tiny_http::Request) {
@@ -226,8 +268,8 @@ fn file(name: &str) -> api::Reply {
     }
 }
 
-/// Receives a trace in the background, writing it to `path`, and indexes it again whenever it
-/// grew (at most once a second), replacing the state served.
+/// Receives a trace in the background, writing it to `path`, and extends its index with what
+/// arrived about once a second ([`live::follow`]).
 fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Failure> {
     let listener = std::net::TcpListener::bind(address)
         .map_err(|e| Failure(format!("--listen-trace {address}: {e}"), 1))?;
@@ -260,7 +302,7 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let indexer = {
             let (path, shared, done) = (path.clone(), shared.clone(), done.clone());
-            std::thread::spawn(move || reindex(&path, &shared, &done))
+            std::thread::spawn(move || live::follow(&path, &shared, &done))
         };
         if let Err(e) = copy(&mut stream, file) {
             eprintln!("memprof: receiving the trace: {e}");
@@ -280,30 +322,6 @@ fn copy(stream: &mut impl Read, mut file: std::fs::File) -> io::Result<()> {
             return file.flush();
         }
         file.write_all(&buffer[..n])?;
-    }
-}
-
-fn reindex(path: &Path, shared: &Shared, done: &std::sync::atomic::AtomicBool) {
-    let mut indexed = 0;
-    loop {
-        let finished = done.load(std::sync::atomic::Ordering::SeqCst);
-        let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        if len != indexed {
-            // The header may not have arrived yet: try again later.
-            if let Ok(trace) = Trace::open(path)
-                && let Ok(state) = State::build(trace, true)
-            {
-                indexed = len;
-                if let Ok(mut current) = shared.write() {
-                    *current = Some(Arc::new(state));
-                }
-            }
-        }
-        if finished {
-            eprintln!("memprof: the trace is complete: {len} bytes");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(if finished { 10 } else { 1000 }));
     }
 }
 

@@ -316,8 +316,12 @@ function drawSummary() {
     el("span", { text: `${fmtCount(s.totals.allocations)} allocations (${fmtBytes(s.totals.allocated_bytes)}), ${fmtCount(s.totals.frees)} frees, ${fmtCount(s.totals.temporary)} temporary` }),
     el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}${s.sample_interval ? `, sampled every ${fmtBytes(s.sample_interval)}` : ""}` }),
   );
-  if (s.complete === false) {
+  if (s.complete === false || s.live) {
     document.getElementById("summary").append(el("span", { class: "live", text: "still arriving, or cut short: followed every 2 s" }));
+  }
+  if (s.live) {
+    const late = s.live.out_of_order_events ? `, ${fmtCount(s.live.out_of_order_events)} counted out of order (arrived late)` : "";
+    document.getElementById("summary").append(el("span", { class: "live", text: `indexed up to ${fmtSeconds(s.live.indexed_through_ns)}: ${fmtCount(s.live.pending_events)} events wait for the other threads'${late}` }));
   }
   const form = document.getElementById("filters");
   // Size and lifetime bounds offered on the index's bin edges, which it answers without a replay.
@@ -1195,7 +1199,7 @@ async function start() {
   drawSummary();
   drawTracePickers();
   await render();
-  if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
+  if (summary.complete === false || summary.live) setTimeout(followLive, LIVE_POLL_MS);
 }
 
 // The trace's markers: those of the summary when it lists them all, else asked once.
@@ -1214,7 +1218,8 @@ async function followLive() {
     showError(e.message);
     return;
   }
-  if (fresh.events !== summary.events || fresh.complete !== summary.complete) {
+  if (fresh.events !== summary.events || fresh.complete !== summary.complete
+      || JSON.stringify(fresh.live) !== JSON.stringify(summary.live)) {
     summary = fresh;
     try {
       markers = await allMarkers(summary);
@@ -1231,7 +1236,7 @@ async function followLive() {
     drawSummary();
     await render();
   }
-  if (summary.complete === false) setTimeout(followLive, LIVE_POLL_MS);
+  if (summary.complete === false || summary.live) setTimeout(followLive, LIVE_POLL_MS);
 }
 
 start();

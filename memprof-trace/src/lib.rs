@@ -15,6 +15,8 @@
 //!   loop that tells a [`Visitor`] what each event means ([`Trace::visit`]); replays to a
 //!   [`Moment`] ([`Trace::replay`]) and to the peak are visitors of that loop, as are the
 //!   command's summary, index, scans, exports and event streams.
+//! - [`Follow`]: the same replay of a trace still being written, kept from one update to the
+//!   next, each update reading and applying only what was appended.
 //! - [`RangeMap`]: disjoint address ranges as the kernel keeps mappings (trimmed, split and
 //!   replaced), for the live mappings of the replay ([`Heap::mappings`]) and of the recorder.
 //! - [`write_symbolized`]: a trace written again with a new symbol section.
@@ -45,6 +47,7 @@
 mod decode;
 mod encode;
 mod files;
+mod follow;
 mod heap;
 mod model;
 mod moment;
@@ -60,6 +63,7 @@ mod tests;
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use files::{Replacement, check_replaceable};
+pub use follow::{FOLLOW_SLACK_NS, Follow, Followed};
 pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping};
 pub use moment::{Moment, Position};
 pub use ranges::RangeMap;

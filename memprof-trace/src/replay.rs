@@ -83,10 +83,13 @@ pub struct Timed {
 
 /// An event chunk of the file, by its header.
 #[derive(Clone, Copy, Debug)]
-struct ChunkInfo {
-    offset: u64,
-    thread: u32,
-    first_time: u64,
+pub(crate) struct ChunkInfo {
+    pub(crate) offset: u64,
+    pub(crate) thread: u32,
+    pub(crate) first_time: u64,
+    pub(crate) last_time: u64,
+    /// Its records' count, from its header.
+    pub(crate) events: u32,
 }
 
 /// A trace opened for replay: its header, definitions and the index of its event chunks.
@@ -116,6 +119,8 @@ pub struct Trace {
     last_time: u64,
     file_len: u64,
     cut: Option<Error>,
+    /// Where the chunks not read yet start: after the last whole chunk ([`Trace::extend`]).
+    read_to: u64,
 }
 
 /// A problem with a trace file: which file, and the codec's error with its byte offset.
@@ -184,56 +189,125 @@ impl Trace {
             last_time: 0,
             file_len,
             cut: None,
+            read_to: header_len,
         };
-        loop {
-            let (offset, chunk) = match reader.next_chunk_header() {
-                Ok(Some(found)) => found,
-                Ok(None) => break,
-                Err(error) if matches!(error.kind, ErrorKind::Truncated) => {
-                    trace.cut = Some(error);
-                    break;
-                }
-                Err(error) => return Err(fail(error)),
-            };
-            let has_events = chunk.flags & flags::EVENTS != 0 || chunk.events > 0;
-            let defines = chunk.flags & (flags::DEFINITIONS | flags::SYMBOLS | flags::END) != 0
-                || !has_events;
-            if defines {
-                let read = match reader.read_payload() {
-                    Ok(read) => read,
-                    Err(error) if matches!(error.kind, ErrorKind::Truncated) => {
-                        trace.cut = Some(error);
-                        break;
-                    }
-                    Err(error) => return Err(fail(error)),
-                };
-                for record in read.records() {
-                    trace.define(record.map_err(fail)?);
-                }
-            } else {
-                match reader.skip_payload() {
-                    Ok(()) => {}
-                    Err(error) if matches!(error.kind, ErrorKind::Truncated) => {
-                        trace.cut = Some(error);
-                        break;
-                    }
-                    Err(error) => return Err(fail(error)),
-                }
-            }
-            if has_events {
-                trace.events += u64::from(chunk.events);
-                trace.last_time = trace.last_time.max(chunk.last_time);
-                trace.chunks.push(ChunkInfo {
-                    offset,
-                    thread: chunk.thread,
-                    first_time: chunk.first_time,
-                });
-            }
-            progress(reader.offset(), file_len);
-        }
+        let mut chunks = Vec::new();
+        trace
+            .read_chunks(&mut reader, 0, &mut |chunk| chunks.push(chunk), progress)
+            .map_err(fail)?;
+        trace.chunks = chunks;
         // Merge order: by first event, then by place in the file.
         trace.chunks.sort_by_key(|c| (c.first_time, c.offset));
         Ok(trace)
+    }
+
+    /// Reads the chunks from `reader` (whose offsets are `shift` bytes short of the file's) to the
+    /// end of the input, up to a chunk cut short ([`Trace::cut`]): their definitions into the
+    /// trace, their event chunks to `found`.
+    fn read_chunks<R: Read>(
+        &mut self,
+        reader: &mut Reader<R>,
+        shift: u64,
+        found: &mut dyn FnMut(ChunkInfo),
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), Error> {
+        let located = |mut e: Error| {
+            e.offset += shift;
+            e
+        };
+        self.cut = None;
+        loop {
+            let start = reader.offset() + shift;
+            let outcome = (|| {
+                let Some((offset, chunk)) = reader.next_chunk_header()? else {
+                    return Ok(None);
+                };
+                let has_events = chunk.flags & flags::EVENTS != 0 || chunk.events > 0;
+                let defines = chunk.flags & (flags::DEFINITIONS | flags::SYMBOLS | flags::END) != 0
+                    || !has_events;
+                let records = if defines {
+                    Some(reader.read_payload()?)
+                } else {
+                    reader.skip_payload()?;
+                    None
+                };
+                Ok(Some((offset, chunk, has_events, records)))
+            })();
+            let (offset, chunk, has_events, records) = match outcome.map_err(located) {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    self.read_to = start;
+                    return Ok(());
+                }
+                Err(error) if matches!(error.kind, ErrorKind::Truncated) => {
+                    self.read_to = start;
+                    self.cut = Some(error);
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            };
+            if let Some(read) = records {
+                for record in read.records() {
+                    self.define(record.map_err(located)?);
+                }
+            }
+            if has_events {
+                self.events += u64::from(chunk.events);
+                self.last_time = self.last_time.max(chunk.last_time);
+                found(ChunkInfo {
+                    offset: offset + shift,
+                    thread: chunk.thread,
+                    first_time: chunk.first_time,
+                    last_time: chunk.last_time,
+                    events: chunk.events,
+                });
+            }
+            progress(reader.offset() + shift, self.file_len);
+        }
+    }
+
+    /// Reads what was appended to the file since it was opened or last extended: the chunks
+    /// after the last whole one read (a chunk cut short at the end of the file is read again
+    /// next time, whole). Returns the new event chunks, in the order of the file.
+    pub(crate) fn extend_chunks(&mut self) -> Result<Vec<ChunkInfo>, TraceError> {
+        let path = self.path.clone();
+        let fail = |error: Error| TraceError { path, error };
+        let read_to = self.read_to;
+        let io = |e| error_at(read_to, ErrorKind::Io(e));
+        let mut file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(e) => return Err(fail(io(e))),
+        };
+        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if file_len <= read_to {
+            return Ok(Vec::new());
+        }
+        self.file_len = file_len;
+        if let Err(e) = file.seek(SeekFrom::Start(read_to)) {
+            return Err(fail(io(e)));
+        }
+        let shift = read_to - self.header_len;
+        let input = Cursor::new(self.header_bytes.clone()).chain(BufReader::new(file));
+        let mut reader = match Reader::new(input) {
+            Ok(reader) => reader,
+            Err(e) => return Err(fail(e)),
+        };
+        let mut found = Vec::new();
+        let result = self.read_chunks(&mut reader, shift, &mut |c| found.push(c), &mut |_, _| {});
+        // Merge order, as `open` sorts: by first event, then by place in the file.
+        for &chunk in &found {
+            let at = self
+                .chunks
+                .partition_point(|c| (c.first_time, c.offset) <= (chunk.first_time, chunk.offset));
+            self.chunks.insert(at, chunk);
+        }
+        result.map_err(fail)?;
+        Ok(found)
+    }
+
+    /// The event chunks, in merge order.
+    pub(crate) fn chunk_infos(&self) -> &[ChunkInfo] {
+        &self.chunks
     }
 
     fn define(&mut self, record: Record) {
@@ -410,7 +484,7 @@ impl Trace {
     }
 
     /// Decodes one event chunk into its events, a reallocation as a free and an allocation.
-    fn decode(&self, file: &mut File, info: ChunkInfo) -> Result<Vec<Timed>, Error> {
+    pub(crate) fn decode(&self, file: &mut File, info: ChunkInfo) -> Result<Vec<Timed>, Error> {
         file.seek(SeekFrom::Start(info.offset))
             .map_err(|e| error_at(info.offset, ErrorKind::Io(e)))?;
         let shift = info.offset - self.header_len;

@@ -82,6 +82,72 @@ pub trait Visitor {
     }
 }
 
+impl Accumulated {
+    /// A replay's start: nothing applied, the heap empty.
+    pub(crate) fn start(trace: &Trace) -> Accumulated {
+        Accumulated {
+            heap: Heap {
+                sample_interval: trace.header().sample_interval,
+                ..Heap::default()
+            },
+            ..Accumulated::default()
+        }
+    }
+
+    /// Applies one event, telling `visitor` what it means.
+    pub(crate) fn apply(&mut self, timed: &Timed, visitor: &mut dyn Visitor) -> ControlFlow<()> {
+        visitor.before(timed, self)?;
+        let removed = self.heap.apply_mapping(timed);
+        let ended = self.heap.apply(timed);
+        self.events += 1;
+        // The latest time: an event applied out of order (a live trace's) leaves it.
+        self.time = self.time.max(timed.time);
+        match timed.event {
+            Event::Alloc {
+                address,
+                size,
+                stack,
+                flags,
+                ..
+            } => {
+                self.last_alloc.insert(timed.thread, address);
+                let block = Block {
+                    size,
+                    stack,
+                    thread: timed.thread,
+                    time: timed.time,
+                    flags,
+                };
+                visitor.alloc(timed, address, &block, ended.as_ref());
+            }
+            Event::Free { address, .. } => {
+                // Any free of the thread ends its candidate, as in heaptrack.
+                let temporary = self.last_alloc.remove(&timed.thread) == Some(address);
+                visitor.free(timed, address, ended.as_ref(), temporary);
+            }
+            Event::Mark { label } => visitor.mark(timed, label),
+            Event::Map {
+                address,
+                length,
+                stack,
+                prot,
+                flags,
+            } => {
+                let mapping = Mapping {
+                    stack,
+                    prot,
+                    flags,
+                    thread: timed.thread,
+                    time: timed.time,
+                };
+                visitor.map(timed, address, length, &mapping, &removed);
+            }
+            Event::Unmap { address, length } => visitor.unmap(timed, address, length, &removed),
+        }
+        visitor.after(timed, self)
+    }
+}
+
 impl Trace {
     /// Replays the trace from its start through `visitor` until it breaks or the events end;
     /// `progress(events_done)` every few thousand events. Returns what was accumulated.
@@ -90,68 +156,8 @@ impl Trace {
         visitor: &mut dyn Visitor,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Accumulated, TraceError> {
-        let mut state = Accumulated {
-            heap: Heap {
-                sample_interval: self.header().sample_interval,
-                ..Heap::default()
-            },
-            ..Accumulated::default()
-        };
-        self.for_each_event(
-            &mut |timed| {
-                visitor.before(timed, &state)?;
-                let removed = state.heap.apply_mapping(timed);
-                let ended = state.heap.apply(timed);
-                state.events += 1;
-                state.time = timed.time;
-                match timed.event {
-                    Event::Alloc {
-                        address,
-                        size,
-                        stack,
-                        flags,
-                        ..
-                    } => {
-                        state.last_alloc.insert(timed.thread, address);
-                        let block = Block {
-                            size,
-                            stack,
-                            thread: timed.thread,
-                            time: timed.time,
-                            flags,
-                        };
-                        visitor.alloc(timed, address, &block, ended.as_ref());
-                    }
-                    Event::Free { address, .. } => {
-                        // Any free of the thread ends its candidate, as in heaptrack.
-                        let temporary = state.last_alloc.remove(&timed.thread) == Some(address);
-                        visitor.free(timed, address, ended.as_ref(), temporary);
-                    }
-                    Event::Mark { label } => visitor.mark(timed, label),
-                    Event::Map {
-                        address,
-                        length,
-                        stack,
-                        prot,
-                        flags,
-                    } => {
-                        let mapping = Mapping {
-                            stack,
-                            prot,
-                            flags,
-                            thread: timed.thread,
-                            time: timed.time,
-                        };
-                        visitor.map(timed, address, length, &mapping, &removed);
-                    }
-                    Event::Unmap { address, length } => {
-                        visitor.unmap(timed, address, length, &removed)
-                    }
-                }
-                visitor.after(timed, &state)
-            },
-            progress,
-        )?;
+        let mut state = Accumulated::start(self);
+        self.for_each_event(&mut |timed| state.apply(timed, visitor), progress)?;
         Ok(state)
     }
 

@@ -17,13 +17,14 @@ pub use bins::{Bin, BinCell, BinFilter, BinTotals, NEVER, edges as bin_edges};
 use memprof_trace::{
     Accumulated, AddressHasher, Block, ChunkFlags, Event, Mapping, Timed, Visitor,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
 
 /// Counters of one class within one bucket. Allocation-side counters (`allocs` to `life_*`)
 /// belong to the bucket of the allocation; `frees` and `free_bytes` to the bucket of the free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cell {
     /// Blocks allocated.
     pub allocs: u64,
@@ -61,7 +62,7 @@ impl Cell {
 pub type Live = (u64, u64);
 
 /// Where the buckets end.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Edges {
     /// Bucket `i` ends at `i * width` (bucket 0 holds the events at time 0).
     Uniform(u64),
@@ -96,7 +97,7 @@ impl Edges {
 }
 
 /// A moment a scan keeps the live heap of, per class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Point {
     /// After every event at or before this time.
     Time(u64),
@@ -229,6 +230,14 @@ impl Classes {
         id
     }
 
+    /// Adds the classes `other` has past those of `self` (`other` numbers every class of
+    /// `self` alike, as the index it was copied from grows).
+    pub fn sync_from(&mut self, other: &Classes) {
+        for &(stack, thread) in &other.list[self.list.len().min(other.list.len())..] {
+            self.intern(stack, thread);
+        }
+    }
+
     /// The class of a pair, when it allocated.
     pub fn get(&self, stack: u32, thread: u32) -> Option<u32> {
         self.ids.get(&(stack, thread)).copied()
@@ -236,7 +245,7 @@ impl Classes {
 }
 
 /// A global figure of one bucket of the index: the highest live bytes reached within it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct BucketPeak {
     /// Live bytes at the highest.
     pub bytes: u64,
@@ -247,7 +256,7 @@ pub struct BucketPeak {
 }
 
 /// Whole-run figures the index keeps besides its buckets.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Totals {
     /// Allocation events (a reallocation's new block too).
     pub allocations: u64,
@@ -280,7 +289,7 @@ pub struct Totals {
 }
 
 /// Aggregates of one pass.
-#[derive(Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Agg {
     /// The buckets' ends.
     pub edges: Edges,
@@ -811,6 +820,60 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// The index as [`Builder::finish`] would give it if the events ended here, the pass going
+    /// on (a live trace's); its classes are [`Builder::classes`]. The blocks live now count as
+    /// never freed in the copy's bins, as they would at the end.
+    pub fn snapshot(&self) -> Agg {
+        let mut copy = Builder {
+            agg: self.agg.clone(),
+            index: self.index,
+            classes: Classes::default(),
+            fixed: self.fixed,
+            selection: self.selection.clone(),
+            scan_points: self.scan_points.clone(),
+            stop_early: self.stop_early,
+            live: HashMap::default(),
+            cell_count: self.cell_count,
+            cell_limit: self.cell_limit,
+            current: self.current.clone(),
+            now: self.now,
+            peak_live: self.peak_live.clone(),
+            dirty: self.dirty.clone(),
+            is_dirty: self.is_dirty.clone(),
+            labels_seen: self.labels_seen,
+            bin_cells: self.bin_cells.clone(),
+            hot_cells: self.hot_cells.clone(),
+            hot_bucket: self.hot_bucket,
+            bin_limit: self.bin_limit,
+            peak_bins: self.peak_bins.clone(),
+            first_last_bins: self.first_last_bins.clone(),
+            marker_events: self.marker_events.clone(),
+            marker_labels: self.marker_labels.clone(),
+            marker_steps: self.marker_steps.clone(),
+        };
+        if self.index {
+            for block in self.live.values() {
+                copy.count_never(block);
+            }
+        }
+        copy.finish().0
+    }
+
+    /// The classes interned so far.
+    pub fn classes(&self) -> &Classes {
+        &self.classes
+    }
+
+    /// Counts a block still live by its bin, as never freed.
+    fn count_never(&mut self, block: &Pending) {
+        let bin = Bin {
+            size: bins::size_bin(block.size),
+            life: NEVER,
+            temporary: false,
+        };
+        self.count_bin(block, bin, None);
+    }
+
     /// The aggregates, with the blocks still live counted as never freed.
     pub fn finish(mut self) -> (Agg, Classes) {
         for cells in &mut self.agg.cells {
@@ -820,12 +883,7 @@ impl<'a> Builder<'a> {
         if self.index {
             let live: Vec<Pending> = self.live.drain().map(|(_, p)| p).collect();
             for block in live {
-                let bin = Bin {
-                    size: bins::size_bin(block.size),
-                    life: NEVER,
-                    temporary: false,
-                };
-                self.count_bin(&block, bin, None);
+                self.count_never(&block);
             }
             let mut peak: Vec<(u32, Bin, Live)> = self
                 .peak_bins

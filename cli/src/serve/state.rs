@@ -7,11 +7,12 @@ use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::{Frame, ReportOptions, Resolve, ReturnAddress};
 use memprof_trace::Trace;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A frame as the API writes it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrameInfo {
     /// The function, `???` when unknown.
     pub function: String,
@@ -42,7 +43,7 @@ impl FrameInfo {
 }
 
 /// One stack of the trace.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct StackInfo {
     /// Its call site.
     pub site: u32,
@@ -58,7 +59,7 @@ pub struct StackInfo {
 }
 
 /// A call site: stacks with one context.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SiteInfo {
     /// Its context's frames, innermost first (the report's context: the collection operation
     /// the program called, then the program's frames, up to the recording's depth).
@@ -114,6 +115,117 @@ pub struct State {
     pub exports: Mutex<Vec<(String, Arc<Vec<u8>>)>>,
     /// Held while a scan runs: one at a time, so memory stays that of one replay.
     pub scanning: Mutex<()>,
+    /// A live trace's progress, while it is received.
+    pub live: Option<LiveFigures>,
+    /// What resolving more stacks into call sites needs.
+    resolving: Resolving,
+}
+
+/// Where the index of a trace being received stands.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LiveFigures {
+    /// Events that arrived but are not in the index yet: within the last seconds, while chunks
+    /// of other threads may still arrive from before them.
+    pub pending: u64,
+    /// Events the index counted after later ones (their chunk arrived late).
+    pub out_of_order: u64,
+    /// The index has every event at or before this time (ns).
+    pub through: u64,
+}
+
+/// The call sites resolved from a trace's stacks, as kept beside the trace: those of a trace
+/// opened from a file, which is not extended (the tables that number sites and frame names for
+/// new stacks are not kept).
+#[derive(Deserialize)]
+pub struct Resolved {
+    depth: usize,
+    skip: usize,
+    stacks: Vec<StackInfo>,
+    frames: HashMap<u64, Arc<[FrameInfo]>>,
+    names: Vec<(String, bool)>,
+    sites: Vec<KeptSite>,
+}
+
+/// [`Resolved`] by reference, for writing.
+#[derive(Serialize)]
+pub struct ResolvedRef<'a> {
+    depth: usize,
+    skip: usize,
+    stacks: &'a Vec<StackInfo>,
+    frames: &'a HashMap<u64, Arc<[FrameInfo]>>,
+    names: &'a Vec<(String, bool)>,
+    sites: Vec<KeptSite>,
+}
+
+/// A call site as kept: its context's frames by their return address and place among that
+/// address's frames (a site of a deep stack would otherwise repeat the names of all of them).
+#[derive(Serialize, Deserialize)]
+pub struct KeptSite {
+    context: Vec<(u64, u32)>,
+    program: usize,
+    stacks: Vec<u32>,
+}
+
+/// The place of a frame without a name, the one frame of a site with an empty context.
+const UNKNOWN_FRAME: u32 = u32::MAX;
+
+impl Resolved {
+    /// Whether these are the call sites of `state`'s trace as it resolves them, every id in
+    /// range and every frame's file sliceable where the API slices it.
+    /// The call sites, their frames found again among the addresses' frames.
+    fn sites(&self) -> Option<Vec<SiteInfo>> {
+        self.sites
+            .iter()
+            .map(|kept| {
+                let context = kept
+                    .context
+                    .iter()
+                    .map(|&(address, at)| {
+                        if at == UNKNOWN_FRAME {
+                            return Some(frame_info(&Frame::default(), address));
+                        }
+                        self.frames.get(&address)?.get(at as usize).cloned()
+                    })
+                    .collect::<Option<Vec<FrameInfo>>>()?;
+                Some(SiteInfo {
+                    context,
+                    program: kept.program,
+                    stacks: kept.stacks.clone(),
+                })
+            })
+            .collect()
+    }
+
+    fn fits(&self, state: &State, sites: &[SiteInfo]) -> bool {
+        let options = &state.resolving.options;
+        let stacks = state.trace.stacks();
+        let frame_ok = |f: &FrameInfo| f.file.is_char_boundary(f.short_from);
+        (self.depth, self.skip) == (options.depth, options.skip)
+            && self.stacks.len() == stacks.len()
+            && self.stacks.iter().all(|s| {
+                (s.site as usize) < sites.len()
+                    && s.path.iter().all(|&n| (n as usize) < self.names.len())
+            })
+            && sites.iter().all(|site| {
+                site.program < site.context.len()
+                    && site.context.iter().all(frame_ok)
+                    && site.stacks.iter().all(|&s| (s as usize) < stacks.len())
+            })
+            && self
+                .frames
+                .values()
+                .all(|frames| frames.iter().all(frame_ok))
+    }
+}
+
+/// The tables that number call sites and frame names, kept to resolve a live trace's new
+/// stacks.
+#[derive(Debug)]
+struct Resolving {
+    options: ReportOptions,
+    whole: ReportOptions,
+    site_ids: HashMap<Vec<u32>, u32>,
+    name_ids: HashMap<String, u32>,
 }
 
 fn frame_info(frame: &Frame, address: u64) -> FrameInfo {
@@ -130,7 +242,7 @@ fn frame_info(frame: &Frame, address: u64) -> FrameInfo {
 }
 
 impl State {
-    /// Opens and indexes `trace` (`quiet`: no progress bar, for the live trace's rebuilds).
+    /// Opens and indexes `trace` (`quiet`: no progress bar).
     pub fn build(trace: Trace, quiet: bool) -> Result<State, Failure> {
         let progress = if quiet {
             ProgressBar::hidden()
@@ -141,7 +253,23 @@ impl State {
         trace.visit(&mut builder, &mut |done| progress.set_position(done))?;
         progress.finish_and_clear();
         let (index, classes) = builder.finish();
+        Ok(State::new(trace, index, classes))
+    }
 
+    /// `trace` with this index, its stacks resolved into call sites.
+    pub fn new(trace: Trace, index: Agg, classes: Classes) -> State {
+        State::with_resolved(trace, index, classes, None).0
+    }
+
+    /// [`State::new`], with the call sites resolved before (kept beside the trace) when they
+    /// are those of this trace with the depth and skip it is resolved with now; and whether they
+    /// were.
+    pub fn with_resolved(
+        trace: Trace,
+        index: Agg,
+        classes: Classes,
+        resolved: Option<Resolved>,
+    ) -> (State, bool) {
         let header = trace.header();
         let mut options = ReportOptions::from_env();
         if header.stack_depth > 0 {
@@ -150,14 +278,99 @@ impl State {
         options.skip = header.stack_skip as usize;
         let mut whole = options.clone().depth(usize::MAX);
         whole.skip = 0;
-        let mut resolver = crate::moment::resolver(&trace);
-        let mut site_ids: HashMap<Vec<u32>, u32> = HashMap::new();
-        let mut sites: Vec<SiteInfo> = Vec::new();
-        let mut stacks = Vec::with_capacity(trace.stacks().len());
-        let mut frames: HashMap<u64, Arc<[FrameInfo]>> = HashMap::new();
-        let mut names: Vec<(String, bool)> = Vec::new();
-        let mut name_ids: HashMap<String, u32> = HashMap::new();
-        for (id, addresses) in trace.stacks().iter().enumerate() {
+        let mut state = State {
+            trace,
+            index,
+            classes,
+            stacks: Vec::new(),
+            frames: HashMap::new(),
+            names: Vec::new(),
+            sites: Vec::new(),
+            labels: HashMap::new(),
+            scans: Mutex::new(Vec::new()),
+            exports: Mutex::new(Vec::new()),
+            scanning: Mutex::new(()),
+            live: None,
+            resolving: Resolving {
+                options,
+                whole,
+                site_ids: HashMap::new(),
+                name_ids: HashMap::new(),
+            },
+        };
+        if let Some(resolved) = resolved
+            && let Some(sites) = resolved.sites()
+            && resolved.fits(&state, &sites)
+        {
+            state.stacks = resolved.stacks;
+            state.frames = resolved.frames;
+            state.names = resolved.names;
+            state.sites = sites;
+            state.labels = state.trace.labels().clone();
+            return (state, true);
+        }
+        state.resolve_new_stacks();
+        (state, false)
+    }
+
+    /// The call sites resolved, to keep beside the trace; none when a frame of a site is not
+    /// among its address's frames.
+    pub fn resolved(&self) -> Option<ResolvedRef<'_>> {
+        let same = |a: &FrameInfo, b: &FrameInfo| {
+            (&a.function, &a.file, a.line, a.short_from, a.std)
+                == (&b.function, &b.file, b.line, b.short_from, b.std)
+        };
+        let unknown = |f: &FrameInfo| same(f, &frame_info(&Frame::default(), f.address));
+        let sites = self
+            .sites
+            .iter()
+            .map(|site| {
+                let context = site
+                    .context
+                    .iter()
+                    .map(|frame| {
+                        let found = self
+                            .frames
+                            .get(&frame.address)
+                            .and_then(|frames| frames.iter().position(|f| same(f, frame)));
+                        match found {
+                            Some(at) => Some((frame.address, at as u32)),
+                            None if unknown(frame) => Some((frame.address, UNKNOWN_FRAME)),
+                            None => None,
+                        }
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(KeptSite {
+                    context,
+                    program: site.program,
+                    stacks: site.stacks.clone(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(ResolvedRef {
+            depth: self.resolving.options.depth,
+            skip: self.resolving.options.skip,
+            stacks: &self.stacks,
+            frames: &self.frames,
+            names: &self.names,
+            sites,
+        })
+    }
+
+    /// Resolves the stacks the trace defined since the last call into call sites (a live
+    /// trace's new stacks), and takes its new marker labels.
+    pub fn resolve_new_stacks(&mut self) {
+        let from = self.stacks.len();
+        let trace = &self.trace;
+        let mut resolver = crate::moment::resolver_for(trace, &trace.stacks()[from..]);
+        let Resolving {
+            options,
+            whole,
+            site_ids,
+            name_ids,
+        } = &mut self.resolving;
+        let (sites, frames, names) = (&mut self.sites, &mut self.frames, &mut self.names);
+        for (id, addresses) in trace.stacks().iter().enumerate().skip(from) {
             let returns: Vec<ReturnAddress> = addresses
                 .iter()
                 .map(|&a| ReturnAddress(a as usize))
@@ -177,8 +390,8 @@ impl State {
             let bare: Vec<&Frame> = expanded.iter().map(|(f, _)| *f).collect();
             // The site's context, as the reports group it, and the program's frames with no
             // depth limit, as the flame graph draws them: both by the library's rules.
-            let context = memprof::context_range(&bare, &options);
-            let program = memprof::context_range(&bare, &whole);
+            let context = memprof::context_range(&bare, options);
+            let program = memprof::context_range(&bare, whole);
             let mut intern = |frames: &[&Frame]| -> Vec<u32> {
                 frames
                     .iter()
@@ -216,27 +429,27 @@ impl State {
                 });
             }
             sites[site as usize].stacks.push(id as u32);
-            stacks.push(StackInfo {
+            self.stacks.push(StackInfo {
                 site,
                 path,
                 shown: program.start as u32..program.end as u32,
                 frames: expanded.len() as u32,
             });
         }
-        let labels = trace.labels().clone();
-        Ok(State {
-            trace,
-            index,
-            classes,
-            stacks,
-            frames,
-            names,
-            sites,
-            labels,
-            scans: Mutex::new(Vec::new()),
-            exports: Mutex::new(Vec::new()),
-            scanning: Mutex::new(()),
-        })
+        if self.labels.len() != trace.labels().len() {
+            self.labels = trace.labels().clone();
+        }
+    }
+
+    /// Resolves every stack again (a live trace whose symbols arrived at its end).
+    pub fn resolve_all_stacks(&mut self) {
+        self.stacks.clear();
+        self.frames.clear();
+        self.names.clear();
+        self.sites.clear();
+        self.resolving.site_ids.clear();
+        self.resolving.name_ids.clear();
+        self.resolve_new_stacks();
     }
 
     /// The label id of a marker's text.

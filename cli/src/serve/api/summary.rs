@@ -38,6 +38,11 @@ pub fn summary(state: &State) -> Value {
         "index_edges": {"size": sizes, "life_ns": lives},
         "complete": trace.end_record().is_some(),
         "chunk_flags": state.index.totals.chunk_flags,
+        "live": state.live.map(|live| json!({
+            "pending_events": live.pending,
+            "out_of_order_events": live.out_of_order,
+            "indexed_through_ns": live.through,
+        })),
     })
 }
 

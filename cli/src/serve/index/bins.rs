@@ -78,7 +78,7 @@ pub fn life_range(bin: u8) -> (u64, u64) {
 }
 
 /// Which counters of a class and bucket: a size bin, a lifetime bin, and whether temporary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Bin {
     /// [`size_bin`] of the blocks' size.
     pub size: u8,
@@ -112,7 +112,7 @@ impl Bin {
 
 /// Counters of one class, bucket and bin. `allocs` to `life_sum` belong to the bucket of the
 /// allocation, `frees` and `free_bytes` to that of the free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BinCell {
     /// Blocks allocated.
     pub allocs: u64,
@@ -154,7 +154,7 @@ impl BinCell {
 }
 
 /// The index's split figures besides its per-bucket bins.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct BinTotals {
     /// Live at the peak, per class and bin (entries only where some live).
     pub peak: Vec<(u32, Bin, Live)>,

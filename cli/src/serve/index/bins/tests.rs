@@ -238,6 +238,8 @@ fn the_index_by_bin_answers_as_a_scan_does() {
                 never: filter.never,
                 temporary: filter.temporary,
                 freed_in: None,
+                address: None,
+                chunk: Default::default(),
             };
             let mut scan = Builder::scan(&classes, edges.clone(), selection, points.clone());
             trace.visit(&mut scan, &mut |_| {}).unwrap();
