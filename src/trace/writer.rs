@@ -188,6 +188,8 @@ struct Sink {
     symbolized: std::collections::HashSet<u64>,
     /// Return addresses taken from new stacks and not symbolized yet.
     unsymbolized: Vec<u64>,
+    /// Whether the trace carries symbols (`MEMPROF_TRACE_SYMBOLS`).
+    write_symbols: bool,
     /// Label sets defined so far.
     label_sets: std::collections::HashSet<u32>,
     /// Threads defined.
@@ -339,6 +341,7 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         stacks_taken: 0,
         symbolized: std::collections::HashSet::new(),
         unsymbolized: Vec::new(),
+        write_symbols: config.trace_symbols,
         label_sets: std::collections::HashSet::new(),
         threads: HashMap::new(),
         modules: None,
@@ -848,6 +851,9 @@ impl Sink {
     /// (`None`), all that remain. So the close symbolizes only the stacks that appeared since the
     /// writer's last round.
     fn symbols(&mut self, budget: Option<Duration>) -> io::Result<()> {
+        if !self.write_symbols {
+            return Ok(());
+        }
         if self.stacks_taken < self.stack_list.len() {
             let mut frames = Vec::new();
             for &id in &self.stack_list[self.stacks_taken..] {
