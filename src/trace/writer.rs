@@ -627,6 +627,9 @@ impl Sink {
     fn close(&mut self) -> io::Result<PathBuf> {
         self.drain(true)?;
         self.symbols(None)?;
+        if self.write_symbols {
+            crate::symbolize::with_symbolizer(|symbolizer| symbolizer.release_debug_info());
+        }
         let lost = buffer::LOST.load(Ordering::Relaxed);
         self.chunk.reset(0);
         self.chunk.memory(&crate::breakdown::trace_parts());
