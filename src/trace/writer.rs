@@ -179,12 +179,9 @@ struct Sink {
     compressor: Compressor,
     /// Stack ids defined so far, as a bit set.
     stacks: Vec<u64>,
-    /// Stack ids defined, in order: those from `stacks_taken` on have return addresses not yet
-    /// taken for symbols.
+    /// Stack ids defined since their return addresses were last taken for symbols.
     stack_list: Vec<u32>,
-    /// Stacks of `stack_list` whose return addresses were taken for symbols.
-    stacks_taken: usize,
-    /// Return addresses whose `SYMBOL` record is written.
+    /// Return addresses taken for symbols: written, or in `unsymbolized`.
     symbolized: std::collections::HashSet<u64>,
     /// Return addresses taken from new stacks and not symbolized yet.
     unsymbolized: Vec<u64>,
@@ -338,7 +335,6 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         },
         stacks: Vec::new(),
         stack_list: Vec::new(),
-        stacks_taken: 0,
         symbolized: std::collections::HashSet::new(),
         unsymbolized: Vec::new(),
         write_symbols: config.trace_symbols,
@@ -855,11 +851,12 @@ impl Sink {
     /// writer's last round.
     fn symbols(&mut self, budget: Option<Duration>) -> io::Result<()> {
         if !self.write_symbols {
+            self.stack_list.clear();
             return Ok(());
         }
-        if self.stacks_taken < self.stack_list.len() {
+        if !self.stack_list.is_empty() {
             let mut frames = Vec::new();
-            for &id in &self.stack_list[self.stacks_taken..] {
+            for id in self.stack_list.drain(..) {
                 frames.clear();
                 TABLE.stacks.frames_into(StackId(id), &mut frames);
                 for frame in &frames {
@@ -868,7 +865,6 @@ impl Sink {
                     }
                 }
             }
-            self.stacks_taken = self.stack_list.len();
         }
         if self.unsymbolized.is_empty() {
             return Ok(());
