@@ -57,6 +57,7 @@ pub enum Unwinder {
 /// | `MEMPROF_PAUSED` | `0` | `1` starts with recording paused (frees are still applied) until `MEMPROF_TOGGLE_SIGNAL` arrives or the program calls `memprof::resume`: a long-running process profiled from a moment on |
 /// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 /// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
+/// | `MEMPROF_TRACE_SYMBOLS` | `1` | `0` writes no symbols into the trace: no debug information is read in the process (the memory and time that costs, docs/overhead.md), and the trace names its frames by module until `memprof symbolize` resolves them from the binaries |
 /// | `MEMPROF_LABEL` | unset | `key=value`: the reports (`log_allocations`, `pretty_log_allocations`, `log_diff`, `pretty_log_diff`, the at-exit and dump reports) keep only the blocks allocated with that label (`with_labels`, `docs/labels.md`) |
 /// | `MEMPROF_DUMP_ON_GROWTH` | unset | a size (`256MiB`; `KiB`, `MiB`, `GiB` or plain bytes): the `MEMPROF_OUTPUT` files are written each time the live heap passes the previous dump's high-water mark by this much, by memprof's dump thread; `%n` in their names is the dump's number, from 1; `0` or `off`: none; unset: what `MemProf::dump_on_growth` chose (none by default). `docs/dumps.md` |
 /// | `MEMPROF_DUMP_KEEP` | unset | the most dumps whose files (named with `%n`) stay on disk; the oldest are removed; unset or `0`: all |
@@ -92,6 +93,8 @@ pub struct Config {
     pub dump_signal: Option<i32>,
     /// Where the trace of every event goes (`MEMPROF_TRACE`); `None` lets the builder decide.
     pub trace: Option<String>,
+    /// Whether the trace carries its symbols (`MEMPROF_TRACE_SYMBOLS`).
+    pub trace_symbols: bool,
     /// Keep the per-stack live heap at the peak (`MEMPROF_PEAK`); `None` lets the builder decide.
     pub peak: Option<bool>,
     /// Objects of the type shown in the object graph; 0 for all (`MEMPROF_REF_LIMIT`).
@@ -145,6 +148,7 @@ impl Default for Config {
             output: None,
             dump_signal: None,
             trace: None,
+            trace_symbols: true,
             peak: None,
             ref_limit: 10,
             ref_level: 5,
@@ -317,6 +321,8 @@ impl Config {
         let peak = flag("MEMPROF_PEAK", "(what MemProf::track_peak chose)");
         let print_at_exit = flag("MEMPROF_PRINT_AT_EXIT", "0").unwrap_or(defaults.print_at_exit);
         let paused = flag("MEMPROF_PAUSED", "0").unwrap_or(defaults.paused);
+        let trace_symbols =
+            flag("MEMPROF_TRACE_SYMBOLS", "1 (symbols)").unwrap_or(defaults.trace_symbols);
         if paused && toggle_signal.is_none() {
             warn(
                 "MEMPROF_PAUSED=1 without MEMPROF_TOGGLE_SIGNAL: no signal starts recording \
@@ -400,6 +406,7 @@ impl Config {
             output,
             dump_signal,
             trace,
+            trace_symbols,
             peak,
             ref_limit,
             ref_level,

@@ -132,6 +132,15 @@ impl Symbolizer {
         }
     }
 
+    /// Lets go of the debug information read so far (the files mapped and the tables parsed
+    /// from them), keeping the answers: a later lookup of another address reads its module's
+    /// again. The trace's close calls it once its symbols are written, so that a program that
+    /// goes on after `close_trace` does not keep them.
+    pub(crate) fn release_debug_info(&mut self) {
+        self.loaders = HashMap::new();
+        self.functions = HashMap::new();
+    }
+
     /// Reads the list of modules again if modules came or went since it was read, forgetting
     /// what was known of the code of those that went or came.
     fn follow_the_loader(&mut self) {

@@ -1,6 +1,6 @@
-//! `memprof symbolize` on the trace of a program killed by `kill -9` (so without a symbol
-//! section): from the binary the trace names, from a separate debug file found by build id once
-//! the binary is stripped, and a clear error once the binary is gone.
+//! `memprof symbolize` on the trace of a program killed by `kill -9` and recorded without symbols
+//! (`MEMPROF_TRACE_SYMBOLS=0`): from the binary the trace names, from a separate debug file found
+//! by build id once the binary is stripped, and a clear error once the binary is gone.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -68,7 +68,9 @@ fn symbolize_a_killed_program() {
     common::trace_then_kill(
         Command::new(&program)
             .args(["--exact", "symbolize_a_killed_program", "--nocapture"])
-            .env("MEMPROF_TEST_CLI_CHILD", "1"),
+            .env("MEMPROF_TEST_CLI_CHILD", "1")
+            // A trace without symbols, which the writer would otherwise write as stacks appear.
+            .env("MEMPROF_TRACE_SYMBOLS", "0"),
         &trace,
         100_000,
     );

@@ -57,6 +57,11 @@ const LEVEL: i32 = 1;
 /// Bytes of symbols per chunk.
 const SYMBOL_CHUNK: usize = 1 << 20;
 
+/// How long a round of the writer spends symbolizing the return addresses of new stacks, in the
+/// background, before it goes back to the buffers (checked after each address; the first address
+/// of a module also reads the module's debug information, however long that takes).
+const SYMBOL_BUDGET: Duration = Duration::from_millis(10);
+
 /// Stack of the writer thread: symbolizing at close needs more than a small stack.
 const WRITER_STACK: usize = 2 << 20;
 
@@ -174,8 +179,14 @@ struct Sink {
     compressor: Compressor,
     /// Stack ids defined so far, as a bit set.
     stacks: Vec<u64>,
-    /// Stack ids defined, in order (for the symbols at close).
+    /// Stack ids defined since their return addresses were last taken for symbols.
     stack_list: Vec<u32>,
+    /// Return addresses taken for symbols: written, or in `unsymbolized`.
+    symbolized: std::collections::HashSet<u64>,
+    /// Return addresses taken from new stacks and not symbolized yet.
+    unsymbolized: Vec<u64>,
+    /// Whether the trace carries symbols (`MEMPROF_TRACE_SYMBOLS`).
+    write_symbols: bool,
     /// Label sets defined so far.
     label_sets: std::collections::HashSet<u32>,
     /// Threads defined.
@@ -324,6 +335,9 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         },
         stacks: Vec::new(),
         stack_list: Vec::new(),
+        symbolized: std::collections::HashSet::new(),
+        unsymbolized: Vec::new(),
+        write_symbols: config.trace_symbols,
         label_sets: std::collections::HashSet::new(),
         threads: HashMap::new(),
         modules: None,
@@ -417,7 +431,9 @@ fn writer_thread() {
                 answer(result.map(Some));
                 return;
             }
-            State::Open(sink) => sink.drain(false),
+            State::Open(sink) => sink
+                .drain(false)
+                .and_then(|()| sink.symbols(Some(SYMBOL_BUDGET))),
         };
         if let Err(error) = result {
             fail(&mut state, &error);
@@ -606,7 +622,10 @@ impl Sink {
     /// What is left of every thread's events, the symbols, the end record.
     fn close(&mut self) -> io::Result<PathBuf> {
         self.drain(true)?;
-        self.symbols()?;
+        self.symbols(None)?;
+        if self.write_symbols {
+            crate::symbolize::with_symbolizer(|symbolizer| symbolizer.release_debug_info());
+        }
         let lost = buffer::LOST.load(Ordering::Relaxed);
         self.chunk.reset(0);
         self.chunk.memory(&crate::breakdown::trace_parts());
@@ -828,21 +847,40 @@ impl Sink {
         self.modules = Some(generation);
     }
 
-    /// Writes the frames of every return address of every stack defined.
-    fn symbols(&mut self) -> io::Result<()> {
-        let mut addresses: Vec<u64> = Vec::new();
-        let mut frames = Vec::new();
-        for &id in &self.stack_list {
-            frames.clear();
-            TABLE.stacks.frames_into(StackId(id), &mut frames);
-            addresses.extend(frames.iter().map(|f| f.0 as u64));
+    /// Writes the frames of the return addresses of the stacks defined and not symbolized yet:
+    /// in the background (`budget`: for about that long, the rest in later rounds) or, at close
+    /// (`None`), all that remain. So the close symbolizes only the stacks that appeared since the
+    /// writer's last round.
+    fn symbols(&mut self, budget: Option<Duration>) -> io::Result<()> {
+        if !self.write_symbols {
+            self.stack_list.clear();
+            return Ok(());
         }
-        addresses.sort_unstable();
-        addresses.dedup();
-        let mut resolved = Vec::with_capacity(addresses.len());
+        if !self.stack_list.is_empty() {
+            let mut frames = Vec::new();
+            for id in self.stack_list.drain(..) {
+                frames.clear();
+                TABLE.stacks.frames_into(StackId(id), &mut frames);
+                for frame in &frames {
+                    if self.symbolized.insert(frame.0 as u64) {
+                        self.unsymbolized.push(frame.0 as u64);
+                    }
+                }
+            }
+        }
+        if self.unsymbolized.is_empty() {
+            return Ok(());
+        }
+        let deadline = budget.map(|budget| Instant::now() + budget);
+        let mut resolved = Vec::new();
+        let pending = &mut self.unsymbolized;
         crate::symbolize::with_symbolizer(|symbolizer| {
             use crate::symbolize::Resolve;
-            for &address in &addresses {
+            while let Some(&address) = pending.last() {
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    break;
+                }
+                pending.pop();
                 resolved.push((address, symbolizer.resolve(ReturnAddress(address as usize))));
             }
         });
