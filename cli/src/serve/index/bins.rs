@@ -78,7 +78,19 @@ pub fn life_range(bin: u8) -> (u64, u64) {
 }
 
 /// Which counters of a class and bucket: a size bin, a lifetime bin, and whether temporary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Bin {
     /// [`size_bin`] of the blocks' size.
     pub size: u8,
