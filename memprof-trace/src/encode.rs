@@ -82,6 +82,8 @@ pub struct ChunkEncoder {
     /// The time of the last event of any kind (mappings too): no later event goes below it.
     latest: u64,
     model: Model,
+    /// How many of the model's recent addresses fall in each slot.
+    address_seen: AddressSeen,
     /// The events not yet put in an `EVENTS` record: their count and their four columns (heads,
     /// addresses, stacks, sizes).
     pending: u64,
@@ -94,6 +96,27 @@ pub struct ChunkEncoder {
     flags_first: u8,
     /// Every one's value, in order, once one differed from the first.
     block_flags: Vec<u8>,
+}
+
+/// How many of the recent addresses ([`Model`]) fall in each of 256 slots, by a hash of the
+/// address: an address whose slot counts none is not among them. The encoder's alone: it saves
+/// the search of the 32 places for most new addresses, and the format does not depend on it.
+#[derive(Clone, Debug)]
+struct AddressSeen([u8; 256]);
+
+impl AddressSeen {
+    /// The counts of a new chunk's model, whose recent addresses are all 0.
+    fn new() -> AddressSeen {
+        let mut counts = [0; 256];
+        counts[AddressSeen::slot(0)] = ADDRESSES as u8;
+        AddressSeen(counts)
+    }
+
+    /// The slot of `address`: blocks are 16-aligned, so bits 4 and up.
+    #[inline(always)]
+    fn slot(address: u64) -> usize {
+        ((address >> 4) ^ (address >> 12)) as u8 as usize
+    }
 }
 
 impl ChunkEncoder {
@@ -109,6 +132,7 @@ impl ChunkEncoder {
             last_time: 0,
             latest: 0,
             model: Model::new(),
+            address_seen: AddressSeen::new(),
             pending: 0,
             columns: Default::default(),
             flags_given: 0,
@@ -127,6 +151,7 @@ impl ChunkEncoder {
         self.last_time = 0;
         self.latest = 0;
         self.model.reset();
+        self.address_seen = AddressSeen::new();
         self.pending = 0;
         for column in &mut self.columns {
             column.clear();
@@ -176,7 +201,17 @@ impl ChunkEncoder {
     fn put_address(&mut self, address: u64) {
         let list = &mut self.model.addresses;
         let out = &mut self.columns[ADDRESS];
-        match list.iter().position(|&a| a == address) {
+        let seen = &mut self.address_seen;
+        let slot = AddressSeen::slot(address);
+        // Most allocations are of addresses not among the recent ones: the count of their slot,
+        // most often 0, says so without a search.
+        let found = if seen.0[slot] == 0 {
+            None
+        } else {
+            list.iter().position(|&a| a == address)
+        };
+        debug_assert!(found.is_some() || !list.contains(&address));
+        match found {
             Some(at) => {
                 put_varint(out, at as u64);
                 Model::front(list, at, address);
@@ -189,6 +224,8 @@ impl ChunkEncoder {
                 if low != 0 {
                     out.push(low);
                 }
+                seen.0[AddressSeen::slot(list[ADDRESSES - 1])] -= 1;
+                seen.0[slot] += 1;
                 Model::front(list, ADDRESSES - 1, address);
             }
         }

@@ -59,6 +59,10 @@ impl Model {
     pub(crate) fn front<T: Copy>(list: &mut [T], from: usize, value: T) {
         // A plain loop: the lists are short, and most moves are of a few places, for which a
         // call to `memmove` costs more than the move.
+        if from == 0 {
+            list[0] = value;
+            return;
+        }
         for i in (1..=from.min(list.len() - 1)).rev() {
             list[i] = list[i - 1];
         }

@@ -218,6 +218,43 @@ fn address_deltas_round_trip() {
     assert_eq!(decoded, addresses);
 }
 
+/// Addresses from a pool larger than the recent ones, many sharing a slot of the encoder's count
+/// of them: each is found among the recent ones when it is there (the encoder checks that in
+/// debug builds) and decodes as it was.
+#[test]
+fn addresses_in_and_out_of_the_recent_ones_round_trip() {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut addresses = Vec::new();
+    let mut chunk = ChunkEncoder::new(1);
+    for i in 0..20_000u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        // 80 addresses, 16 of them in the same slot as 0 and as each other.
+        let n = seed % 80;
+        let address = if n < 16 {
+            n << 20
+        } else {
+            0x5000_0000 + n * 48
+        };
+        addresses.push(address);
+        if seed >> 40 & 1 == 0 {
+            chunk.free(i, address);
+        } else {
+            chunk.alloc(i, address, 32, 1);
+        }
+    }
+    let chunk = decode(&trace(&[chunk], Some(1))).unwrap().1.remove(0).1;
+    let decoded: Vec<u64> = chunk
+        .iter()
+        .filter_map(|r| match r {
+            Record::Free { address, .. } | Record::Alloc { address, .. } => Some(*address),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decoded, addresses);
+}
+
 /// Mapping records (version 1.1) keep their own times, and leave the `EVENTS` records' chain of
 /// time deltas as a 1.0 reader, which skips them, reads it.
 #[test]
