@@ -9,9 +9,10 @@
 
 mod support;
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 use support::*;
 
 const SOURCE: &str = "rust_threads.rs";
@@ -52,9 +53,44 @@ fn under(log: &[Group], function: &str) -> (u64, u64) {
 }
 
 /// Runs `command` (the program, preloaded or through `memprof run`) within a minute: a program
-/// that hangs fails the test.
+/// that hangs fails the test. It runs in a process group of its own, with its output in files, so
+/// that a hung program that `memprof run` started is killed with it, and cannot hold the test's
+/// pipes open.
 fn run(command: &mut Command, what: &str) -> std::process::Output {
-    let output = run_within(command, Duration::from_secs(60), what);
+    use std::os::unix::process::CommandExt;
+    let name: String = what
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let dir = scratch(&format!("rust_program_output_{name}"));
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = command
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {what} ({command:?}): {e}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            // The whole process group the child leads: `memprof run` and the program it started.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            panic!("{what} hung for 60s and was killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: std::fs::read(&out).unwrap(),
+        stderr: std::fs::read(&err).unwrap(),
+    };
     assert!(
         output.status.success(),
         "{what} failed: {}\n{}",
