@@ -1,6 +1,7 @@
 //! The process's memory as the kernel tells it: its resident size, and the memory limit of its
 //! cgroup with the use counted against it. Read from `/proc` and the cgroup file system, by
-//! memprof's own threads only (never on the allocation path).
+//! memprof's own threads only (never on the allocation path); the maps-line parser alone also
+//! serves the allocation path, which reads the file itself.
 //!
 //! A shared building block: it imports no stage.
 
@@ -38,7 +39,8 @@ pub(crate) fn kib_field(text: &str, name: &str) -> Option<u64> {
 }
 
 /// A mapping's header line of `/proc/self/maps` (or `smaps`):
-/// `start-end perms offset dev inode [name]`.
+/// `start-end perms offset dev inode [name]`. Parsed without allocating: the allocation path's
+/// stack bounds read the maps with it (`capture::fp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MapsLine<'a> {
     pub start: usize,
@@ -50,6 +52,7 @@ pub(crate) struct MapsLine<'a> {
 }
 
 /// `line` read as a mapping's header line; `None` for any other line (an `smaps` field).
+/// Allocates nothing, takes no lock, cannot panic.
 pub(crate) fn maps_line(line: &str) -> Option<MapsLine<'_>> {
     let mut fields = line.split_ascii_whitespace();
     let (start, end) = fields.next()?.split_once('-')?;

@@ -182,3 +182,99 @@ pub(crate) struct AllocatorStatistics {
     /// Free in the arenas (`fordblks`).
     pub free: u64,
 }
+
+/// Calls `line` with each line of the file at `path` (without its newline), in order, until it
+/// returns `false` or the file ends; a line longer than `buffer` is given cut to its length.
+/// Reads with the bare `open` and `read` system calls into `buffer`: no allocation, no stdio, no
+/// lock, so the allocation path may use it (once per thread: [`crate::capture::fp`]'s stack
+/// bounds, from `/proc/self/maps`). `false` when the file cannot be opened or read.
+pub(crate) fn read_lines(
+    path: &CStr,
+    buffer: &mut [u8],
+    mut line: impl FnMut(&[u8]) -> bool,
+) -> bool {
+    // SAFETY: `path` is NUL-terminated; the descriptor is checked before use.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    // `buffer[..filled]` holds what was read and not given yet; `skipping` while the rest of an
+    // over-long line is read past.
+    let mut filled = 0;
+    let mut skipping = false;
+    let ok = loop {
+        let free = &mut buffer[filled..];
+        if free.is_empty() {
+            // A line longer than the buffer: give its start, read past the rest.
+            if !skipping && !line(buffer) {
+                break true;
+            }
+            skipping = true;
+            filled = 0;
+            continue;
+        }
+        // SAFETY: `read` writes at most `free.len()` bytes into `free`, which is valid for writes
+        // of that many; a closed or unreadable descriptor makes it fail, which is checked.
+        let read = unsafe { libc::read(fd, free.as_mut_ptr().cast(), free.len()) };
+        if read < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break false;
+        }
+        if read == 0 {
+            // The last line, when the file does not end with a newline.
+            if filled > 0 && !skipping {
+                line(&buffer[..filled]);
+            }
+            break true;
+        }
+        filled += read as usize;
+        let mut start = 0;
+        while let Some(at) = buffer[start..filled].iter().position(|&b| b == b'\n') {
+            let end = start + at;
+            let given = skipping || line(&buffer[start..end]);
+            skipping = false;
+            start = end + 1;
+            if !given {
+                // SAFETY: `fd` was opened above and is closed once.
+                unsafe { libc::close(fd) };
+                return true;
+            }
+        }
+        if skipping {
+            filled = 0;
+        } else {
+            buffer.copy_within(start..filled, 0);
+            filled -= start;
+        }
+    };
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    ok
+}
+
+/// The calling thread's soft stack size limit (`RLIMIT_STACK`) in bytes; `None` when unlimited.
+/// A bare system call: no allocation, no lock.
+pub(crate) fn stack_limit() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes the limit into `limit`, a valid local.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut limit) } == 0;
+    (ok && limit.rlim_cur != libc::RLIM_INFINITY)
+        .then(|| usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
+}
+
+/// Whether the calling thread runs on its alternate signal stack (`sigaltstack`), in a handler
+/// installed with `SA_ONSTACK`. A bare system call: no allocation, no lock, async-signal-safe.
+pub(crate) fn on_signal_stack() -> bool {
+    // SAFETY: with no new stack, `sigaltstack` only writes the current one into `current`, a
+    // valid local.
+    unsafe {
+        let mut current: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut current) == 0
+            && current.ss_flags & libc::SS_ONSTACK != 0
+    }
+}

@@ -140,10 +140,9 @@ fn compare(dir: &Path, mut command: Command, what: &str) -> std::process::Output
             recorded[pid], *count,
             "{what}, process {pid}: memprof's live (blocks, bytes) differ from counter.so's"
         );
-        // memprof's own calls into the C library (the stack bounds of each thread, by
-        // pthread_getattr_np, which reads /proc/self/maps through stdio) allocate through the
-        // public functions from inside memprof's reentrancy guard: counter.so counts them, memprof
-        // does not record them (they are not the program's). They are freed before memprof
+        // Any allocation memprof makes for itself through the public functions runs inside its
+        // reentrancy guard: counter.so counts it, memprof does not record it (it is not the
+        // program's). They are freed before memprof
         // returns, so the live sets above are untouched; over the run, memprof has a few blocks
         // fewer, and never more.
         let (recorded_blocks, recorded_bytes) = recorded_total[pid];
