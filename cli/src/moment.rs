@@ -12,43 +12,12 @@ use std::collections::HashMap;
 /// library's start below `main` is trimmed as in the process's reports), else to an unknown
 /// frame.
 pub fn resolver(trace: &Trace) -> HashMap<ReturnAddress, Vec<Frame>> {
-    let mut resolver: HashMap<ReturnAddress, Vec<Frame>> = trace
-        .symbols()
-        .iter()
-        .map(|(&address, frames)| {
-            let frames = frames.iter().cloned().map(Frame::from).collect();
-            (ReturnAddress(address as usize), frames)
-        })
-        .collect();
-    // The latest list first: a module loaded later where an unloaded one was ran the later code.
-    let modules: Vec<_> = trace.modules().iter().rev().flatten().collect();
-    if modules.is_empty() {
-        return resolver;
-    }
-    for &address in trace.stacks().iter().flatten() {
-        let key = ReturnAddress(address as usize);
-        if resolver.contains_key(&key) {
-            continue;
-        }
-        let pc = address.wrapping_sub(1);
-        let module = modules.iter().find(|m| {
-            m.text
-                .iter()
-                .any(|&(start, end)| (start..end).contains(&pc))
-        });
-        if let Some(module) = module {
-            let frame = Frame {
-                file: Some(module.path.clone()),
-                ..Frame::default()
-            };
-            resolver.insert(key, vec![frame]);
-        }
-    }
-    resolver
+    resolver_for(trace, trace.stacks())
 }
 
 /// [`resolver`] for the addresses of `stacks` only (a live trace's new stacks).
 pub fn resolver_for(trace: &Trace, stacks: &[Vec<u64>]) -> HashMap<ReturnAddress, Vec<Frame>> {
+    // The latest list first: a module loaded later where an unloaded one was ran the later code.
     let modules: Vec<_> = trace.modules().iter().rev().flatten().collect();
     let mut resolver: HashMap<ReturnAddress, Vec<Frame>> = HashMap::new();
     for &address in stacks.iter().flatten() {

@@ -4,111 +4,11 @@
 //! filters; a trace without the flags answers a filter on them with a 400 that names it.
 
 mod support;
+#[path = "support/server.rs"]
+mod server;
 
-use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use server::Server;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-/// A running `memprof serve`, stopped when dropped.
-struct Server {
-    child: Child,
-    address: String,
-}
-
-impl Server {
-    fn start(trace: &PathBuf) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
-            .arg("serve")
-            .arg(trace)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let address = loop {
-            let line = lines
-                .next()
-                .expect("memprof serve stopped before it served")
-                .unwrap();
-            if let Some(rest) = line.strip_prefix("memprof: serving on http://") {
-                break rest.trim_end_matches('/').to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, address }
-    }
-
-    /// One GET (the answer read to its end): status and body.
-    fn get(&self, path: &str) -> (u16, Vec<u8>) {
-        let mut stream = TcpStream::connect(&self.address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.address
-        )
-        .unwrap();
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).unwrap();
-        let split = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-        let head = String::from_utf8_lossy(&response[..split]).into_owned();
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        let mut body = response[split + 4..].to_vec();
-        if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            body = unchunk(&body);
-        }
-        (status, body)
-    }
-
-    fn json(&self, path: &str) -> Value {
-        let (status, body) = self.get(path);
-        let text = String::from_utf8_lossy(&body);
-        assert_eq!(status, 200, "GET {path}: {text}");
-        serde_json::from_slice(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
-    }
-
-    /// A request that must fail with a 400; its message.
-    fn bad(&self, path: &str) -> String {
-        let (status, body) = self.get(path);
-        let text = String::from_utf8_lossy(&body);
-        assert_eq!(status, 400, "GET {path}: {text}");
-        let value: Value = serde_json::from_slice(&body).unwrap();
-        value["error"].as_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A chunked body's bytes.
-fn unchunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = std::str::from_utf8(&body[..line]).unwrap();
-        let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
-        body = &body[line + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&body[..size]);
-        body = &body[size + 2..];
-    }
-}
 
 fn trace_file(name: &str, bytes: Vec<u8>) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memprof-chunk-flags-{}", std::process::id()));
@@ -154,7 +54,9 @@ fn sites(server: &Server, query: &str) -> Vec<(String, [u64; 4])> {
 
 #[test]
 fn filters_on_glibcs_chunk_flags() {
-    let server = Server::start(&trace_file("flagged.mptrace", support::flagged_trace()));
+    let server = Server::start(&[trace_file("flagged.mptrace", support::flagged_trace())
+        .to_str()
+        .unwrap()]);
     assert_eq!(server.json("/api/summary")["chunk_flags"], true);
 
     // Individual allocations, with their flags.
@@ -277,7 +179,9 @@ fn filters_on_glibcs_chunk_flags() {
 
 #[test]
 fn a_trace_without_the_flags_says_so() {
-    let server = Server::start(&trace_file("known.mptrace", support::known_trace().0));
+    let server = Server::start(&[trace_file("known.mptrace", support::known_trace().0)
+        .to_str()
+        .unwrap()]);
     assert_eq!(server.json("/api/summary")["chunk_flags"], false);
     for path in [
         "/api/allocations?mmapped=true",

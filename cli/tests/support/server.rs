@@ -69,6 +69,15 @@ impl Server {
         assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
     }
+
+    /// A request that must fail with a 400; its message.
+    pub fn bad(&self, path: &str) -> String {
+        let (status, body) = self.get(path);
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, 400, "GET {path}: {text}");
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        value["error"].as_str().unwrap().to_owned()
+    }
 }
 
 impl Drop for Server {
