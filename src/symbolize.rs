@@ -136,6 +136,7 @@ impl Symbolizer {
     /// from them), keeping the answers: a later lookup of another address reads its module's
     /// again. The trace's close calls it once its symbols are written, so that a program that
     /// goes on after `close_trace` does not keep them.
+    #[cfg(feature = "trace")]
     pub(crate) fn release_debug_info(&mut self) {
         self.loaders = HashMap::new();
         self.functions = HashMap::new();
