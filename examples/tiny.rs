@@ -1,5 +1,5 @@
 //! A tiny program, for the fixed costs of a profile: a few hundred allocations, then exit. Run
-//! with `MEMPROF_TRACE=tiny.mptrace` for trace mode's start and close (docs/overhead.md).
+//! with `MEMPROF_TRACE=tiny.mptrace` for trace mode's start and close (docs/overhead-log.md).
 
 #[global_allocator]
 static GLOBAL: memprof::MemProf = memprof::MemProf::new();
