@@ -145,7 +145,6 @@ mod alarm;
 mod config;
 mod fence;
 mod frames;
-mod files;
 mod guard;
 mod header;
 mod labels;

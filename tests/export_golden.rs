@@ -193,7 +193,7 @@ fn pprof_decodes_with_the_expected_fields() {
     flate2::read::GzDecoder::new(&gz[..])
         .read_to_end(&mut bytes)
         .unwrap();
-    let profile = export::pprof::proto::Profile::decode(&bytes[..]).unwrap();
+    let profile = common::pprof_proto::Profile::decode(&bytes[..]).unwrap();
     let s = |i: i64| profile.string_table[i as usize].as_str();
     assert_eq!(profile.string_table[0], "");
     let types: Vec<(&str, &str)> = profile
@@ -481,7 +481,9 @@ fn pprof_of_a_sampled_snapshot_carries_its_interval() {
     let (exact, mut symbols) = synthetic();
     let sampled = Snapshot::sampled(exact.blocks.clone(), exact.stacks.clone(), 0, 4096);
     let options = options().value(Value::AllocatedBytes);
-    let profile = export::pprof::profile(&sampled, &mut symbols, &options);
+    let mut gz = Vec::new();
+    export::pprof::write(&sampled, &mut symbols, &options, &mut gz).unwrap();
+    let profile = common::decode_pprof(&gz);
     let s = |i: i64| profile.string_table[i as usize].as_str();
     assert_eq!(profile.period, 4096);
     assert_eq!(s(profile.default_sample_type), "alloc_space");
@@ -517,7 +519,7 @@ fn pprof_delta_has_what_changed_between_two_snapshots() {
     ];
     let later = Snapshot::from_parts(common::blocks(&spec), stacks, 50_000);
     let options = options().elapsed(Duration::from_secs(30));
-    let delta = export::pprof::delta_profile(&later, &earlier, &mut symbols, &options);
+    let delta = delta_profile(&later, &earlier, &mut symbols, &options);
     let values: Vec<&[i64]> = delta.sample.iter().map(|s| &s.value[..]).collect();
     assert_eq!(values, [&[5, 5_000, 3, 3_000][..], &[0, 0, -3, -48][..]]);
     assert_eq!(delta.duration_nanos, 30_000_000_000);
@@ -537,7 +539,19 @@ fn pprof_delta_has_what_changed_between_two_snapshots() {
     for stack in &mut base.stacks {
         (stack.live_blocks, stack.live_bytes) = (0, 0);
     }
-    let delta = export::pprof::delta_profile(&later, &base, &mut symbols, &options);
+    let delta = delta_profile(&later, &base, &mut symbols, &options);
     assert_eq!(delta.sample[0].value, [5, 5_000, 15, 15_002]);
     assert_eq!(delta.sample.len(), 3, "{:?}", delta.sample);
+}
+
+/// The delta profile `export::pprof::write_delta` writes, decoded.
+fn delta_profile(
+    later: &Snapshot,
+    earlier: &Snapshot,
+    symbols: &mut HashMap<ReturnAddress, Vec<Frame>>,
+    options: &ExportOptions,
+) -> common::pprof_proto::Profile {
+    let mut gz = Vec::new();
+    export::pprof::write_delta(later, earlier, symbols, options, &mut gz).unwrap();
+    common::decode_pprof(&gz)
 }

@@ -262,14 +262,14 @@ fn scrapers_while_threads_allocate() {
 }
 
 /// The heap profile the endpoint at `address` serves now.
-fn heap(address: SocketAddr) -> memprof::export::pprof::proto::Profile {
+fn heap(address: SocketAddr) -> common::pprof_proto::Profile {
     let response = common::http_get(address, "/debug/pprof/heap").unwrap();
     assert_eq!(response.status, 200, "{response:?}");
     common::decode_pprof(&response.body)
 }
 
 /// Each value of `profile` summed over its samples.
-fn totals(profile: &memprof::export::pprof::proto::Profile) -> Vec<i64> {
+fn totals(profile: &common::pprof_proto::Profile) -> Vec<i64> {
     let mut sums = vec![0; profile.sample_type.len()];
     for sample in &profile.sample {
         for (sum, value) in sums.iter_mut().zip(&sample.value) {

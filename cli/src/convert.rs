@@ -1,8 +1,10 @@
 //! `memprof convert`: the heap at a moment in the format the output's name asks for.
 
-use crate::{Failure, alys, bar, replay, timeline};
+use crate::common::{bar, replay};
+use crate::{Failure, alys, timeline};
 use memprof::{Report, ReportOptions};
-use memprof_trace::{Moment, Replacement, Trace};
+use memprof_files::Replacement;
+use memprof_trace::{Moment, Trace};
 use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! `memprof diff`: what grew and shrank between two moments, in the in-process diff format.
 
-use crate::{Failure, Style, snapshot_at, written};
+use crate::common::{snapshot_at, written};
+use crate::{Failure, Style};
 use memprof::{DiffReport, ReportOptions};
 use memprof_trace::{Moment, Trace};
 use std::io::Write;

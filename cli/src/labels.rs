@@ -1,7 +1,8 @@
 //! The label sets of a trace (`memprof::with_labels`, trace version 1.2) in `memprof summary`:
 //! live blocks and bytes at the end and allocated over the run, per label set.
 
-use crate::{Failure, snapshot_at, written};
+use crate::Failure;
+use crate::common::{snapshot_at, written};
 use memprof::Snapshot;
 use memprof_trace::{Moment, Trace};
 use std::collections::HashMap;

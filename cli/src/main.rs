@@ -22,7 +22,7 @@ mod timeline;
 
 use clap::{Parser, Subcommand, ValueEnum};
 // Also the commands' helpers, reached as `crate::…`.
-use common::{bar, open, replay, report_options, snapshot_at, written};
+use common::{bar, open, report_options, written};
 use memprof_trace::{Moment, TraceError};
 use std::io::{self, Write};
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! `memprof receive`: one trace sent to `MEMPROF_TRACE=tcp://HOST:PORT`, saved.
 
-use crate::{Failure, bar, open};
-use memprof_trace::Replacement;
+use crate::Failure;
+use crate::common::{bar, open};
+use memprof_files::Replacement;
 use std::io::{self, Write};
 use std::path::Path;
 

@@ -1,6 +1,7 @@
 //! `memprof report`: the live heap at a moment, as the in-process Markdown or TSV report.
 
-use crate::{Failure, Style, snapshot_at, written};
+use crate::common::{snapshot_at, written};
+use crate::{Failure, Style};
 use memprof::{Report, ReportOptions};
 use memprof_trace::{Moment, Trace};
 use std::io::Write;

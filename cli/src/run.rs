@@ -2,7 +2,8 @@
 //! memprof built in records itself; any other is run with the preloaded library
 //! (`libmemprof_preload.so`, docs/preload.md) in `LD_PRELOAD`.
 
-use crate::{Failure, ReportArgs, bar, open, report_options, summary};
+use crate::common::{bar, open, report_options};
+use crate::{Failure, ReportArgs, summary};
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;

@@ -117,7 +117,7 @@ pub fn serve(
 /// is now ([`cache`]), else one built by replaying it, then kept there for the next time.
 fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
     let key = cache::key(path).ok();
-    let trace = crate::open(path)?;
+    let trace = crate::common::open(path)?;
     let cache_path = cache::path_of(path);
     if let Some(key) = &key {
         match cache::load(&cache_path, key, trace.stacks().len()) {
@@ -290,8 +290,8 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
         );
         // A new file renamed over the path at once, then written in place as the index reads
         // it: no link planted at the path is followed, and no FIFO or device there is replaced.
-        let file = match memprof_trace::Replacement::create(&path)
-            .and_then(memprof_trace::Replacement::commit)
+        let file = match memprof_files::Replacement::create(&path)
+            .and_then(memprof_files::Replacement::commit)
         {
             Ok(file) => file,
             Err(e) => {

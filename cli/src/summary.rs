@@ -201,7 +201,7 @@ impl Summary {
         }
         drop(end);
 
-        let (at_peak, _) = crate::replay(trace, &Moment::Events(peak_events))?;
+        let (at_peak, _) = crate::common::replay(trace, &Moment::Events(peak_events))?;
         let mut peak_per_stack = vec![(0u64, 0u64); stacks];
         for block in at_peak.live.values() {
             let entry = &mut peak_per_stack[block.stack as usize];

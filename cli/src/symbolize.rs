@@ -4,7 +4,8 @@
 
 use crate::Failure;
 use memprof::trace::OfflineSymbolizer;
-use memprof_trace::{SymbolFrame, Trace, check_replaceable, write_symbolized};
+use memprof_files::check_replaceable;
+use memprof_trace::{SymbolFrame, Trace, write_symbolized};
 use std::path::{Path, PathBuf};
 
 /// Resolves every return address of `trace`'s stacks and writes the trace with those symbols to
@@ -25,7 +26,7 @@ pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Re
     // What the trace says already, kept for the addresses nothing on disk names.
     let old = trace.symbols();
     let mut kept = 0;
-    let progress = crate::bar(addresses.len() as u64, "resolving");
+    let progress = crate::common::bar(addresses.len() as u64, "resolving");
     let symbols: Vec<(u64, Vec<SymbolFrame>)> = addresses
         .iter()
         .map(|&address| {

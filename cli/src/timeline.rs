@@ -16,7 +16,7 @@ pub struct TraceEvents<'a> {
 
 impl Events for TraceEvents<'_> {
     fn for_each(&mut self, f: &mut dyn FnMut(Event)) -> io::Result<()> {
-        let progress = crate::bar(self.events, "events");
+        let progress = crate::common::bar(self.events, "events");
         let mut forward = Forward {
             limit: self.events,
             f,

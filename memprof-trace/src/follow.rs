@@ -195,7 +195,8 @@ impl Follow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ChunkEncoder, Header};
+    use crate::encode::ChunkEncoder;
+    use crate::records::Header;
     use std::io::Write;
 
     const S: u64 = 1_000_000_000;
@@ -205,7 +206,13 @@ mod tests {
     struct Order(Vec<(u64, u32)>);
 
     impl Visitor for Order {
-        fn alloc(&mut self, timed: &Timed, _: u64, _: &crate::Block, _: Option<&crate::Block>) {
+        fn alloc(
+            &mut self,
+            timed: &Timed,
+            _: u64,
+            _: &crate::heap::Block,
+            _: Option<&crate::heap::Block>,
+        ) {
             self.0.push((timed.time / S, timed.thread));
         }
     }

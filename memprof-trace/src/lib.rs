@@ -19,9 +19,8 @@
 //!   next, each update reading and applying only what was appended.
 //! - [`RangeMap`]: disjoint address ranges as the kernel keeps mappings (trimmed, split and
 //!   replaced), for the live mappings of the replay ([`Heap::mappings`]) and of the recorder.
-//! - [`write_symbolized`]: a trace written again with a new symbol section.
-//! - [`Replacement`]: a file written under a new temporary name and renamed over its destination,
-//!   never through a link, never over what is not a regular file (what the command writes).
+//! - [`write_symbolized`]: a trace written again with a new symbol section (through
+//!   `memprof-files`, never through a planted link).
 //!
 //! ```
 //! use memprof_trace::{ChunkEncoder, Header, Reader, Record};
@@ -46,7 +45,6 @@
 
 mod decode;
 mod encode;
-mod files;
 mod follow;
 mod heap;
 mod model;
@@ -62,7 +60,6 @@ mod tests;
 
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
-pub use files::{Replacement, check_replaceable};
 pub use follow::{FOLLOW_SLACK_NS, Follow, Followed};
 pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping};
 pub use moment::{Moment, Position};

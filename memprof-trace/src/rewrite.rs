@@ -3,9 +3,9 @@
 
 use crate::decode::Reader;
 use crate::encode::{ChunkEncoder, Compressor};
-use crate::files::Replacement;
 use crate::records::{Error, ErrorKind, SymbolFrame, flags};
 use crate::replay::{Trace, TraceError};
+use memprof_files::Replacement;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;

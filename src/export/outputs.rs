@@ -5,10 +5,10 @@
 #![forbid(unsafe_code)]
 
 use super::{ExportOptions, Format, write};
-use crate::files::Replacement;
 use crate::guard::untracked;
 use crate::snapshot::Snapshot;
 use crate::symbolize::{self, Resolve};
+use memprof_files::Replacement;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Duration;

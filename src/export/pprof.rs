@@ -36,169 +36,7 @@ use std::io::{self, Write};
 use std::ops::Range;
 use std::path::Path;
 
-/// The messages of `profile.proto` that memprof writes, with their field numbers.
-pub mod proto {
-    /// A profile: the top-level message.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        /// What each value of a sample measures.
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        /// One per call site.
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        /// Loaded code the locations fall in.
-        #[prost(message, repeated, tag = "3")]
-        pub mapping: Vec<Mapping>,
-        /// Return addresses with their source lines.
-        #[prost(message, repeated, tag = "4")]
-        pub location: Vec<Location>,
-        /// Functions the lines name.
-        #[prost(message, repeated, tag = "5")]
-        pub function: Vec<Function>,
-        /// Every string; `string_table[0]` is `""`.
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        /// When the profile was taken, in nanoseconds since the Unix epoch.
-        #[prost(int64, tag = "9")]
-        pub time_nanos: i64,
-        /// How long the profiled program had run, in nanoseconds.
-        #[prost(int64, tag = "10")]
-        pub duration_nanos: i64,
-        /// What the period counts.
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        /// Events per sample.
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-        /// Free-text comments (string table indices).
-        #[prost(int64, repeated, tag = "13")]
-        pub comment: Vec<i64>,
-        /// The sample type shown first (string table index of its type).
-        #[prost(int64, tag = "14")]
-        pub default_sample_type: i64,
-    }
-
-    /// A type and unit, as string table indices.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ValueType {
-        /// `alloc_space`, `inuse_objects`, ...
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        /// `bytes`, `count`.
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-
-    /// Values for one stack.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        /// Location ids, the leaf first.
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        /// One per sample type.
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-        /// The labels its blocks were allocated with.
-        #[prost(message, repeated, tag = "3")]
-        pub label: Vec<Label>,
-    }
-
-    /// A sample's label: a key with a string value.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Label {
-        /// The key (string table index).
-        #[prost(int64, tag = "1")]
-        pub key: i64,
-        /// The value (string table index).
-        #[prost(int64, tag = "2")]
-        pub str: i64,
-    }
-
-    /// A loaded code segment.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Mapping {
-        /// Unique, non-zero.
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        /// First address of the segment in memory.
-        #[prost(uint64, tag = "2")]
-        pub memory_start: u64,
-        /// Address just after it.
-        #[prost(uint64, tag = "3")]
-        pub memory_limit: u64,
-        /// Where `memory_start` is in the file.
-        #[prost(uint64, tag = "4")]
-        pub file_offset: u64,
-        /// The module's path (string table index).
-        #[prost(int64, tag = "5")]
-        pub filename: i64,
-        /// Its GNU build id in hex (string table index; 0 when it has none).
-        #[prost(int64, tag = "6")]
-        pub build_id: i64,
-        /// Locations in it carry function names.
-        #[prost(bool, tag = "7")]
-        pub has_functions: bool,
-        /// ... and file names.
-        #[prost(bool, tag = "8")]
-        pub has_filenames: bool,
-        /// ... and line numbers.
-        #[prost(bool, tag = "9")]
-        pub has_line_numbers: bool,
-        /// ... and their inlined calls.
-        #[prost(bool, tag = "10")]
-        pub has_inline_frames: bool,
-    }
-
-    /// One return address.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Location {
-        /// Unique, non-zero.
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        /// The mapping it falls in; 0 when none.
-        #[prost(uint64, tag = "2")]
-        pub mapping_id: u64,
-        /// The address inside the call instruction.
-        #[prost(uint64, tag = "3")]
-        pub address: u64,
-        /// Its frames, innermost (inlined) first, the caller last.
-        #[prost(message, repeated, tag = "4")]
-        pub line: Vec<Line>,
-    }
-
-    /// A source line of a location.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Line {
-        /// The function it is in.
-        #[prost(uint64, tag = "1")]
-        pub function_id: u64,
-        /// 1-based; 0 when unknown.
-        #[prost(int64, tag = "2")]
-        pub line: i64,
-        /// 1-based; 0 when unknown.
-        #[prost(int64, tag = "3")]
-        pub column: i64,
-    }
-
-    /// A function.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Function {
-        /// Unique, non-zero.
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        /// Demangled name (string table index).
-        #[prost(int64, tag = "2")]
-        pub name: i64,
-        /// The name as the symbol table has it (string table index); memprof writes 0 (empty),
-        /// its names being demangled already.
-        #[prost(int64, tag = "3")]
-        pub system_name: i64,
-        /// Source file (string table index).
-        #[prost(int64, tag = "4")]
-        pub filename: i64,
-    }
-}
+mod proto;
 
 /// The profile's strings, deduplicated; index 0 is `""`.
 struct Strings {
@@ -315,7 +153,7 @@ impl Mappings {
 }
 
 /// Builds the profile of `snapshot`; mappings are this process's modules that hold its addresses.
-pub fn profile(
+pub(crate) fn profile(
     snapshot: &Snapshot,
     resolver: &mut dyn Resolve,
     options: &ExportOptions,
@@ -344,15 +182,8 @@ pub fn profile(
     )
 }
 
-/// Builds the profile of what changed from `earlier` to `later`, two snapshots of this process
-/// (`earlier` taken first): per call site, the blocks and bytes allocated in between
-/// (`alloc_*`) and the change of the live ones (`inuse_*`, negative where they shrank). Call sites
-/// where nothing changed are left out. `options.time` and `options.elapsed` should say when the
-/// interval started and how long it was (Go's delta profiles carry those).
-///
-/// Stacks are matched by id, which is stable within a process: a stack `earlier` does not have
-/// was first seen in between.
-pub fn delta_profile(
+/// Builds the profile of what changed from `earlier` to `later` ([`write_delta`]).
+pub(crate) fn delta_profile(
     later: &Snapshot,
     earlier: &Snapshot,
     resolver: &mut dyn Resolve,
@@ -558,10 +389,15 @@ pub fn write<W: Write + ?Sized>(
     crate::guard::untracked(|| encode(&profile(snapshot, resolver, options), out))
 }
 
-/// Writes what changed from `earlier` to `later` ([`delta_profile`]) as a gzip-compressed pprof
-/// profile.
-#[cfg(feature = "http")]
-pub(crate) fn write_delta<W: Write + ?Sized>(
+/// Writes, as a gzip-compressed pprof profile, what changed from `earlier` to `later`, two
+/// snapshots of this process (`earlier` taken first): per call site, the blocks and bytes allocated in between
+/// (`alloc_*`) and the change of the live ones (`inuse_*`, negative where they shrank). Call sites
+/// where nothing changed are left out. `options.time` and `options.elapsed` should say when the
+/// interval started and how long it was (Go's delta profiles carry those).
+///
+/// Stacks are matched by id, which is stable within a process: a stack `earlier` does not have
+/// was first seen in between.
+pub fn write_delta<W: Write + ?Sized>(
     later: &Snapshot,
     earlier: &Snapshot,
     resolver: &mut dyn Resolve,

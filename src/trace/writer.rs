@@ -495,7 +495,7 @@ fn connect(target: &str) -> io::Result<Destination> {
         return Err(last);
     }
     if !opens_existing(target) {
-        let file = crate::files::Replacement::create(std::path::Path::new(target))?.commit()?;
+        let file = memprof_files::Replacement::create(std::path::Path::new(target))?.commit()?;
         return Ok(Destination::File(file));
     }
     let file = {
@@ -508,7 +508,7 @@ fn connect(target: &str) -> io::Result<Destination> {
     if !written_into(&meta) {
         return Err(io::Error::other(format!(
             "{} replaced the FIFO or device while it was opened; not written",
-            crate::files::kind(&meta)
+            memprof_files::kind(&meta)
         )));
     }
     Ok(Destination::File(file))

@@ -3,6 +3,9 @@
 #![allow(dead_code)]
 
 mod golden;
+/// The messages of `profile.proto`, from the same file the library encodes them with.
+#[path = "../../src/export/pprof/proto.rs"]
+pub mod pprof_proto;
 pub mod c_library;
 pub mod foreign_thread;
 #[cfg(feature = "trace")]
@@ -346,22 +349,19 @@ pub fn http_request(address: std::net::SocketAddr, request: &str) -> std::io::Re
 }
 
 /// The heap profile of `gz`, a gzip-compressed `profile.proto`.
-pub fn decode_pprof(gz: &[u8]) -> memprof::export::pprof::proto::Profile {
+pub fn decode_pprof(gz: &[u8]) -> pprof_proto::Profile {
     use prost::Message;
     use std::io::Read;
     let mut bytes = Vec::new();
     flate2::read::GzDecoder::new(gz)
         .read_to_end(&mut bytes)
         .expect("a gzip stream");
-    memprof::export::pprof::proto::Profile::decode(&bytes[..]).expect("a profile")
+    pprof_proto::Profile::decode(&bytes[..]).expect("a profile")
 }
 
 /// Per sample type (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`, in the
 /// profile's order), the sum of the values of the samples whose stack names `function`.
-pub fn pprof_cumulative(
-    profile: &memprof::export::pprof::proto::Profile,
-    function: &str,
-) -> Vec<i64> {
+pub fn pprof_cumulative(profile: &pprof_proto::Profile, function: &str) -> Vec<i64> {
     let s = |i: i64| profile.string_table[i as usize].as_str();
     let named: std::collections::HashSet<u64> = profile
         .function

@@ -5,7 +5,7 @@
 //! 64 KiB) and of the build that wrote it, and followed by a hash of all of it. A cache that is
 //! damaged, made for another trace or content, or by another build of the index, is ignored and
 //! replaced; one that cannot be written (a directory not writable) is skipped with a message.
-//! It is written under a new name and renamed ([`memprof_trace::Replacement`]): never through a
+//! It is written under a new name and renamed ([`memprof_files::Replacement`]): never through a
 //! link, never over what is not a regular file; and read only from a regular file.
 
 use super::index::{Agg, Classes, Edges};
@@ -183,7 +183,7 @@ pub fn store(cache: &Path, key: Key, state: &super::state::State) -> std::io::Re
     bytes = postcard::to_extend(&cached, bytes).map_err(std::io::Error::other)?;
     let sum = checksum(&bytes);
     bytes.extend_from_slice(&sum.to_le_bytes());
-    let mut file = memprof_trace::Replacement::create(cache)?;
+    let mut file = memprof_files::Replacement::create(cache)?;
     file.file().write_all(&bytes)?;
     file.commit()?;
     Ok(())

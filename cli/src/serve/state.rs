@@ -247,7 +247,7 @@ impl State {
         let progress = if quiet {
             ProgressBar::hidden()
         } else {
-            crate::bar(trace.events(), "indexing")
+            crate::common::bar(trace.events(), "indexing")
         };
         let mut builder = Builder::index();
         trace.visit(&mut builder, &mut |done| progress.set_position(done))?;

@@ -1,23 +1,25 @@
-//! Files the `memprof` command writes (`symbolize`, `receive`, `convert`): created afresh under a
-//! temporary name beside their destination with `O_CREAT | O_EXCL` (which follows no link), so
-//! that no link planted at a predictable name is followed, then renamed over the destination, and
-//! only over a regular file or a symbolic link (the link is replaced, never followed). The
-//! `memprof` library keeps its own copy for `MEMPROF_OUTPUT` and the trace, so that builds
-//! without its `trace` feature need not this crate.
-
-#![forbid(unsafe_code)]
+//! Files memprof writes (the library's `MEMPROF_OUTPUT` exports and trace, the `memprof`
+//! command's outputs, the viewer's index cache): created afresh under a temporary name beside
+//! their destination with `O_CREAT | O_EXCL | O_NOFOLLOW`, so that no link planted at a
+//! predictable name is followed, then renamed over the destination, and only over a regular file
+//! or a symbolic link (the link is replaced, never followed).
+//!
+//! A crate of its own, below both the library and the trace format, so that the one copy serves
+//! both without bringing the trace codec into builds that do not trace.
 
 use std::collections::hash_map::RandomState;
 use std::fs::{File, OpenOptions};
 use std::hash::BuildHasher;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Temporary names tried before giving up (each one taken already by someone else).
 const ATTEMPTS: u32 = 16;
 
-/// A file being written under a temporary name beside its destination, then renamed over it
-/// ([`Replacement::commit`]); the temporary file is removed when dropped before.
+/// A file being written under a temporary name beside its destination; removed when dropped
+/// before [`Replacement::commit`].
+#[derive(Debug)]
 pub struct Replacement {
     file: Option<File>,
     temporary: PathBuf,
@@ -42,7 +44,7 @@ pub fn check_replaceable(destination: &Path) -> io::Result<()> {
 }
 
 /// What a file that is not a regular file is, for messages.
-fn kind(meta: &std::fs::Metadata) -> &'static str {
+pub fn kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     if t.is_dir() {
@@ -80,6 +82,7 @@ impl Replacement {
             match OpenOptions::new()
                 .write(true)
                 .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&temporary)
             {
                 Ok(file) => {
