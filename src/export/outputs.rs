@@ -101,8 +101,9 @@ pub fn write_outputs(spec: &str) {
     write_listed(spec);
 }
 
-/// [`write_outputs`], returning the paths of the files written.
-pub(crate) fn write_listed(spec: &str) -> Vec<PathBuf> {
+/// [`write_outputs`], returning the paths of the files written, and whether every file listed
+/// was written whole.
+pub(crate) fn write_listed(spec: &str) -> (Vec<PathBuf>, bool) {
     untracked(|| {
         let mut written_paths = Vec::new();
         let paths: Vec<&str> = spec
@@ -111,8 +112,9 @@ pub(crate) fn write_listed(spec: &str) -> Vec<PathBuf> {
             .filter(|p| !p.is_empty())
             .collect();
         if paths.is_empty() {
-            return written_paths;
+            return (written_paths, true);
         }
+        let listed = paths.len();
         let snapshot = Snapshot::take();
         let options = ExportOptions::default();
         symbolize::with_symbolizer(|symbolizer| {
@@ -132,7 +134,8 @@ pub(crate) fn write_listed(spec: &str) -> Vec<PathBuf> {
                 };
             }
         });
-        written_paths
+        let whole = written_paths.len() == listed;
+        (written_paths, whole)
     })
 }
 

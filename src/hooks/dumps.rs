@@ -1,7 +1,9 @@
 //! Numbered dumps: each time memprof writes the `MEMPROF_OUTPUT` files on its own (on growth,
 //! near the memory limit, on the dump signal, at exit), `%n` in their names is the dump's number,
 //! from 1; with `MEMPROF_DUMP_KEEP`, the files of the oldest numbered dumps are removed, so that
-//! that many stay. The caller holds the turn at writing (`triggers::Turn`), so dumps never
+//! that many stay. Only a dump whose files were all written counts: one that failed, even in part
+//! (a full disk, a file that cannot be created), removes no earlier dump and is never counted as
+//! kept (what it did write stays, named in the messages). The caller holds the turn at writing (`triggers::Turn`), so dumps never
 //! interleave.
 
 use crate::config::warn;
@@ -49,15 +51,22 @@ fn number_spec(spec: &str, number: u64) -> Option<String> {
     numbered.then_some(out)
 }
 
-/// Writes the files of `spec` (the value of `MEMPROF_OUTPUT`) as the next dump, then removes the
-/// oldest numbered dumps beyond `keep` (0: none removed). Returns the dump's number.
+/// Writes the files of `spec` (the value of `MEMPROF_OUTPUT`) as the next dump, then, when every
+/// file was written, removes the oldest numbered dumps beyond `keep` (0: none removed). Returns
+/// the dump's number.
 pub(super) fn write(spec: &str, keep: u64) -> u64 {
     let number = SEQUENCE.fetch_add(1, Relaxed) + 1;
     let Some(numbered) = number_spec(spec, number) else {
         crate::export::write_outputs(spec);
         return number;
     };
-    let paths = crate::export::write_listed(&numbered);
+    let (paths, whole) = crate::export::write_listed(&numbered);
+    if !whole {
+        warn(format_args!(
+            "dump {number} was not written whole; no earlier dump removed (MEMPROF_DUMP_KEEP)"
+        ));
+        return number;
+    }
     // Never waits: a forked child may have inherited it held by a thread it does not have; then
     // it removes nothing this time.
     let Ok(mut kept) = KEPT.try_lock() else {
