@@ -62,7 +62,10 @@ impl Labels {
     /// The empty set: no labels.
     pub const NONE: Labels = Labels(0);
 
-    /// Interns `pairs` (key, value) as a label set.
+    /// Interns `pairs` (key, value) as a label set. A pair with an empty key or an empty value
+    /// is left out (pprof, where labels are read, has no label with an empty value): a set of
+    /// such pairs alone is [`Labels::NONE`], and such a pair does not clear an outer value of its
+    /// key.
     pub fn new(pairs: &[(&str, &str)]) -> Labels {
         Labels(untracked(|| sets::SETS.intern(pairs)))
     }
