@@ -56,6 +56,9 @@ fn unescape_labels(field: &str) -> Vec<(String, String)> {
     pairs
 }
 
+/// Label pairs as given.
+type Pairs<'a> = &'a [(&'a str, &'a str)];
+
 fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -79,7 +82,8 @@ fn labels_text() {
         });
     });
 
-    let sets: [(&[(&str, &str)], &[(&str, &str)], usize); 4] = [
+    // (the pairs given, the pairs kept, the size of the block made with them)
+    let sets: [(Pairs, Pairs, usize); 4] = [
         (
             &[("tab\tkey", "v"), ("comma", "a,b=c")],
             &[("comma", "a,b=c"), ("tab\tkey", "v")],
