@@ -58,7 +58,7 @@ pub enum Unwinder {
 /// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 /// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
 /// | `MEMPROF_TRACE_SYMBOLS` | `1` | `0` writes no symbols into the trace: no debug information is read in the process (the memory and time that costs, docs/overhead.md), and the trace names its frames by module until `memprof symbolize` resolves them from the binaries |
-/// | `MEMPROF_LABEL` | unset | `key=value`: the reports (`log_allocations`, `pretty_log_allocations`, `log_diff`, `pretty_log_diff`, the at-exit and dump reports) keep only the blocks allocated with that label (`with_labels`, `docs/labels.md`) |
+/// | `MEMPROF_LABEL` | unset | `key=value`: the reports (`log_allocations`, `pretty_log_allocations`, `log_diff`, `pretty_log_diff`, the at-exit and dump reports) keep only the blocks allocated with that label (`with_labels`, `docs/labels.md`); an empty key or value warns and keeps every block |
 /// | `MEMPROF_DUMP_ON_GROWTH` | unset | a size (`256MiB`; `KiB`, `MiB`, `GiB` or plain bytes): the `MEMPROF_OUTPUT` files are written each time the live heap passes the previous dump's high-water mark by this much, by memprof's dump thread; `%n` in their names is the dump's number, from 1; `0` or `off`: none; unset: what `MemProf::dump_on_growth` chose (none by default). `docs/dumps.md` |
 /// | `MEMPROF_DUMP_KEEP` | unset | the most dumps whose files (named with `%n`) stay on disk; the oldest are removed; unset or `0`: all |
 /// | `MEMPROF_DUMP_NEAR_LIMIT` | unset | a share of the process's memory limit (`90%`, the cgroup v2 `memory.max`) or a size (`1536MiB`, compared with the process's resident memory): the `MEMPROF_OUTPUT` files are written once each time memory use crosses it upwards; with a share and no cgroup limit, a warning and no such dumps |
@@ -248,12 +248,14 @@ impl Config {
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty());
         let label = lookup("MEMPROF_LABEL").and_then(|raw| match raw.split_once('=') {
-            Some((key, value)) if !key.trim().is_empty() => {
+            Some((key, value)) if !key.trim().is_empty() && !value.trim().is_empty() => {
                 Some((key.trim().to_owned(), value.trim().to_owned()))
             }
             _ => {
+                // No label has an empty key or value (`Labels::new` refuses them).
                 warn(format!(
-                    "MEMPROF_LABEL={raw:?} is not key=value; the reports keep every block"
+                    "MEMPROF_LABEL={raw:?} is not key=value with a key and a value; the reports \
+                     keep every block"
                 ));
                 None
             }
@@ -564,6 +566,19 @@ mod tests {
             |w| warnings.push(w),
         );
         (config, warnings)
+    }
+
+    #[test]
+    fn a_label_filter_needs_a_key_and_a_value() {
+        let (config, warnings) = parse(&[("MEMPROF_LABEL", " tenant = a=b ")]);
+        assert_eq!(config.label, Some(("tenant".into(), "a=b".into())));
+        assert!(warnings.is_empty(), "{warnings:?}");
+        for raw in ["tenant=", "tenant= ", "=acme", "tenant"] {
+            let (config, warnings) = parse(&[("MEMPROF_LABEL", raw)]);
+            assert_eq!(config.label, None, "{raw}");
+            assert_eq!(warnings.len(), 1, "{raw}: {warnings:?}");
+            assert!(warnings[0].contains("MEMPROF_LABEL"), "{warnings:?}");
+        }
     }
 
     #[test]

@@ -150,11 +150,16 @@ struct ReportArgs {
     label: Option<(String, String)>,
 }
 
-/// A `--label` value: `KEY=VALUE`.
+/// A `--label` value: `KEY=VALUE`, neither empty (no label has an empty key or value:
+/// `memprof::Labels::new` refuses them).
 fn parse_label(raw: &str) -> Result<(String, String), String> {
     match raw.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(format!("{raw:?} is not KEY=VALUE")),
+        Some((key, value)) if !key.is_empty() && !value.is_empty() => {
+            Ok((key.to_owned(), value.to_owned()))
+        }
+        _ => Err(format!(
+            "{raw:?} is not KEY=VALUE with a key and a value (no label has an empty one)"
+        )),
     }
 }
 

@@ -99,6 +99,14 @@ fn labels_survive_the_trace() {
         "tenant=acme",
     ]);
     assert_eq!(replayed, live_tsv);
+    // No label has an empty value: a filter on one is refused, not an empty report.
+    let refused = support::memprof_cli(&["report", trace, "--label", "tenant="]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("with a key and a value"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 
     // The summary's label sets are the program's `log_labels` rows.
     let logged = std::fs::read_to_string(dir.join("labels.tsv")).unwrap();

@@ -162,6 +162,10 @@ fn the_viewer_groups_by_label() {
     assert_eq!(inuse, 7300);
     let (status, _) = get_status(&address, "/api/labels?label=tenant");
     assert_eq!(status, 400);
+    // No label has an empty value: a filter on one is refused, as `memprof report --label`
+    // and `MEMPROF_LABEL` refuse it.
+    let (status, _) = get_status(&address, "/api/labels?label=tenant%3D");
+    assert_eq!(status, 400);
 
     // The page's Labels view, in headless Chromium.
     match common::chromium() {

@@ -66,10 +66,15 @@ impl LabelSets {
     }
 
     /// The id of the set of `pairs` (the last value of a key given twice wins); 0 for the empty
-    /// set, or when the table is full. Inside the reentrancy guard.
+    /// set, or when the table is full. A pair with an empty key or an empty value is refused (left
+    /// out): pprof has no label with an empty value, and every output shows the same labels.
+    /// Inside the reentrancy guard.
     pub(crate) fn intern(&self, pairs: &[(&str, &str)]) -> u32 {
         let mut sorted: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
         for &(key, value) in pairs {
+            if key.is_empty() || value.is_empty() {
+                continue;
+            }
             match sorted.iter_mut().find(|(k, _)| &**k == key) {
                 Some(pair) => pair.1 = value.into(),
                 None => sorted.push((key.into(), value.into())),
@@ -214,5 +219,20 @@ mod tests {
             merged
         );
         assert_eq!(table.all().len(), 4);
+    }
+
+    #[test]
+    fn pairs_with_an_empty_key_or_value_are_refused() {
+        let table = LabelSets::new();
+        assert_eq!(table.intern(&[("tenant", "")]), 0);
+        assert_eq!(table.intern(&[("", "x"), ("", "")]), 0);
+        let kept = table.intern(&[("kind", "k")]);
+        assert_eq!(
+            table.intern(&[("tenant", ""), ("kind", "k"), ("", "x")]),
+            kept
+        );
+        // An empty value given after a real one refuses the pair, not the key's value before.
+        assert_eq!(table.intern(&[("kind", "k"), ("kind", "")]), kept);
+        assert_eq!(table.all().len(), 2);
     }
 }

@@ -1,5 +1,6 @@
 //! The label log: live and allocated blocks and bytes per label set ([`super::log_labels`]).
 
+use super::tsv::escape_into;
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -50,18 +51,27 @@ pub(crate) fn rows(snapshot: &Snapshot) -> Vec<LabelRow> {
     rows
 }
 
-/// A label set as the log prints it: `key=value,key=value`, or `(none)` for no labels.
+/// A label set as the log prints it: `key=value,key=value`, each key and value escaped as every
+/// TSV field is, with `,` and `=` escaped too (`\,`, `\=`), or `(none)` for no labels.
 pub(crate) fn text(labels: &[(String, String)]) -> String {
     if labels.is_empty() {
         return "(none)".to_owned();
     }
-    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    pairs.join(",")
+    let mut text = String::new();
+    for (i, (key, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        escape_into(&mut text, key, &[',', '=']);
+        text.push('=');
+        escape_into(&mut text, value, &[',', '=']);
+    }
+    text
 }
 
 /// Writes `rows`: the number of lines that follow, then `live_blocks \t live_bytes \t
-/// allocated_blocks \t allocated_bytes \t labels` per set; then, when label sets were dropped
-/// because their table was full, `# dropped label sets: N`.
+/// allocated_blocks \t allocated_bytes \t labels` per set (the labels as [`text`] writes them);
+/// then, when label sets were dropped because their table was full, `# dropped label sets: N`.
 pub(crate) fn write<W: Write + ?Sized>(
     rows: &[LabelRow],
     dropped: u64,

@@ -1,4 +1,4 @@
-//! MemProf's TSV allocation log.
+//! MemProf's TSV allocation log, and the escaping of every TSV log's text fields.
 
 use super::{DiffReport, Report};
 use std::io::{self, Write};
@@ -38,9 +38,54 @@ fn write_lines<'a, W: Write + ?Sized>(
         buffer.push_str(&bytes);
         for frame in context {
             buffer.push('\t');
-            buffer.push_str(frame);
+            escape_into(&mut buffer, frame, &[]);
         }
         buffer.push('\n');
     }
     out.write_all(buffer.as_bytes())
+}
+
+/// Appends `text` to `out` as a field of a TSV log: a backslash, tab, line feed and carriage
+/// return as `\\`, `\t`, `\n` and `\r`, and each character of `also` (the separators inside a
+/// field, as the `,` and `=` of a label set) after a backslash. A field so written holds no tab
+/// and no line break: a reader splits rows at line feeds, fields at tabs, then undoes the escapes.
+pub(crate) fn escape_into(out: &mut String, text: &str, also: &[char]) {
+    let special = |c: char| matches!(c, '\\' | '\t' | '\n' | '\r') || also.contains(&c);
+    if !text.contains(special) {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if special(c) => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_into;
+
+    #[test]
+    fn fields_hold_no_tab_nor_line_break() {
+        let escaped = |text: &str, also: &[char]| {
+            let mut out = String::new();
+            escape_into(&mut out, text, also);
+            out
+        };
+        assert_eq!(
+            escaped("plain::frame (src/a.rs:3)", &[]),
+            "plain::frame (src/a.rs:3)"
+        );
+        assert_eq!(escaped("a\tb\nc\rd\\e", &[]), "a\\tb\\nc\\rd\\\\e");
+        assert_eq!(escaped("a,b=c", &[]), "a,b=c");
+        assert_eq!(escaped("a,b=c\t", &[',', '=']), "a\\,b\\=c\\t");
+    }
 }

@@ -3,6 +3,7 @@
 
 use crate::address::StackId;
 use crate::report::ReportOptions;
+use crate::report::tsv::escape_into;
 use crate::snapshot::Snapshot;
 use crate::symbolize::Resolve;
 use crate::types::{TraceRow, TypeRow, per_stack_counts};
@@ -15,7 +16,10 @@ use std::sync::Arc;
 pub(crate) fn write<W: Write + ?Sized>(rows: &[TypeRow], out: &mut W) -> io::Result<()> {
     let mut buffer = format!("{}\n", rows.len());
     for row in rows {
-        buffer.push_str(&format!("{}\t{}\n", row.value, row.name));
+        buffer.push_str(&row.value.to_string());
+        buffer.push('\t');
+        escape_into(&mut buffer, &row.name, &[]);
+        buffer.push('\n');
     }
     out.write_all(buffer.as_bytes())
 }
@@ -28,7 +32,7 @@ pub(crate) fn write_trace<W: Write + ?Sized>(rows: &[TraceRow], out: &mut W) -> 
         buffer.push_str(&row.count.to_string());
         for frame in &row.context {
             buffer.push('\t');
-            buffer.push_str(frame);
+            escape_into(&mut buffer, frame, &[]);
         }
         buffer.push('\n');
     }

@@ -362,8 +362,15 @@ impl Filters {
         let label = match params.get("label") {
             None | Some("") => None,
             Some(text) => match text.split_once('=') {
-                Some((key, value)) if !key.is_empty() => Some((key.to_owned(), value.to_owned())),
-                _ => return Err(ApiError::bad(format!("label={text:?}: not KEY=VALUE"))),
+                Some((key, value)) if !key.is_empty() && !value.is_empty() => {
+                    Some((key.to_owned(), value.to_owned()))
+                }
+                // No label has an empty key or value (`memprof::Labels::new` refuses them).
+                _ => {
+                    return Err(ApiError::bad(format!(
+                        "label={text:?}: not KEY=VALUE with a key and a value"
+                    )));
+                }
             },
         };
         let mmapped = match params.get("mmapped") {
