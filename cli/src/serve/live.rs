@@ -6,7 +6,7 @@
 
 use super::Shared;
 use super::cache;
-use super::index::Builder;
+use super::index::IndexBuilder;
 use super::state::{LiveFigures, State};
 use memprof_trace::{Follow, Followed, Trace};
 use std::path::Path;
@@ -36,7 +36,7 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
         }
     };
     let mut follow = Follow::new(&trace);
-    let mut builder = Builder::index();
+    let mut builder = IndexBuilder::new();
     let mut state = State::new(trace, builder.snapshot(), builder.classes().clone());
     state.live = Some(LiveFigures::default());
     if let Ok(mut current) = shared.write() {
@@ -125,7 +125,7 @@ fn keep(path: &Path, shared: &Shared) {
 fn update(
     shared: &Shared,
     follow: &mut Follow,
-    builder: &mut Builder<'static>,
+    builder: &mut IndexBuilder,
     everything: bool,
     finished: bool,
     timed: bool,

@@ -2,7 +2,7 @@
 //! grouped by context as the reports group them) with their frames resolved once, and a small
 //! cache of the scans that answered queries the index could not.
 
-use super::index::{Agg, Builder, Classes};
+use super::index::{Agg, Classes, IndexBuilder};
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::{Frame, ReportOptions, Resolve, ReturnAddress};
@@ -249,7 +249,7 @@ impl State {
         } else {
             crate::bar(trace.events(), "indexing")
         };
-        let mut builder = Builder::index();
+        let mut builder = IndexBuilder::new();
         trace.visit(&mut builder, &mut |done| progress.set_position(done))?;
         progress.finish_and_clear();
         let (index, classes) = builder.finish();

@@ -3,7 +3,7 @@
 
 use super::CACHED_SCANS;
 use super::groups::Groups;
-use crate::serve::index::{Agg, BinFilter, Builder, Cell, Live, Point, Selection};
+use crate::serve::index::{Agg, BinFilter, Cell, Live, Point, Scan, Selection};
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
 use std::sync::Arc;
@@ -368,15 +368,15 @@ fn scan(
     if let Some(agg) = cached(state) {
         return Ok(agg);
     }
-    let mut builder = match edges {
-        Some(edges) => Builder::scan(&state.classes, edges, selection, points),
-        None => Builder::points_only(&state.classes, selection, points),
+    let mut scan = match edges {
+        Some(edges) => Scan::new(&state.classes, edges, selection, points),
+        None => Scan::points_only(&state.classes, selection, points),
     };
     state
         .trace
-        .visit(&mut builder, &mut |_| {})
+        .visit(&mut scan, &mut |_| {})
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let agg = Arc::new(builder.finish().0);
+    let agg = Arc::new(scan.finish().0);
     if let Ok(mut scans) = state.scans.lock() {
         if scans.len() >= CACHED_SCANS {
             scans.remove(0);

@@ -8,7 +8,7 @@
 //! bound on an edge is aligned whichever side it closes: `size_min=1024` and `size_max=1024`
 //! both are, as are `size_max=1023` and `size_min=1025`.
 
-use super::{Agg, Cell, Live, Point};
+use super::model::{Agg, Cell, Live, Point};
 use std::collections::HashMap;
 
 /// The lifetime bin of blocks never freed (or still live at the end).
