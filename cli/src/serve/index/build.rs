@@ -3,8 +3,8 @@
 //! allocate, the heap per class at the peak and at the first marker of each label, the highest
 //! live bytes within each bucket, and the counters split by bin ([`super::bins`]).
 
-use super::bins::{self, Bin, BinCell, BinTotals, NEVER};
-use super::model::{Agg, BucketPeak, Classes, Edges, Live, Point};
+use super::bins;
+use super::model::{Agg, Bin, BinCell, BinTotals, BucketPeak, Classes, Edges, Live, NEVER, Point};
 use super::pass::{Pass, Pending};
 use memprof_trace::{AddressHasher, Block, Event, Mapping, Timed, Visitor};
 use std::collections::HashMap;
@@ -154,8 +154,9 @@ impl ByBin {
         }
     }
 
-    /// The counters of `classes` classes, sorted, and the figures at the peak and markers.
-    fn finish(&mut self, classes: usize) -> (Vec<Vec<(u32, Bin, BinCell)>>, BinTotals) {
+    /// Sets the index's counters by bin, sorted, and its figures by bin at the peak and markers.
+    fn finish(&mut self, agg: &mut Agg) {
+        let classes = agg.cells.len();
         let mut peak: Vec<(u32, Bin, Live)> = self
             .peak
             .drain()
@@ -184,7 +185,7 @@ impl ByBin {
             })
             .collect();
         marker_steps.sort_unstable_by_key(|&(class, bin, marker, _, _)| (class, bin, marker));
-        let totals = BinTotals {
+        agg.bin_totals = BinTotals {
             peak,
             first_last,
             marker_labels: std::mem::take(&mut self.marker_labels),
@@ -206,7 +207,7 @@ impl ByBin {
         for list in &mut bins {
             list.sort_unstable_by_key(|&(bucket, bin, _)| (bucket, bin));
         }
-        (bins, totals)
+        agg.bins = bins;
     }
 }
 
@@ -427,10 +428,8 @@ impl IndexBuilder {
         for block in self.pass.take_live() {
             self.count_never(&block);
         }
-        let (bins, bin_totals) = self.by_bin.finish(self.pass.agg.cells.len());
         let agg = &mut self.pass.agg;
-        agg.bin_totals = bin_totals;
-        agg.bins = bins;
+        self.by_bin.finish(agg);
         agg.points.insert(
             Point::Events(agg.totals.peak_events),
             std::mem::take(&mut self.peak_live),

@@ -1,8 +1,9 @@
 //! What the index and a scan are made of: per-class counters over time buckets ([`Cell`]), the
 //! buckets' ends ([`Edges`]), the classes they count ([`Classes`]), the whole-run figures
-//! ([`Totals`]) and the aggregates of one pass ([`Agg`]) with the lookups that answer from them.
+//! ([`Totals`]), the index's counters split by bin ([`Bin`], [`BinCell`], [`BinTotals`];
+//! numbered and filtered in [`super::bins`]) and the aggregates of one pass ([`Agg`]) with the
+//! lookups that answer from them.
 
-use super::bins::{Bin, BinCell, BinTotals};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -235,4 +236,94 @@ impl Agg {
         }
         sums
     }
+}
+
+/// The lifetime bin of blocks never freed (or still live at the end).
+pub const NEVER: u8 = 41;
+
+/// Which counters of a class and bucket: a size bin, a lifetime bin, and whether temporary.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Bin {
+    /// [`size_bin`](super::bins::size_bin) of the blocks' size.
+    pub size: u8,
+    /// [`life_bin`](super::bins::life_bin) of their lifetime, [`NEVER`] when never freed.
+    pub life: u8,
+    /// Whether they were temporary.
+    pub temporary: bool,
+}
+
+impl Bin {
+    /// A class and a bin as one number, for the maps of the pass.
+    pub fn key(self, class: u32) -> u64 {
+        u64::from(class) << 24
+            | u64::from(self.size) << 16
+            | u64::from(self.life) << 8
+            | u64::from(self.temporary)
+    }
+
+    /// The class and bin of a [`Bin::key`].
+    pub fn of_key(key: u64) -> (u32, Bin) {
+        (
+            (key >> 24) as u32,
+            Bin {
+                size: (key >> 16) as u8,
+                life: (key >> 8) as u8,
+                temporary: key & 1 == 1,
+            },
+        )
+    }
+}
+
+/// Counters of one class, bucket and bin. `allocs` to `life_sum` belong to the bucket of the
+/// allocation, `frees` and `free_bytes` to that of the free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BinCell {
+    /// Blocks allocated.
+    pub allocs: u64,
+    /// Bytes allocated.
+    pub alloc_bytes: u64,
+    /// Blocks freed.
+    pub frees: u64,
+    /// Bytes freed.
+    pub free_bytes: u64,
+    /// Sum of the lifetimes of the blocks allocated, ns.
+    pub life_sum: u64,
+}
+
+impl BinCell {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &BinCell) {
+        self.allocs += other.allocs;
+        self.alloc_bytes += other.alloc_bytes;
+        self.frees += other.frees;
+        self.free_bytes += other.free_bytes;
+        self.life_sum = self.life_sum.saturating_add(other.life_sum);
+    }
+}
+
+/// The index's split figures besides its per-bucket bins.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct BinTotals {
+    /// Live at the peak, per class and bin (entries only where some live).
+    pub peak: Vec<(u32, Bin, Live)>,
+    /// Times of the first and last allocation, per class and bin.
+    pub first_last: Vec<(u32, Bin, u64, u64)>,
+    /// The labels whose first marker the index keeps the live heap at, in order of the run.
+    pub marker_labels: Vec<u32>,
+    /// Live at those markers as differences: a block live at markers `i..j` of
+    /// `marker_labels` counts `+` at `i` and `-` at `j` (when `j` is one): the live heap at
+    /// marker `m` is the sum of the entries at `0..=m`. Per class, bin and marker.
+    pub marker_steps: Vec<(u32, Bin, u32, i64, i64)>,
 }

@@ -3,8 +3,7 @@
 //! and of a class's counters in a bucket. Each of the two passes holds one and adds its own
 //! figures ([`super::build`], [`super::scan`]).
 
-use super::bins::BinTotals;
-use super::model::{Agg, Cell, Edges, Point, Totals};
+use super::model::{Agg, BinTotals, Cell, Edges, Point, Totals};
 use memprof_trace::{AddressHasher, Timed};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
