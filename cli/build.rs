@@ -65,13 +65,16 @@ fn main() {
     index_schema();
 }
 
-/// `MEMPROF_INDEX_SCHEMA`: a hash of the sources that define the viewer's index, its call sites
-/// and its cache, so that an index cached beside a trace by another build of them is never read
-/// as this one's.
+/// `MEMPROF_INDEX_SCHEMA`: a hash of the sources that define the viewer's index (its model and
+/// the pass that builds it), its call sites and its cache, so that an index cached beside a trace
+/// by another build of them is never read as this one's.
 fn index_schema() {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for file in [
         "src/serve/index.rs",
+        "src/serve/index/model.rs",
+        "src/serve/index/pass.rs",
+        "src/serve/index/build.rs",
         "src/serve/index/bins.rs",
         "src/serve/state.rs",
         "src/serve/cache.rs",

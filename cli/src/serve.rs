@@ -11,10 +11,11 @@ mod index;
 mod live;
 mod query;
 mod state;
+mod view;
 
 use crate::Failure;
 use query::ApiError;
-use state::State;
+use state::{Shared, State};
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -26,9 +27,6 @@ include!(concat!(env!("OUT_DIR"), "/viewer_files.rs"));
 const WORKERS: usize = 8;
 /// A request line longer than this is refused (a page's URL is far shorter).
 const MAX_URL: usize = 16 * 1024;
-
-/// The trace being served; replaced as a live trace grows.
-type Shared = Arc<RwLock<Option<Arc<State>>>>;
 
 /// Runs the server until the process is stopped: over `traces` (the first answers the paths
 /// without a trace id), or over the trace received at `listen_trace` (written to the one path

@@ -4,10 +4,9 @@
 //! arrived since the last one, and a program traced for hours stays live with the index's bounded
 //! memory.
 
-use super::Shared;
 use super::cache;
-use super::index::Builder;
-use super::state::{LiveFigures, State};
+use super::index::IndexBuilder;
+use super::state::{LiveFigures, Shared, State};
 use memprof_trace::{Follow, Followed, Trace};
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +35,7 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
         }
     };
     let mut follow = Follow::new(&trace);
-    let mut builder = Builder::index();
+    let mut builder = IndexBuilder::new();
     let mut state = State::new(trace, builder.snapshot(), builder.classes().clone());
     state.live = Some(LiveFigures::default());
     if let Ok(mut current) = shared.write() {
@@ -125,7 +124,7 @@ fn keep(path: &Path, shared: &Shared) {
 fn update(
     shared: &Shared,
     follow: &mut Follow,
-    builder: &mut Builder<'static>,
+    builder: &mut IndexBuilder,
     everything: bool,
     finished: bool,
     timed: bool,
@@ -149,12 +148,7 @@ fn update(
             through: followed.watermark,
         });
         // Answers kept for queries were of the trace as it was.
-        if let Ok(mut scans) = state.scans.lock() {
-            scans.clear();
-        }
-        if let Ok(mut exports) = state.exports.lock() {
-            exports.clear();
-        }
+        state.replays.forget();
         if timed {
             eprintln!(
                 "memprof: live update: {} events applied ({} in all, {} pending) from {} chunks \

@@ -1,8 +1,9 @@
-//! Query strings of the viewer's API: decoding, the shared moment and filter parameters, and the
-//! errors a bad value gets (status 400 with a message naming the parameter and the value).
+//! Query strings of the viewer's API: decoding, the shared moment, filter and group filter
+//! parameters, and the errors a bad value gets (status 400 with a message naming the parameter
+//! and the value). The moments resolve against the trace's index and markers.
 
 use super::index::{BinFilter, ChunkFilter, Classes, Selection, Totals};
-use super::state::FrameInfo;
+use super::state::{FrameInfo, State};
 use regex_lite::{Regex, RegexBuilder};
 use std::collections::HashMap;
 use std::fmt;
@@ -141,15 +142,11 @@ impl At {
     }
 }
 
-/// Parses a moment: seconds, `start`, `peak`, `end`, `marker:LABEL`, or a percentage of the run
-/// (`25%`: a quarter of the time from the start to the last event).
-pub fn moment(
-    name: &str,
-    text: &str,
-    totals: &Totals,
-    labels: &dyn Fn(&str) -> Option<u32>,
-    marker_names: &dyn Fn() -> String,
-) -> Result<At, ApiError> {
+/// Parses the moment `text` of parameter `name` of a query about `state`'s trace: seconds,
+/// `start`, `peak`, `end`, `marker:LABEL`, or a percentage of the run (`25%`: a quarter of the
+/// time from the start to the last event).
+pub fn moment(state: &State, name: &str, text: &str) -> Result<At, ApiError> {
+    let totals = &state.index.totals;
     match text {
         "start" => return Ok(At::Time(0)),
         "end" => return Ok(At::End),
@@ -162,7 +159,7 @@ pub fn moment(
         _ => {}
     }
     if let Some(label) = text.strip_prefix("marker:") {
-        return marker(name, label, totals, labels, marker_names);
+        return marker(state, name, label);
     }
     if let Some(percent) = text.trim().strip_suffix('%') {
         return match percent.trim().parse::<f64>() {
@@ -190,22 +187,18 @@ pub fn moment(
     }
 }
 
-/// The first marker labelled `label`.
-pub fn marker(
-    name: &str,
-    label: &str,
-    totals: &Totals,
-    labels: &dyn Fn(&str) -> Option<u32>,
-    marker_names: &dyn Fn() -> String,
-) -> Result<At, ApiError> {
+/// The first marker labelled `label` in `state`'s trace, for parameter `name`.
+pub fn marker(state: &State, name: &str, label: &str) -> Result<At, ApiError> {
     let unknown = || {
         ApiError::bad(format!(
             "{name}={label:?}: no marker with this label (markers: {})",
-            marker_names()
+            state.marker_names()
         ))
     };
-    let id = labels(label).ok_or_else(unknown)?;
-    let &(time, events, _) = totals
+    let id = state.label(label).ok_or_else(unknown)?;
+    let &(time, events, _) = state
+        .index
+        .totals
         .markers
         .iter()
         .find(|(_, _, l)| *l == id)
@@ -544,5 +537,102 @@ impl Filters {
                 .map(|freed| (freed, self.range.0, self.range.1)),
             chunk: self.chunk,
         }
+    }
+}
+
+/// A bound of a group filter: a count, or a percentage of the group's allocations.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    Count(u64),
+    Percent(f64),
+}
+
+impl Bound {
+    fn parse(params: &Params, name: &str) -> Result<Option<Bound>, ApiError> {
+        let Some(text) = params.get(name).filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        let bad = || ApiError::bad(format!("{name}={text:?}: a count, or a percentage (N%)"));
+        match text.trim().strip_suffix('%') {
+            Some(p) => match p.trim().parse::<f64>() {
+                Ok(p) if (0.0..=100.0).contains(&p) => Ok(Some(Bound::Percent(p))),
+                _ => Err(bad()),
+            },
+            None => text
+                .trim()
+                .parse()
+                .map(|n| Some(Bound::Count(n)))
+                .map_err(|_| bad()),
+        }
+    }
+
+    /// The bound as a count, for a group of `of` allocations.
+    fn of(self, of: u64) -> f64 {
+        match self {
+            Bound::Count(n) => n as f64,
+            Bound::Percent(p) => of as f64 * p / 100.0,
+        }
+    }
+}
+
+/// The group filters of a query (bytehound's): keep the sites whose blocks that pass the filters
+/// number so many allocations over the run, of which so many are live at the end, and whose
+/// first and last allocation lie so far apart. Every endpoint that takes filters applies them,
+/// as a selection of the classes of the sites that pass.
+#[derive(Debug, Default)]
+pub struct Groups {
+    allocations: (Option<u64>, Option<u64>),
+    leaked: (Option<Bound>, Option<Bound>),
+    /// Bounds on the time between the group's first and last allocation, ns.
+    interval: (Option<u64>, Option<u64>),
+}
+
+impl Groups {
+    pub fn parse(params: &Params) -> Result<Groups, ApiError> {
+        Ok(Groups {
+            allocations: (
+                params.number("group_allocations_min")?,
+                params.number("group_allocations_max")?,
+            ),
+            leaked: (
+                Bound::parse(params, "group_leaked_min")?,
+                Bound::parse(params, "group_leaked_max")?,
+            ),
+            interval: (
+                params.number("group_interval_min")?,
+                params.number("group_interval_max")?,
+            ),
+        })
+    }
+
+    pub fn any(&self) -> bool {
+        self.allocations != (None, None)
+            || self.leaked.0.is_some()
+            || self.leaked.1.is_some()
+            || self.interval != (None, None)
+    }
+
+    /// Whether a site passes: `allocations` over the run, `leaked` of them live at the end, its
+    /// first and last allocation at `first_last` (`None`: no allocation).
+    pub fn pass(&self, allocations: u64, leaked: u64, first_last: Option<(u64, u64)>) -> bool {
+        let interval = first_last.map(|(first, last)| last.saturating_sub(first));
+        self.allocations.0.is_none_or(|n| allocations >= n)
+            && self.allocations.1.is_none_or(|n| allocations <= n)
+            && self
+                .leaked
+                .0
+                .is_none_or(|b| leaked as f64 >= b.of(allocations))
+            && self
+                .leaked
+                .1
+                .is_none_or(|b| leaked as f64 <= b.of(allocations))
+            && self
+                .interval
+                .0
+                .is_none_or(|n| interval.is_some_and(|i| i >= n))
+            && self
+                .interval
+                .1
+                .is_none_or(|n| interval.is_some_and(|i| i <= n))
     }
 }

@@ -1,15 +1,135 @@
 //! What the server knows of one trace: the opened trace, its index, its call sites (stacks
-//! grouped by context as the reports group them) with their frames resolved once, and a small
-//! cache of the scans that answered queries the index could not.
+//! grouped by context as the reports group them) with their frames resolved once, and the
+//! replays that answer what the index cannot ([`Replays`]: one at a time, their answers kept for
+//! the queries that follow).
 
-use super::index::{Agg, Builder, Classes};
+use super::index::{Agg, BinFilter, Classes, IndexBuilder};
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::{Frame, ReportOptions, Resolve, ReturnAddress};
 use memprof_trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+/// The trace being served; replaced as a live trace grows.
+pub type Shared = Arc<RwLock<Option<Arc<State>>>>;
+
+/// Scans, and exports, kept for the queries that follow (a page asks for a view, then the same
+/// view again).
+const CACHED_SCANS: usize = 4;
+
+/// The replays of the trace that answer what the index cannot (a query's scan, an export, the
+/// lists of allocations, mappings and label sets), and the answers kept from recent ones. Every
+/// replay runs through here, one at a time, so that memory stays that of one replay.
+#[derive(Debug, Default)]
+pub struct Replays {
+    /// Held while a replay runs.
+    running: Mutex<()>,
+    /// Recent scans, and the index's figures under a filter on its bins, by their query.
+    scans: Mutex<Vec<(String, Arc<Agg>)>>,
+    /// Recent exports' bodies by their query.
+    exports: Mutex<Vec<(String, Arc<Vec<u8>>)>>,
+}
+
+/// The answer kept under `key`.
+fn kept<T: Clone>(answers: &Mutex<Vec<(String, T)>>, key: &str) -> Option<T> {
+    answers
+        .lock()
+        .ok()
+        .and_then(|a| a.iter().find(|(k, _)| k == key).map(|(_, a)| a.clone()))
+}
+
+/// Keeps `answer` under `key`, in place of the oldest when [`CACHED_SCANS`] are kept.
+fn keep<T>(answers: &Mutex<Vec<(String, T)>>, key: String, answer: T) {
+    if let Ok(mut answers) = answers.lock() {
+        if answers.len() >= CACHED_SCANS {
+            answers.remove(0);
+        }
+        answers.push((key, answer));
+    }
+}
+
+impl Replays {
+    /// Runs `replay` alone: after the one under way, if any.
+    pub fn run<T>(&self, replay: impl FnOnce() -> T) -> T {
+        let _one_at_a_time = self
+            .running
+            .lock()
+            // A replay that failed (a 500) leaves nothing half-made behind the lock.
+            .unwrap_or_else(PoisonError::into_inner);
+        replay()
+    }
+
+    /// The scan kept for the query `key`, else the one `scan` makes, alone, then kept.
+    pub fn scan<E>(
+        &self,
+        key: String,
+        scan: impl FnOnce() -> Result<Agg, E>,
+    ) -> Result<Arc<Agg>, E> {
+        if let Some(agg) = kept(&self.scans, &key) {
+            return Ok(agg);
+        }
+        self.run(|| {
+            // Made meanwhile by the replay waited for.
+            if let Some(agg) = kept(&self.scans, &key) {
+                return Ok(agg);
+            }
+            let agg = Arc::new(scan()?);
+            keep(&self.scans, key, agg.clone());
+            Ok(agg)
+        })
+    }
+
+    /// The index's figures of the blocks `bins` passes kept for an earlier query, else those
+    /// `filter` makes from the index (no replay), then kept.
+    pub fn filtered(&self, bins: &BinFilter, filter: impl FnOnce() -> Agg) -> Arc<Agg> {
+        let key = format!("bins {bins:?}");
+        if let Some(agg) = kept(&self.scans, &key) {
+            return agg;
+        }
+        let agg = Arc::new(filter());
+        if let Ok(mut scans) = self.scans.lock() {
+            // One at a time: it may be as large as the index.
+            scans.retain(|(k, _)| !k.starts_with("bins "));
+            if scans.len() >= CACHED_SCANS {
+                scans.remove(0);
+            }
+            scans.push((key, agg.clone()));
+        }
+        agg
+    }
+
+    /// The export kept for the query `key`, else the body `export` writes, alone, then kept.
+    pub fn export<E>(
+        &self,
+        key: String,
+        export: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<Vec<u8>, E> {
+        let body = |key: &str| kept(&self.exports, key).map(|body| body.as_ref().clone());
+        if let Some(body) = body(&key) {
+            return Ok(body);
+        }
+        self.run(|| {
+            if let Some(body) = body(&key) {
+                return Ok(body);
+            }
+            let body = export()?;
+            keep(&self.exports, key, Arc::new(body.clone()));
+            Ok(body)
+        })
+    }
+
+    /// Forgets the answers kept: they were of the trace as it was.
+    pub fn forget(&self) {
+        if let Ok(mut scans) = self.scans.lock() {
+            scans.clear();
+        }
+        if let Ok(mut exports) = self.exports.lock() {
+            exports.clear();
+        }
+    }
+}
 
 /// A frame as the API writes it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -109,12 +229,8 @@ pub struct State {
     pub sites: Vec<SiteInfo>,
     /// Markers: label id → text.
     pub labels: HashMap<u32, String>,
-    /// Recent scans by their query.
-    pub scans: Mutex<Vec<(String, Arc<Agg>)>>,
-    /// Recent exports' bodies by their query.
-    pub exports: Mutex<Vec<(String, Arc<Vec<u8>>)>>,
-    /// Held while a scan runs: one at a time, so memory stays that of one replay.
-    pub scanning: Mutex<()>,
+    /// Its replays, and their answers kept.
+    pub replays: Replays,
     /// A live trace's progress, while it is received.
     pub live: Option<LiveFigures>,
     /// What resolving more stacks into call sites needs.
@@ -249,7 +365,7 @@ impl State {
         } else {
             crate::common::bar(trace.events(), "indexing")
         };
-        let mut builder = Builder::index();
+        let mut builder = IndexBuilder::new();
         trace.visit(&mut builder, &mut |done| progress.set_position(done))?;
         progress.finish_and_clear();
         let (index, classes) = builder.finish();
@@ -287,9 +403,7 @@ impl State {
             names: Vec::new(),
             sites: Vec::new(),
             labels: HashMap::new(),
-            scans: Mutex::new(Vec::new()),
-            exports: Mutex::new(Vec::new()),
-            scanning: Mutex::new(()),
+            replays: Replays::default(),
             live: None,
             resolving: Resolving {
                 options,

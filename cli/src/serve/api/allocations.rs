@@ -3,10 +3,10 @@
 //! per request, one at a time; the server keeps the blocks allocated within the range and not
 //! freed yet, and the page being collected, not every allocation of the run.
 
-use super::MAX_LIMIT;
-use super::view::Query;
+use super::common::MAX_LIMIT;
 use crate::serve::query::{ApiError, Params};
 use crate::serve::state::State;
+use crate::serve::view::Query;
 use memprof_trace::{Block, ChunkFlags, Timed, Visitor};
 use serde_json::{Value, json};
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -206,16 +206,10 @@ pub fn allocations(state: &State, params: &Params) -> Result<Value, ApiError> {
         best: BinaryHeap::new(),
         total: 0,
     };
-    {
-        let _one_at_a_time = state
-            .scanning
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state
-            .trace
-            .visit(&mut collect, &mut |_| {})
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-    }
+    state
+        .replays
+        .run(|| state.trace.visit(&mut collect, &mut |_| {}))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     // Those never freed end with the trace.
     let open: Vec<Allocation> = collect.pending.drain().map(|(_, a)| a).collect();
     for allocation in open {

@@ -1,12 +1,12 @@
 //! `/api/diff`: what grew and shrank per site between two moments, and the growth's flame
 //! graph.
 
+use super::common::{MAX_LIMIT, with_raw};
 use super::flame::tree;
-use super::view::{Query, marker, moment, view};
-use super::{MAX_LIMIT, with_raw};
 use crate::serve::index::Live;
-use crate::serve::query::{ApiError, At, Params};
+use crate::serve::query::{ApiError, At, Params, marker, moment};
 use crate::serve::state::State;
+use crate::serve::view::{Query, view};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 

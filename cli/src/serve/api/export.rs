@@ -1,15 +1,14 @@
 //! `/api/export/FORMAT`: the live heap at a moment through the crate's writers.
 
-use super::view::Query;
-use super::{CACHED_SCANS, Reply};
+use super::common::Reply;
 use crate::serve::index::Selection;
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
+use crate::serve::view::Query;
 use memprof::export::Format;
 use memprof_trace::{Accumulated, Block, Heap, LiveBlocks, Timed, Visitor};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// `/api/export/FORMAT`: the live heap at `at` (blocks allocated within the range and passing
@@ -42,38 +41,16 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
         q.hi,
         q.lo
     );
-    let cached = |state: &State| {
-        state.exports.lock().ok().and_then(|e| {
-            e.iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, body)| body.as_ref().clone())
-        })
-    };
-    if let Some(body) = cached(state) {
-        return Ok(reply(body));
-    }
     // Blocks live at the moment, with their thread: a replay up to it.
     let (stop_events, stop_time) = match q.at {
         At::End => (u64::MAX, u64::MAX),
         At::Time(t) => (u64::MAX, t),
         At::Peak { events, .. } | At::Marker { events, .. } => (events, u64::MAX),
     };
-    let _one_at_a_time = state
-        .scanning
-        .lock()
-        // A scan that failed (a 500) leaves nothing half-made behind the lock.
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(body) = cached(state) {
-        return Ok(reply(body));
-    }
-    let (heap, time) = live_heap(state, &q, stop_events, stop_time)?;
-    let body = write_body(state, kind, format, &heap, time)?;
-    if let Ok(mut exports) = state.exports.lock() {
-        if exports.len() >= CACHED_SCANS {
-            exports.remove(0);
-        }
-        exports.push((key, Arc::new(body.clone())));
-    }
+    let body = state.replays.export(key, || {
+        let (heap, time) = live_heap(state, &q, stop_events, stop_time)?;
+        write_body(state, kind, format, &heap, time)
+    })?;
     Ok(reply(body))
 }
 

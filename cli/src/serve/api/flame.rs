@@ -1,8 +1,8 @@
 //! `/api/flame`: a flame graph of the live, allocated, leaked or temporary bytes.
 
-use super::view::{Query, view};
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
+use crate::serve::view::{Query, view};
 
 /// A flame graph: its nodes in one vector, each naming its children by index, so that neither
 /// building it, nor writing it, nor dropping it recurses, however deep the stacks (a recursion of

@@ -3,9 +3,9 @@
 //! exports.
 
 use super::export::live_heap;
-use super::view::Query;
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
+use crate::serve::view::Query;
 use serde_json::{Map, Value, json};
 
 /// The label sets at the query's moment, most live bytes first: each with its labels (an
@@ -18,13 +18,9 @@ pub fn labels(state: &State, params: &Params) -> Result<Value, ApiError> {
         At::Time(t) => (u64::MAX, t),
         At::Peak { events, .. } | At::Marker { events, .. } => (events, u64::MAX),
     };
-    let (heap, time) = {
-        let _one_at_a_time = state
-            .scanning
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        live_heap(state, &q, stop_events, stop_time)?
-    };
+    let (heap, time) = state
+        .replays
+        .run(|| live_heap(state, &q, stop_events, stop_time))?;
     let snapshot = crate::moment::snapshot(&state.trace, &heap, heap.live_bytes);
     let rows = crate::labels::rows(&snapshot);
     let label_sets: Vec<Value> = rows

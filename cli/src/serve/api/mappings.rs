@@ -4,11 +4,11 @@
 //! mappings that pass the filters as the kernel keeps them (`memprof_trace::RangeMap`: an unmap
 //! of part of a mapping trims or splits it, a mapping over mapped pages replaces them).
 
-use super::view::Query;
-use super::{MAX_LIMIT, MAX_POINTS};
+use super::common::{MAX_LIMIT, MAX_POINTS};
 use crate::serve::index::Classes;
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
+use crate::serve::view::Query;
 use memprof_trace::{Accumulated, Block, Mapping, RangeMap, Timed, Visitor};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -199,16 +199,10 @@ pub fn mappings(state: &State, params: &Params) -> Result<Value, ApiError> {
         made: (0, 0),
         unmaps: 0,
     };
-    {
-        let _one_at_a_time = state
-            .scanning
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state
-            .trace
-            .visit(&mut scan, &mut |_| {})
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-    }
+    state
+        .replays
+        .run(|| state.trace.visit(&mut scan, &mut |_| {}))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     scan.passing(u64::MAX);
     let at_live = scan.at_live.take().unwrap_or_else(|| scan.per_site());
     let (bytes, count) = at_live

@@ -1,11 +1,11 @@
 //! `/api/sites`, the table of call sites, and `/api/site/ID`, one of them.
 
-use super::MAX_LIMIT;
+use super::common::MAX_LIMIT;
 use super::timeline::timeline;
-use super::view::{Query, View, view};
 use crate::serve::index::{Cell, Live};
 use crate::serve::query::{ApiError, At, Params};
 use crate::serve::state::State;
+use crate::serve::view::{Query, View, view};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! `/api/summary`: the trace as a whole.
 
-use super::{MARKERS_LISTED, markers, width};
+use super::common::{MARKERS_LISTED, markers, width};
 use crate::serve::index::bin_edges;
 use crate::serve::state::State;
 use serde_json::{Value, json};

@@ -1,10 +1,10 @@
 //! `/api/timeline`, and a site's timeline.
 
-use super::view::{Query, View, ViewAgg, filtered, view};
-use super::{MARKERS_LISTED, MAX_POINTS, MIN_INDEX_POINTS, markers, width};
+use super::common::{MARKERS_LISTED, MAX_POINTS, MIN_INDEX_POINTS, markers, width};
 use crate::serve::index::Cell;
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
+use crate::serve::view::{Query, View, ViewAgg, filtered, view};
 use serde_json::{Value, json};
 
 fn points_param(params: &Params) -> Result<u64, ApiError> {

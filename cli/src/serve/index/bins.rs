@@ -1,5 +1,6 @@
-//! The index's counters split by a block's size and lifetime, so that the size and lifetime
-//! filters whose bounds fall on the bins' edges are answered from the index, exactly.
+//! The bins of a block's size and lifetime, by which the index splits its counters
+//! ([`Bin`], [`BinCell`]), and the index's figures under a filter on them: the size and
+//! lifetime filters whose bounds fall on the bins' edges are answered from the index, exactly.
 //!
 //! Sizes: 0 to 7 bytes one bin each; from 8 on, four bins an octave: `2^e` alone, the sizes
 //! between `2^e` and `1.5 * 2^e`, `1.5 * 2^e` alone, those between `1.5 * 2^e` and `2^(e+1)`.
@@ -8,11 +9,8 @@
 //! bound on an edge is aligned whichever side it closes: `size_min=1024` and `size_max=1024`
 //! both are, as are `size_max=1023` and `size_min=1025`.
 
-use super::{Agg, Cell, Live, Point};
+use super::model::{Agg, Bin, BinCell, BinTotals, Cell, Live, NEVER, Point};
 use std::collections::HashMap;
-
-/// The lifetime bin of blocks never freed (or still live at the end).
-pub const NEVER: u8 = 41;
 
 /// The size bin of `size`.
 pub fn size_bin(size: u64) -> u8 {
@@ -77,109 +75,6 @@ pub fn life_range(bin: u8) -> (u64, u64) {
     }
 }
 
-/// Which counters of a class and bucket: a size bin, a lifetime bin, and whether temporary.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub struct Bin {
-    /// [`size_bin`] of the blocks' size.
-    pub size: u8,
-    /// [`life_bin`] of their lifetime, [`NEVER`] when never freed.
-    pub life: u8,
-    /// Whether they were temporary.
-    pub temporary: bool,
-}
-
-impl Bin {
-    /// A class and a bin as one number, for the maps of the pass.
-    pub fn key(self, class: u32) -> u64 {
-        u64::from(class) << 24
-            | u64::from(self.size) << 16
-            | u64::from(self.life) << 8
-            | u64::from(self.temporary)
-    }
-
-    /// The class and bin of a [`Bin::key`].
-    pub fn of_key(key: u64) -> (u32, Bin) {
-        (
-            (key >> 24) as u32,
-            Bin {
-                size: (key >> 16) as u8,
-                life: (key >> 8) as u8,
-                temporary: key & 1 == 1,
-            },
-        )
-    }
-}
-
-/// Counters of one class, bucket and bin. `allocs` to `life_sum` belong to the bucket of the
-/// allocation, `frees` and `free_bytes` to that of the free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BinCell {
-    /// Blocks allocated.
-    pub allocs: u64,
-    /// Bytes allocated.
-    pub alloc_bytes: u64,
-    /// Blocks freed.
-    pub frees: u64,
-    /// Bytes freed.
-    pub free_bytes: u64,
-    /// Sum of the lifetimes of the blocks allocated, ns.
-    pub life_sum: u64,
-}
-
-impl BinCell {
-    /// Adds `other` into `self`.
-    pub fn add(&mut self, other: &BinCell) {
-        self.allocs += other.allocs;
-        self.alloc_bytes += other.alloc_bytes;
-        self.frees += other.frees;
-        self.free_bytes += other.free_bytes;
-        self.life_sum = self.life_sum.saturating_add(other.life_sum);
-    }
-
-    /// Adds these counters of bin `bin` into a [`Cell`].
-    fn add_to(&self, bin: Bin, cell: &mut Cell) {
-        cell.allocs += self.allocs;
-        cell.alloc_bytes += self.alloc_bytes;
-        cell.frees += self.frees;
-        cell.free_bytes += self.free_bytes;
-        if bin.temporary {
-            cell.temporary += self.allocs;
-            cell.temporary_bytes += self.alloc_bytes;
-        }
-        if bin.life != NEVER {
-            cell.life_count += self.allocs;
-        }
-        cell.life_sum = cell.life_sum.saturating_add(self.life_sum);
-    }
-}
-
-/// The index's split figures besides its per-bucket bins.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct BinTotals {
-    /// Live at the peak, per class and bin (entries only where some live).
-    pub peak: Vec<(u32, Bin, Live)>,
-    /// Times of the first and last allocation, per class and bin.
-    pub first_last: Vec<(u32, Bin, u64, u64)>,
-    /// The labels whose first marker the index keeps the live heap at, in order of the run.
-    pub marker_labels: Vec<u32>,
-    /// Live at those markers as differences: a block live at markers `i..j` of
-    /// `marker_labels` counts `+` at `i` and `-` at `j` (when `j` is one): the live heap at
-    /// marker `m` is the sum of the entries at `0..=m`. Per class, bin and marker.
-    pub marker_steps: Vec<(u32, Bin, u32, i64, i64)>,
-}
-
 /// A size and lifetime filter on the bins' edges.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BinFilter {
@@ -241,6 +136,22 @@ pub fn edges() -> (Vec<u64>, Vec<u64>) {
     (sizes, lives)
 }
 
+/// Adds the counters `counters` of bin `bin` into a [`Cell`].
+fn add_to(counters: &BinCell, bin: Bin, cell: &mut Cell) {
+    cell.allocs += counters.allocs;
+    cell.alloc_bytes += counters.alloc_bytes;
+    cell.frees += counters.frees;
+    cell.free_bytes += counters.free_bytes;
+    if bin.temporary {
+        cell.temporary += counters.allocs;
+        cell.temporary_bytes += counters.alloc_bytes;
+    }
+    if bin.life != NEVER {
+        cell.life_count += counters.allocs;
+    }
+    cell.life_sum = cell.life_sum.saturating_add(counters.life_sum);
+}
+
 impl Agg {
     /// The index's aggregates of the blocks `filter` passes: its buckets, the live heap at the
     /// end, at the peak and at the markers it keeps, the first and last allocations.
@@ -258,7 +169,7 @@ impl Agg {
                     out.push((bucket, Cell::default()));
                 }
                 let cell = &mut out.last_mut().expect("a cell").1;
-                counters.add_to(bin, cell);
+                add_to(&counters, bin, cell);
                 if bin.life == NEVER {
                     end[class].0 += counters.alloc_bytes;
                     end[class].1 += counters.allocs;

@@ -1,11 +1,13 @@
-//! What the endpoints share: a query's moments and filters, and the view that answers it (the
-//! index, or a scan of the trace made for the query and kept for the next ones).
+//! A query of the API resolved against the trace, as the endpoints share it: its moments and
+//! filters ([`Query`], the group filters applied), and the view that answers it ([`View`]: the
+//! index, or a scan of the trace made for the query through the state's [`Replays`] and kept for
+//! the next ones).
+//!
+//! [`Replays`]: super::state::Replays
 
-use super::CACHED_SCANS;
-use super::groups::Groups;
-use crate::serve::index::{Agg, BinFilter, Builder, Cell, Live, Point, Selection};
-use crate::serve::query::{ApiError, At, Filters, Params};
-use crate::serve::state::State;
+use super::index::{Agg, BinFilter, Cell, Live, Point, Scan, Selection};
+use super::query::{ApiError, At, Filters, Groups, Params, marker, moment};
+use super::state::State;
 use std::sync::Arc;
 
 /// The moments and filters of a query.
@@ -64,30 +66,58 @@ impl Query {
         };
         let groups = Groups::parse(params)?;
         if groups.any() {
-            q.classes = Some(groups.mask(state, &mut q)?);
+            q.classes = Some(q.group_mask(state, &groups)?);
         }
         Ok(q)
     }
-}
 
-pub fn moment(state: &State, name: &str, text: &str) -> Result<At, ApiError> {
-    crate::serve::query::moment(
-        name,
-        text,
-        &state.index.totals,
-        &|l| state.label(l),
-        &|| state.marker_names(),
-    )
-}
-
-pub fn marker(state: &State, name: &str, label: &str) -> Result<At, ApiError> {
-    crate::serve::query::marker(
-        name,
-        label,
-        &state.index.totals,
-        &|l| state.label(l),
-        &|| state.marker_names(),
-    )
+    /// The classes of the query's selection (its classes, and its filters on blocks) whose site
+    /// passes the group filters, from the figures over the whole run.
+    fn group_mask(&mut self, state: &State, groups: &Groups) -> Result<Vec<bool>, ApiError> {
+        let classes = state.classes.list.len();
+        let whole = Query {
+            filters: std::mem::take(&mut self.filters),
+            classes: self.classes.clone(),
+            at: At::End,
+            lo: None,
+            hi: u64::MAX,
+        };
+        let answer = (|| {
+            let v = view(state, &whole, &[], None)?;
+            let range = v.range(None, u64::MAX, classes);
+            let leaked = v.live(&At::End, classes);
+            let first_last = &v.agg().first_last;
+            let sites = state.sites.len();
+            let mut cells = vec![Cell::default(); sites];
+            let mut live = vec![0u64; sites];
+            let mut span: Vec<Option<(u64, u64)>> = vec![None; sites];
+            for class in 0..classes {
+                let site = state.site_of_class(class) as usize;
+                cells[site].add(&range[class]);
+                live[site] += leaked[class].1;
+                if range[class].allocs > 0
+                    && let Some(&(first, last)) = first_last.get(class)
+                    && first <= last
+                {
+                    span[site] = Some(match span[site] {
+                        None => (first, last),
+                        Some((f, l)) => (f.min(first), l.max(last)),
+                    });
+                }
+            }
+            let passing: Vec<bool> = (0..sites)
+                .map(|s| groups.pass(cells[s].allocs, live[s], span[s]))
+                .collect();
+            Ok((0..classes)
+                .map(|class| {
+                    passing[state.site_of_class(class) as usize]
+                        && self.classes.as_ref().is_none_or(|m| m[class])
+                })
+                .collect())
+        })();
+        self.filters = whole.filters;
+        answer
+    }
 }
 
 /// The aggregates that answer a query: the index (with the classes not selected masked), or a
@@ -306,25 +336,7 @@ pub fn view<'a>(
 
 /// The index's figures of the blocks `bins` passes, or the same made for an earlier query.
 pub fn filtered(state: &State, bins: &BinFilter) -> Arc<Agg> {
-    let key = format!("bins {bins:?}");
-    let cached = state
-        .scans
-        .lock()
-        .ok()
-        .and_then(|s| s.iter().find(|(k, _)| *k == key).map(|(_, a)| a.clone()));
-    if let Some(agg) = cached {
-        return agg;
-    }
-    let agg = Arc::new(state.index.filtered(bins));
-    if let Ok(mut scans) = state.scans.lock() {
-        // One at a time: it may be as large as the index.
-        scans.retain(|(k, _)| !k.starts_with("bins "));
-        if scans.len() >= CACHED_SCANS {
-            scans.remove(0);
-        }
-        scans.push((key, agg.clone()));
-    }
-    agg
+    state.replays.filtered(bins, || state.index.filtered(bins))
 }
 
 fn selection_key(selection: &Selection) -> String {
@@ -350,38 +362,15 @@ fn scan(
     selection: Selection,
     points: Vec<Point>,
 ) -> Result<Arc<Agg>, ApiError> {
-    let cached = |state: &State| {
+    state.replays.scan(key, || {
+        let mut scan = match edges {
+            Some(edges) => Scan::new(&state.classes, edges, selection, points),
+            None => Scan::points_only(&state.classes, selection, points),
+        };
         state
-            .scans
-            .lock()
-            .ok()
-            .and_then(|s| s.iter().find(|(k, _)| *k == key).map(|(_, a)| a.clone()))
-    };
-    if let Some(agg) = cached(state) {
-        return Ok(agg);
-    }
-    let _one_at_a_time = state
-        .scanning
-        .lock()
-        // A scan that failed (a 500) leaves nothing half-made behind the lock.
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(agg) = cached(state) {
-        return Ok(agg);
-    }
-    let mut builder = match edges {
-        Some(edges) => Builder::scan(&state.classes, edges, selection, points),
-        None => Builder::points_only(&state.classes, selection, points),
-    };
-    state
-        .trace
-        .visit(&mut builder, &mut |_| {})
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let agg = Arc::new(builder.finish().0);
-    if let Ok(mut scans) = state.scans.lock() {
-        if scans.len() >= CACHED_SCANS {
-            scans.remove(0);
-        }
-        scans.push((key, agg.clone()));
-    }
-    Ok(agg)
+            .trace
+            .visit(&mut scan, &mut |_| {})
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        Ok(scan.finish().0)
+    })
 }
