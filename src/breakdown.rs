@@ -288,7 +288,7 @@ fn stack_pointers() -> Vec<usize> {
 }
 
 fn measure() -> MemoryBreakdown {
-    let heap_requested = crate::table::TABLE.stats().live_bytes;
+    let heap_requested = crate::snapshot::heap_stats().live_bytes;
     let memprof_own = memory::own_bytes();
     let mut blocks: Vec<usize> = Snapshot::take().blocks.iter().map(|b| b.address).collect();
     blocks.sort_unstable();

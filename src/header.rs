@@ -35,13 +35,14 @@ pub(crate) struct Settings {
     pub system_malloc: bool,
 }
 
-/// The slot number a header holds for a block that is not recorded.
-pub(crate) const UNRECORDED: u32 = u32::MAX;
+/// The slot number a header holds for a block that is not recorded: it has no slot. (A whole
+/// header of such a block is [`Headed::UNRECORDED`].)
+pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 /// What a header holds: what the free of a recorded block needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Headed {
-    /// The block's slot, or [`UNRECORDED`].
+    /// The block's slot, or [`NO_SLOT`].
     pub slot: u32,
     /// The block's stack.
     pub stack: StackId,
@@ -52,7 +53,7 @@ pub(crate) struct Headed {
 impl Headed {
     /// A block that is not recorded.
     pub(crate) const UNRECORDED: Headed = Headed {
-        slot: UNRECORDED,
+        slot: NO_SLOT,
         stack: StackId(0),
         size: 0,
     };
@@ -60,7 +61,7 @@ impl Headed {
     /// Whether the block is recorded.
     #[inline]
     pub(crate) fn is_recorded(&self) -> bool {
-        self.slot != UNRECORDED
+        self.slot != NO_SLOT
     }
 }
 
@@ -109,8 +110,8 @@ const HEADED_MAX: usize = 64 << 10;
 /// [`headers`]), blocks under [`HEADED_MAX`] whose alignment the header keeps (more would cost the
 /// alignment in front of every block).
 #[inline(always)]
-pub(crate) fn is_headed(layout: Layout, builder: &Settings) -> bool {
-    layout.size() < HEADED_MAX && layout.align() <= HEADER && headers(builder)
+pub(crate) fn is_headed(layout: Layout, settings: &Settings) -> bool {
+    layout.size() < HEADED_MAX && layout.align() <= HEADER && headers(settings)
 }
 
 /// [`HEADERS`] before the first allocation decides it.
@@ -128,11 +129,11 @@ static HEADERS: AtomicU8 = AtomicU8::new(UNDECIDED);
 /// recording off, few blocks or none are in the table: the side tables hold those cheaply, and a
 /// header would only make every block larger (and glibc slower with it).
 #[inline(always)]
-fn headers(builder: &Settings) -> bool {
+fn headers(settings: &Settings) -> bool {
     match HEADERS.load(Relaxed) {
         HEADED => true,
         HEADLESS => false,
-        _ => decide_headers(builder),
+        _ => decide_headers(settings),
     }
 }
 
@@ -141,10 +142,10 @@ fn headers(builder: &Settings) -> bool {
 /// that gets here decides the same; the first to store its answer sets it.
 #[cold]
 #[inline(never)]
-fn decide_headers(builder: &Settings) -> bool {
+fn decide_headers(settings: &Settings) -> bool {
     let every = with_raw_env(c"MEMPROF_SAMPLE_INTERVAL", |interval| {
         with_raw_env(c"MEMPROF_ENABLED", |enabled| {
-            crate::config::records_every_block(interval, enabled, builder.sample_interval)
+            crate::config::records_every_block(interval, enabled, settings.sample_interval)
         })
     });
     let decided = if every { HEADED } else { HEADLESS };
@@ -222,7 +223,7 @@ pub(crate) unsafe fn read_header(ptr: *mut u8, layout: Layout) -> Option<Headed>
     if header.size != check(ptr, layout.size()) {
         return None;
     }
-    if header.slot == UNRECORDED {
+    if header.slot == NO_SLOT {
         // Nothing in the table vouches for a block not recorded: its stack field must hold the
         // second check, which the "not recorded" mark next to it never matches by itself.
         return (header.stack == unrecorded_check(ptr)).then_some(Headed::UNRECORDED);

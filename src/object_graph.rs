@@ -28,7 +28,6 @@ pub(crate) mod scan;
 use crate::address::StackId;
 use crate::guard::untracked;
 use crate::snapshot::Snapshot;
-use crate::table::TABLE;
 use crate::types::TypeRow;
 use crate::types::{self, Typing, names};
 pub(crate) use scan::BlockKind;
@@ -105,9 +104,8 @@ impl Heap {
         progress_after: Duration,
     ) -> Heap {
         untracked(|| {
-            let scanned = scan::scan_table(&TABLE, kind, progress_after);
-            let stacks = crate::snapshot::stacks_of(&TABLE);
-            let snapshot = Snapshot::from_parts(scanned.blocks, stacks, TABLE.stats().peak_bytes);
+            let scanned = scan::scan_table(kind, progress_after);
+            let snapshot = Snapshot::of_held_blocks(scanned.blocks);
             Heap {
                 snapshot,
                 first: scanned.first,
@@ -317,12 +315,12 @@ pub fn object_size<T: ?Sized>(value: &T) -> u64 {
             let stack_types = types::process_stack_types(&before, |s| s.live_blocks > 0);
             let tag_names = types::tag_names();
             let kind = block_kinds(&stack_types, &tag_names);
-            return scan::reachable_from(&TABLE, value, &kind);
+            return scan::reachable_from(value, &kind);
         }
         let untyped = |_: StackId, _: u32| BlockKind {
             pointer_free: false,
             interior: true,
         };
-        scan::reachable_from(&TABLE, value, &untyped)
+        scan::reachable_from(value, &untyped)
     })
 }

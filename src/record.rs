@@ -13,6 +13,9 @@
 //! theirs to say, and this module calls it without naming them, so that it never imports the
 //! doors. Events that arrive while another thread is starting it are not recorded.
 //!
+//! Beside the three events, the one other change a recorded block sees is its explicit type tag
+//! (`types::tags`), given here too ([`set_tag`]), so that no stage after the table changes it.
+//!
 //! Recording can be paused and resumed at run time ([`pause`], [`resume`], or the toggle signal):
 //! while paused, new blocks are not recorded, and frees are still applied, so a block allocated
 //! while paused and freed later, or recorded before and freed while paused, causes no error.
@@ -86,6 +89,24 @@ pub fn resume() {
 /// Whether recording is paused.
 pub fn is_paused() -> bool {
     PAUSED.load(Ordering::Relaxed)
+}
+
+/// Whether any block was ever recorded: false when memprof is not the global allocator (or is
+/// turned off). One relaxed load.
+#[inline]
+pub(crate) fn has_recorded() -> bool {
+    TABLE.has_recorded()
+}
+
+/// Gives the explicit type tag `tag` to the live block that starts at `address`, a headless one
+/// or one whose header names its slot; returns the block's stack and its previous tag, or `None`
+/// when no live block starts there. Not on the allocation path: called inside the reentrancy
+/// guard (the tag maps may allocate).
+pub(crate) fn set_tag(address: usize, tag: u32) -> Option<(StackId, u32)> {
+    TABLE.set_tag(address, tag).or_else(|| {
+        let slot = crate::header::header_slot(address)?;
+        TABLE.set_slot_tag(slot, address, tag)
+    })
 }
 
 /// The doors' part of starting the profiler, which the first recorded event starts: the path is

@@ -3,6 +3,11 @@
 //! [`Snapshot::take`] holds the table still for the time of one copy, so no block is half added or
 //! half removed in it, and leaves the table alone afterwards: reports built from the copy never
 //! make the allocation path wait.
+//!
+//! The one stage that reads the live table: what comes after it (symbolize, types, the memory
+//! scanner, breakdown, report, export, http) reads the table through it, as a [`Snapshot`], as the
+//! process's totals ([`heap_stats`], [`sample_interval`]), or, for the memory scanner, as the
+//! table held still with its blocks ([`hold`]).
 
 #![forbid(unsafe_code)]
 
@@ -26,7 +31,7 @@ pub struct LiveBlock {
 }
 
 /// The live blocks of a held table, by address.
-pub(crate) fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
+fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
     let mut blocks = Vec::with_capacity(table.len());
     table.for_each_block(|address, b| {
         blocks.push(LiveBlock {
@@ -43,7 +48,7 @@ pub(crate) fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
 }
 
 /// Every stack of `table` with its allocated totals (live counts left at 0).
-pub(crate) fn stacks_of(table: &Table) -> Vec<StackSummary> {
+fn stacks_of(table: &Table) -> Vec<StackSummary> {
     let allocated = table.allocated();
     table
         .stacks
@@ -59,6 +64,39 @@ pub(crate) fn stacks_of(table: &Table) -> Vec<StackSummary> {
             }
         })
         .collect()
+}
+
+/// The process's heap totals now ([`HeapStats::get`]), read without copying the table: for what
+/// shows the totals alone.
+pub(crate) fn heap_stats() -> HeapStats {
+    TABLE.stats()
+}
+
+/// The process's sampling interval now: mean bytes between recorded allocations, 0 when every
+/// one is recorded (as in [`Snapshot::sample_interval`]).
+#[cfg(feature = "http")]
+pub(crate) fn sample_interval() -> u64 {
+    TABLE.sample_interval()
+}
+
+/// The process's live table held still, until dropped: while it lives, no block the table holds
+/// is freed (a free removes its block from the table before the wrapped allocator gets it back,
+/// and waits while the table is held), so its blocks' memory may be read (`object_graph::scan`).
+/// Other threads' allocations and frees wait meanwhile; this thread's own go to the wrapped
+/// allocator unrecorded (it runs inside the reentrancy guard).
+pub(crate) struct Held(Locked<'static>);
+
+impl Held {
+    /// The live blocks of the held table, by address.
+    pub(crate) fn blocks(&self) -> Vec<LiveBlock> {
+        blocks_of(&self.0)
+    }
+}
+
+/// Holds the process's live table still ([`Held`]). Call it inside the reentrancy guard, and not
+/// while this thread holds the table already.
+pub(crate) fn hold() -> Held {
+    Held(TABLE.lock_all())
 }
 
 /// One interned stack with its counters.
@@ -165,6 +203,13 @@ impl Snapshot {
         peak_bytes: u64,
     ) -> Snapshot {
         Snapshot::sampled(blocks, stacks, peak_bytes, 0)
+    }
+
+    /// A snapshot of the process's table made of `blocks`, copied while it was held ([`hold`]):
+    /// every stack with its allocated totals, the live counts from `blocks`, the heap's peak now.
+    pub(crate) fn of_held_blocks(blocks: Vec<LiveBlock>) -> Snapshot {
+        let stacks = stacks_of(&TABLE);
+        Snapshot::from_parts(blocks, stacks, TABLE.stats().peak_bytes)
     }
 
     /// [`Snapshot::from_parts`] for blocks sampled one per `sample_interval` bytes on average:

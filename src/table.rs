@@ -2,9 +2,11 @@
 //!
 //! The global allocator's blocks under 64 KiB carry a header (their size, stack and [`slots`]
 //! number) and each fills one 16-byte slot, which holds its address and [`word`]: the free path
-//! reads the header beside the block, and only readers walk the slots. Every other block (larger
-//! or more aligned ones, and the C ABI's) is one word in one of the [`side`] tables, hash maps
-//! behind small locks picked by the block's 64 MiB region. Either way memory per live block is a
+//! reads the header beside the block, and only readers walk the slots. Every other block is one
+//! word in one of the [`side`] tables, hash maps behind small locks picked by the block's 64 MiB
+//! region: the global allocator's larger or more aligned ones, all of its blocks when they carry
+//! no header (under sampling, or with recording off, see `header`), the C ABI's, and the
+//! preloaded library's (`hooks::preload`, which knows its blocks by address alone). Either way memory per live block is a
 //! few dozen bytes whatever its size. What does not fit a word (sizes too large for it, type
 //! tags) is rare and kept beside it.
 //! Counters are per thread ([`writers`]): each recording thread writes its own with plain stores,
@@ -72,7 +74,8 @@ pub(crate) struct Block {
     pub size: u64,
     /// The stack that allocated it (or reallocated it last).
     pub stack: StackId,
-    /// A type tag; 0 means unknown. Reserved for per-type attribution.
+    /// The explicit type tag the program gave the block (`types::tags`, which numbers the type
+    /// names from 1); 0 for none.
     pub tag: u32,
 }
 
@@ -95,7 +98,7 @@ fn empty_cells<T, const N: usize>() -> Option<Box<[OnceLock<T>; N]>> {
 
 /// A live table: the process has one, [`TABLE`]; tests make their own.
 pub(crate) struct Table {
-    /// Live blocks by address: those reported through the C ABI.
+    /// Live blocks without a header, by address: see [`side`] for which.
     sides: [Mutex<Side>; SIDES],
     /// Live blocks of the global allocator, which carry a header.
     slots: Slots,

@@ -6,8 +6,14 @@
 //! its encoder, decoder and replay are the `memprof-trace` crate's, shared with the `memprof`
 //! command; here are the recorder's pieces:
 //!
-//! - `writer`: the background thread that turns full buffers into compressed chunks, defines
-//!   stacks, modules, threads and labels before their first use, and at close adds the symbols;
+//! - `writer`: the background thread that opens the destination and each round hands the full
+//!   buffers to the sink, and the close, which has it write what is left, the symbols and the end
+//!   record, and gives a stalled destination up;
+//! - `sink`: what the writer keeps between rounds and writes each round: compressed chunks of
+//!   events, with the stacks, modules, threads and labels defined before their first use, and the
+//!   symbols; the marker labels' ids;
+//! - `destination`: where the trace goes (a new file, a FIFO, a device, `tcp://`), how it is
+//!   opened and how long the writer has waited on it;
 //! - `symbols`: offline symbolization (`OfflineSymbolizer`), from the binaries a trace's module
 //!   records name, with the rules the live symbolizer follows (what `memprof symbolize` uses).
 //!
@@ -18,6 +24,10 @@
 //! tracing (its parent's trace is not its own to write); a program the child `exec`s traces on its
 //! own if its environment says so (name its file with `%p`).
 
+#[cfg(feature = "trace")]
+mod destination;
+#[cfg(feature = "trace")]
+mod sink;
 #[cfg(feature = "trace")]
 mod symbols;
 #[cfg(feature = "trace")]
@@ -73,7 +83,7 @@ pub(crate) fn in_forked_child() {
 pub fn mark(label: &str) {
     #[cfg(feature = "trace")]
     if ON.load(Ordering::Relaxed) {
-        match crate::guard::untracked(|| writer::label_id(label)) {
+        match crate::guard::untracked(|| sink::label_id(label)) {
             Some(id) => buffer::append(&[clock::ticks() << 3 | buffer::MARK, u64::from(id)]),
             // Too many labels wait for a writer far behind its destination.
             None => {

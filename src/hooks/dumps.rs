@@ -1,16 +1,83 @@
+//! The dumps and who writes them: the turn at writing the `MEMPROF_OUTPUT` files ([`Turn`]),
+//! which the dump thread and the at-exit writer take (`triggers`), the dump itself ([`dump`]),
+//! and its numbering.
+//!
 //! Numbered dumps: each time memprof writes the `MEMPROF_OUTPUT` files on its own (on growth,
 //! near the memory limit, on the dump signal, at exit), `%n` in their names is the dump's number,
 //! from 1; with `MEMPROF_DUMP_KEEP`, the files of the oldest numbered dumps are removed, so that
 //! that many stay. Only a dump whose files were all written counts: one that failed, even in part
 //! (a full disk, a file that cannot be created), removes no earlier dump and is never counted as
-//! kept (what it did write stays, named in the messages). The caller holds the turn at writing (`triggers::Turn`), so dumps never
-//! interleave.
+//! kept (what it did write stays, named in the messages). The caller of [`write`] holds the turn,
+//! so dumps never interleave.
+//!
+//! Below both of the modules that decide on a dump, the signal and exit triggers (`triggers`) and
+//! the dumps on growth and near the limit (`watch`): it calls neither.
 
 use crate::config::warn;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Whether the dump thread or the at-exit writer is writing. Not a `Mutex`: a forked child must be
+/// able to reset it, since the thread that held it in the parent does not exist in the child.
+static WRITING: AtomicBool = AtomicBool::new(false);
+
+/// A turn at writing the dump or exit files, given back when dropped.
+pub(super) struct Turn;
+
+impl Turn {
+    /// Waits for the turn; `None` when `deadline` passes first.
+    pub(super) fn take(deadline: Option<Instant>) -> Option<Turn> {
+        while WRITING
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return None;
+            }
+            // Dumps are rare and slow: polling costs nothing that matters and, unlike a
+            // condition variable, leaves no state that a forked child inherits half-held.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Some(Turn)
+    }
+
+    /// In a forked child: nobody holds the turn, whichever thread of the parent held it.
+    pub(super) fn reset_in_child() {
+        WRITING.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        WRITING.store(false, Ordering::Release);
+    }
+}
+
+/// Writes the dump: the `MEMPROF_OUTPUT` files, or the Markdown report on stderr. On the dump
+/// thread, once it has the turn.
+pub(super) fn dump() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_turn) = Turn::take(None) else {
+            return;
+        };
+        let config = crate::config::get();
+        match &config.output {
+            Some(spec) => {
+                write(spec, config.dump_keep);
+            }
+            None => {
+                if let Err(error) =
+                    crate::report::pretty_log_allocations(&mut std::io::stderr().lock())
+                {
+                    warn(format_args!("writing the dump failed: {error}"));
+                }
+            }
+        }
+    });
+}
 
 /// The number of the last dump written; 0 before the first.
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);

@@ -1,4 +1,13 @@
 //! [`MemProf`]: a `GlobalAlloc` that forwards to another allocator and records what passes.
+//!
+//! This file carries the contract: the allocator's entries, the header in front of the blocks
+//! under 64 KiB, and reallocations within one kind of block. Beside it, `path` is how the entries
+//! call the allocation path (the program's instances in release builds, the library's out of
+//! line with debug assertions), and `cross` the reallocations across 64 KiB and the blocks of
+//! strangers.
+
+mod cross;
+mod path;
 
 use super::Doors;
 use crate::config::Config;
@@ -296,116 +305,6 @@ impl<A: GlobalAlloc> MemProf<A> {
         new_ptr
     }
 
-    /// `realloc` of a headed block into a headless one (across 64 KiB): one reallocation, as
-    /// for blocks of one kind, carried out by a new headless block, the contents copied and the
-    /// old block freed.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live block of `layout` (headed, or a stranger); `layout` is headed and
-    /// `new_layout` valid and headless.
-    #[inline(always)]
-    unsafe fn realloc_to_headless(
-        &self,
-        ptr: *mut u8,
-        layout: Layout,
-        new_layout: Layout,
-    ) -> *mut u8 {
-        // SAFETY: `ptr` is a live block of `layout`.
-        let old = unsafe { read_header(ptr, layout) };
-        // A `match`, not a closure: one frame fewer for a walk to pass in unoptimized builds.
-        let reallocated = match old {
-            None => None,
-            Some(old) => path::realloc::<A>(
-                ptr as usize,
-                BlockRef::Headed(old),
-                BlockRef::Headless,
-                new_layout.size(),
-                self.settings,
-                || {
-                    // SAFETY: `new_layout` is valid and not empty; `ptr` is `HEADER` bytes past
-                    // the block `inner` handed out for the outer layout of `layout`, freed once
-                    // its contents are copied into the new block.
-                    unsafe {
-                        let new = self.inner.alloc(new_layout);
-                        if !new.is_null() {
-                            std::ptr::copy_nonoverlapping(ptr, new, layout.size());
-                            release_table_memory(ptr, layout.size());
-                            let outer = outer(layout.size(), layout.align());
-                            self.inner.dealloc(ptr.sub(HEADER), outer);
-                        }
-                        (new, self.malloc_block(new))
-                    }
-                },
-            ),
-        };
-        match reallocated {
-            Some((new_ptr, kept)) => {
-                if new_ptr.is_null() {
-                    // SAFETY: the old block is still the caller's, its header in front of it.
-                    unsafe { write_header(ptr, kept.header(), layout.size()) };
-                }
-                new_ptr
-            }
-            // SAFETY: not this allocator's block but the wrapped one's, moved into a new block.
-            None => unsafe {
-                self.moved(ptr, layout, new_layout, |ptr| {
-                    self.free_stranger(ptr, layout)
-                })
-            },
-        }
-    }
-
-    /// `realloc` of a headless block into a headed one (across 64 KiB): one reallocation, as for
-    /// blocks of one kind, carried out by a new headed block, the contents copied and the old
-    /// block freed.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live block of `layout` from `inner`; `layout` is headless and `new_layout`
-    /// valid and headed.
-    #[inline(always)]
-    unsafe fn realloc_to_headed(
-        &self,
-        ptr: *mut u8,
-        layout: Layout,
-        new_layout: Layout,
-    ) -> *mut u8 {
-        let new_size = new_layout.size();
-        let reallocated = path::realloc::<A>(
-            ptr as usize,
-            BlockRef::Headless,
-            BlockRef::NEW_HEADED,
-            new_size,
-            self.settings,
-            || {
-                // SAFETY: the outer layout of `new_layout` is valid (see `outer`); the caller
-                // gets the block past the header's room; `ptr`, a block of `layout` from
-                // `inner`, is freed once its contents are copied into the new block.
-                unsafe {
-                    let base = self.inner.alloc(outer(new_size, new_layout.align()));
-                    if base.is_null() {
-                        return (base, MallocBlock::NONE);
-                    }
-                    let new = base.add(HEADER);
-                    std::ptr::copy_nonoverlapping(ptr, new, new_size);
-                    release_table_memory(ptr, layout.size());
-                    self.inner.dealloc(ptr, layout);
-                    (new, self.malloc_block(base))
-                }
-            },
-        );
-        // A block without a header is never taken for a stranger's.
-        let Some((new_ptr, kept)) = reallocated else {
-            return std::ptr::null_mut();
-        };
-        if !new_ptr.is_null() {
-            // SAFETY: the new block, its header's room in front of it.
-            unsafe { write_header(new_ptr, kept.header(), new_size) };
-        }
-        new_ptr
-    }
-
     /// `block`, a new block of `inner` (null, or live), as the C library's allocator returned it
     /// when `inner` is `System` on Linux with glibc ([`Settings::system_malloc`], set by
     /// [`MemProf::new`]), else [`MallocBlock::NONE`]: nothing is read here.
@@ -451,185 +350,6 @@ impl<A: GlobalAlloc> MemProf<A> {
         // SAFETY: the header's room lies inside the block, before `ptr`.
         unsafe { write_header(ptr, recorded.header(), layout.size()) };
         ptr
-    }
-
-    /// Reallocates through a new block of `new_layout`: the contents copied, then the old block
-    /// freed with `free`: a `realloc` that moves another allocator's block into this one's.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live block of `layout` that `free` frees; `new_layout` is valid.
-    #[cold]
-    #[inline(never)]
-    unsafe fn moved(
-        &self,
-        ptr: *mut u8,
-        layout: Layout,
-        new_layout: Layout,
-        free: impl FnOnce(*mut u8),
-    ) -> *mut u8 {
-        // SAFETY: a valid layout of a non-zero size (a `realloc` to 0 bytes is not allowed).
-        let new = unsafe { self.alloc(new_layout) };
-        if !new.is_null() {
-            // SAFETY: both blocks are live, distinct, and at least this long.
-            unsafe {
-                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_layout.size()))
-            };
-            free(ptr);
-        }
-        new
-    }
-
-    /// Frees a block without this allocator's header: one the program got from the wrapped
-    /// allocator directly (or from C's `malloc`, when that is the wrapped allocator) and hands to
-    /// this one, which `GlobalAlloc` forbids but programs do. It goes back to the wrapped
-    /// allocator as it came, after the side tables forget it (the C ABI may have reported it).
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live block of `layout` from the wrapped allocator.
-    #[cold]
-    #[inline(never)]
-    unsafe fn free_stranger(&self, ptr: *mut u8, layout: Layout) {
-        let _ = path::free(ptr as usize, BlockRef::Headless);
-        // SAFETY: the caller's block, from `inner`, with its layout.
-        unsafe { self.inner.dealloc(ptr, layout) }
-    }
-}
-
-/// The allocation path as the allocator's entries call it.
-///
-/// In release builds, the path's own instances for this allocator ([`MemProf`] is its
-/// [`record::Start`]): the program's crate compiles them with its code, where thread-local
-/// accesses are the cheapest and the table's functions are inlined into the path.
-///
-/// In builds with debug assertions (Cargo's `dev` profile), the library's own instances, out of
-/// line: the program's crate compiles whatever it instantiates with its own optimization, none in
-/// a debug build, so the path's instances there stayed unoptimized even with
-/// `[profile.dev.package.memprof] opt-level = 3`, and each allocation cost ten times its release
-/// figure (`python3 scripts/compare.py --only debug`). Called out of line, the path is compiled
-/// where the library is, with the library's optimization.
-mod path {
-    #[cfg(debug_assertions)]
-    use super::Doors;
-    use crate::header::{BlockRef, Settings};
-    use crate::native::MallocBlock;
-    use crate::record;
-
-    /// [`record::alloc`] for the allocator over `A`.
-    #[cfg(not(debug_assertions))]
-    #[inline(always)]
-    pub(super) fn alloc<A>(
-        address: usize,
-        size: usize,
-        block: BlockRef,
-        settings: Settings,
-        malloc: MallocBlock,
-    ) -> BlockRef {
-        record::alloc::<super::MemProf<A>>(address, size, block, settings, malloc)
-    }
-
-    /// [`record::free`].
-    #[cfg(not(debug_assertions))]
-    #[inline(always)]
-    pub(super) fn free(address: usize, block: BlockRef) -> bool {
-        record::free(address, block)
-    }
-
-    /// [`record::realloc`] for the allocator over `A`.
-    #[cfg(not(debug_assertions))]
-    #[inline(always)]
-    pub(super) fn realloc<A>(
-        old_address: usize,
-        block: BlockRef,
-        new_kind: BlockRef,
-        new_size: usize,
-        settings: Settings,
-        realloc: impl FnOnce() -> (*mut u8, MallocBlock),
-    ) -> Option<(*mut u8, BlockRef)> {
-        record::realloc::<super::MemProf<A>>(
-            old_address,
-            block,
-            new_kind,
-            new_size,
-            settings,
-            realloc,
-        )
-    }
-
-    /// [`record::alloc`], the library's instance.
-    #[cfg(debug_assertions)]
-    #[inline(always)]
-    #[expect(
-        clippy::extra_unused_type_parameters,
-        reason = "the signature of the release builds' function"
-    )]
-    pub(super) fn alloc<A>(
-        address: usize,
-        size: usize,
-        block: BlockRef,
-        settings: Settings,
-        malloc: MallocBlock,
-    ) -> BlockRef {
-        alloc_outlined(address, size, block, settings, malloc)
-    }
-
-    #[cfg(debug_assertions)]
-    #[inline(never)]
-    fn alloc_outlined(
-        address: usize,
-        size: usize,
-        block: BlockRef,
-        settings: Settings,
-        malloc: MallocBlock,
-    ) -> BlockRef {
-        record::alloc::<Doors>(address, size, block, settings, malloc)
-    }
-
-    /// [`record::free`], the library's instance.
-    #[cfg(debug_assertions)]
-    #[inline(never)]
-    pub(super) fn free(address: usize, block: BlockRef) -> bool {
-        record::free(address, block)
-    }
-
-    /// [`record::realloc`], the library's instance.
-    #[cfg(debug_assertions)]
-    #[inline(always)]
-    #[expect(
-        clippy::extra_unused_type_parameters,
-        reason = "the signature of the release builds' function"
-    )]
-    pub(super) fn realloc<A>(
-        old_address: usize,
-        block: BlockRef,
-        new_kind: BlockRef,
-        new_size: usize,
-        settings: Settings,
-        realloc: impl FnOnce() -> (*mut u8, MallocBlock),
-    ) -> Option<(*mut u8, BlockRef)> {
-        let mut realloc = Some(realloc);
-        let mut call = || {
-            realloc
-                .take()
-                .map_or((std::ptr::null_mut(), MallocBlock::NONE), |realloc| {
-                    realloc()
-                })
-        };
-        realloc_outlined(old_address, block, new_kind, new_size, settings, &mut call)
-    }
-
-    #[cfg(debug_assertions)]
-    #[inline(never)]
-    fn realloc_outlined(
-        old_address: usize,
-        block: BlockRef,
-        new_kind: BlockRef,
-        new_size: usize,
-        settings: Settings,
-        realloc: &mut dyn FnMut() -> (*mut u8, MallocBlock),
-    ) -> Option<(*mut u8, BlockRef)> {
-        record::realloc::<Doors>(old_address, block, new_kind, new_size, settings, realloc)
     }
 }
 
@@ -740,7 +460,7 @@ mod tests {
             assert!(memprof.realloc(ptr, layout, FAILS).is_null());
             let back = read_header(ptr, layout).expect("the header is written again");
             assert!(back.is_recorded());
-            let snapshot = crate::Snapshot::of(table);
+            let snapshot = crate::snapshot::Snapshot::of(table);
             let block = snapshot.blocks.iter().find(|b| b.address == ptr as usize);
             assert_eq!(block.map(|b| (b.size, b.tag)), Some((40, 7)));
             memprof.dealloc(ptr, layout);

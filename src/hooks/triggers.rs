@@ -6,18 +6,23 @@
 //! (toggle) or write one byte to a pipe (dump); a background thread reads the pipe and writes the
 //! dump from ordinary code, while the program runs on.
 //!
-//! The dump thread and the at-exit writer write the same files: they take turns ([`Turn`]), and
-//! the exit writer, which waits for a dump in progress, keeps its turn until the process ends, so
-//! its files are the last ones. A forked child gets a pipe and a dump thread of its own (from the
-//! `pthread_atfork` child handler), so the dump signal sent to the child writes the child's heap.
+//! The dump thread and the at-exit writer write the same files: they take turns
+//! ([`dumps::Turn`]), and the exit writer, which waits for a dump in progress, keeps its turn
+//! until the process ends, so its files are the last ones. A forked child gets a pipe and a dump
+//! thread of its own (from the `pthread_atfork` child handler), so the dump signal sent to the
+//! child writes the child's heap.
+//!
+//! The dump itself ([`dumps::dump`]) is below this module and below `watch`, which decides on
+//! the dumps on growth and near the limit: this module calls both, and neither calls it.
 
-use super::{dumps, watch};
+use super::dumps::{self, Turn};
+use super::watch;
 use crate::alarm;
 use crate::config::{Config, warn};
 use crate::guard;
 use crate::header::Settings;
 use crate::native;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The write end of the dump pipe; -1 until the dump thread runs.
@@ -26,43 +31,12 @@ static DUMP_PIPE: AtomicI32 = AtomicI32::new(-1);
 /// The read end of the dump pipe, which the dump thread reads; -1 until it runs.
 static DUMP_READ: AtomicI32 = AtomicI32::new(-1);
 
-/// Whether the dump thread or the at-exit writer is writing. Not a `Mutex`: a forked child must be
-/// able to reset it, since the thread that held it in the parent does not exist in the child.
-static WRITING: AtomicBool = AtomicBool::new(false);
-
 /// How long the at-exit writer waits for a dump in progress before it writes anyway.
 const EXIT_WAIT: Duration = Duration::from_secs(30);
 
 /// Stack of the dump thread and the HTTP endpoint's first thread: a report symbolizes and
 /// formats, which needs more than a small thread stack.
 const DUMP_THREAD_STACK: usize = 2 << 20;
-
-/// A turn at writing the dump or exit files, given back when dropped.
-struct Turn;
-
-impl Turn {
-    /// Waits for the turn; `None` when `deadline` passes first.
-    fn take(deadline: Option<Instant>) -> Option<Turn> {
-        while WRITING
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            if deadline.is_some_and(|d| Instant::now() > d) {
-                return None;
-            }
-            // Dumps are rare and slow: polling costs nothing that matters and, unlike a
-            // condition variable, leaves no state that a forked child inherits half-held.
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        Some(Turn)
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        WRITING.store(false, Ordering::Release);
-    }
-}
 
 /// Sets up what `config` asks for. Runs once, when the profiler starts, inside the guard.
 pub(crate) fn install(config: &Config, settings: Settings) {
@@ -137,28 +111,6 @@ extern "C" fn at_exit() {
     });
 }
 
-/// Writes the dump: the `MEMPROF_OUTPUT` files, or the Markdown report on stderr.
-pub(super) fn dump() {
-    let _ = std::panic::catch_unwind(|| {
-        let Some(_turn) = Turn::take(None) else {
-            return;
-        };
-        let config = crate::config::get();
-        match &config.output {
-            Some(spec) => {
-                dumps::write(spec, config.dump_keep);
-            }
-            None => {
-                if let Err(error) =
-                    crate::report::pretty_log_allocations(&mut std::io::stderr().lock())
-                {
-                    warn(format_args!("writing the dump failed: {error}"));
-                }
-            }
-        }
-    });
-}
-
 extern "C" fn on_toggle(_signal: libc::c_int) {
     if crate::record::is_paused() {
         crate::record::resume();
@@ -185,7 +137,7 @@ extern "C" fn on_dump(_signal: libc::c_int) {
 /// parent's dump thread, and no dump thread of its own. It gets both, so that the dump signal
 /// writes the child's heap; and the turn at writing, which a parent's thread may have held.
 extern "C" fn in_forked_child() {
-    WRITING.store(false, Ordering::Release);
+    Turn::reset_in_child();
     let write_end = DUMP_PIPE.swap(-1, Ordering::Relaxed);
     let read_end = DUMP_READ.swap(-1, Ordering::Relaxed);
     alarm::set_pipe(-1);
@@ -274,7 +226,7 @@ fn dump_thread() {
         let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
         match (n, byte) {
             (1, alarm::WAKE) => guard::untracked(watch::check),
-            (1, _) => guard::untracked(dump),
+            (1, _) => guard::untracked(dumps::dump),
             (-1, _)
                 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
             _ => return,

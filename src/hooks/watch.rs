@@ -16,7 +16,7 @@
 //! heap-driven climb is read again and again as it nears the threshold, however fast it climbs,
 //! while the tick catches memory the heap does not count (mappings, stacks, the allocator's own).
 
-use super::triggers;
+use super::dumps;
 use crate::alarm;
 use crate::config::{Config, NearLimit, warn};
 use crate::header::Settings;
@@ -169,7 +169,7 @@ pub(super) fn check() {
                  (MEMPROF_DUMP_NEAR_LIMIT)"
             )),
         }
-        triggers::dump();
+        dumps::dump();
         HIGH_WATER.fetch_max(live, Relaxed);
     }
     let growth_level = (step > 0).then(|| HIGH_WATER.load(Relaxed).saturating_add(step));

@@ -15,7 +15,6 @@ use crate::export::{ExportOptions, Value, pprof};
 use crate::report::{Report, ReportOptions};
 use crate::snapshot::{Snapshot, StackSummary};
 use crate::symbolize::with_symbolizer;
-use crate::table::{HeapStats, TABLE};
 use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -198,7 +197,7 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
         }
         ("/debug/memprof/memory", _) => {
             let _turn = turn();
-            let breakdown = crate::MemoryBreakdown::get();
+            let breakdown = crate::breakdown::MemoryBreakdown::get();
             Response::made("text/plain; charset=utf-8", |out| breakdown.write_text(out))
         }
         ("/" | "/debug/memprof/" | "/debug/memprof" | "/debug/pprof/" | "/debug/pprof", _) => {
@@ -317,8 +316,8 @@ fn delta_heap() -> Response {
 
 /// The index page: what is served, with the heap's totals now.
 fn index() -> Response {
-    let stats = HeapStats::get();
-    let sampling = match TABLE.sample_interval() {
+    let stats = crate::snapshot::heap_stats();
+    let sampling = match crate::snapshot::sample_interval() {
         0 => "every allocation is recorded".to_owned(),
         interval => format!(
             "one allocation is recorded per {interval} bytes on average; profiles and reports \

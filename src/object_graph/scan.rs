@@ -3,8 +3,8 @@
 //! A reference is MemProf's conservative rule: a pointer-aligned word inside a live block whose
 //! value equals the start address of a live block. The scan is safe because:
 //!
-//! - the live table is held still for the whole scan ([`Table::lock_all`]). A free (and the free
-//!   half of a `realloc`) removes its block from the table *before* handing it back to the
+//! - the live table is held still for the whole scan ([`crate::snapshot::hold`]). A free (and the
+//!   free half of a `realloc`) removes its block from the table *before* handing it back to the
 //!   wrapped allocator, so while the table is held no tracked block can be freed: frees of other
 //!   threads wait at the table's door (a signal handler's free too, or, when it interrupted its
 //!   thread inside the table, the hold waits for it), this thread's own signals wait until the
@@ -32,7 +32,6 @@
 
 use crate::address::StackId;
 use crate::snapshot::LiveBlock;
-use crate::table::Table;
 use std::time::{Duration, Instant};
 
 /// Word size: references are pointer-aligned words.
@@ -356,18 +355,17 @@ pub(crate) struct Scanned {
     pub offset: Vec<u32>,
 }
 
-/// Copies the live blocks of `table` and finds every reference between them, holding the table
-/// meanwhile. `kind(stack, tag)` tells how to treat each block. Run it inside the reentrancy
-/// guard.
+/// Copies the live blocks of the process's table and finds every reference between them, holding
+/// the table meanwhile. `kind(stack, tag)` tells how to treat each block. Run it inside the
+/// reentrancy guard.
 pub(crate) fn scan_table(
-    table: &Table,
     kind: &dyn Fn(StackId, u32) -> BlockKind,
     progress_after: Duration,
 ) -> Scanned {
     let mut progress = Progress::new("scanning the heap", progress_after);
-    let held = table.lock_all();
+    let held = crate::snapshot::hold();
     let readable = Readable::now();
-    let blocks = crate::snapshot::blocks_of(&held);
+    let blocks = held.blocks();
     let lookup = Lookup::new(&blocks, kind);
     let total_bytes: u64 = blocks.iter().map(|b| b.size).sum();
     let mut first = Vec::with_capacity(blocks.len() + 1);
@@ -381,7 +379,7 @@ pub(crate) fn scan_table(
             scanned_bytes += block.size;
             continue;
         }
-        // SAFETY: the block is live in `table`, which is held still until after this loop,
+        // SAFETY: the block is live in the table, which is held still until after this loop,
         // so it cannot be freed meanwhile (see the module docs); `size` is the size it was
         // allocated with; `readable` was listed after the table was held.
         unsafe {
@@ -413,21 +411,19 @@ pub(crate) fn scan_table(
     }
 }
 
-/// The bytes of the live blocks of `table` reachable from the bytes of `value`: the block
-/// holding `value` when it lies in one, plus every block reached through references, each counted
-/// once. `kind(stack, tag)` tells how to treat each block. Holds the table still
+/// The bytes of the live blocks of the process's table reachable from the bytes of `value`: the
+/// block holding `value` when it lies in one, plus every block reached through references, each
+/// counted once. `kind(stack, tag)` tells how to treat each block. Holds the table still
 /// meanwhile; run it inside the reentrancy guard.
-///
 pub(crate) fn reachable_from<T: ?Sized>(
-    table: &Table,
     value: &T,
     kind: &dyn Fn(StackId, u32) -> BlockKind,
 ) -> u64 {
     let len = std::mem::size_of_val(value);
     let value = (value as *const T).cast::<u8>() as usize;
-    let held = table.lock_all();
+    let held = crate::snapshot::hold();
     let readable = Readable::now();
-    let blocks = crate::snapshot::blocks_of(&held);
+    let blocks = held.blocks();
     let lookup = Lookup::new(&blocks, kind);
     let mut seen = vec![false; blocks.len()];
     let mut pending = Vec::new();
@@ -458,7 +454,7 @@ pub(crate) fn reachable_from<T: ?Sized>(
         if lookup.kinds[index].pointer_free {
             continue;
         }
-        // SAFETY: as in `scan_table`: the block is live in `table`, which is held still, and
+        // SAFETY: as in `scan_table`: the block is live in the table, which is held still, and
         // `readable` was listed after.
         unsafe {
             readable.words(block.address, block.size as usize, |_, word| {

@@ -1,6 +1,9 @@
-//! The side tables: the live blocks without a header (those of 64 KiB and more, those aligned
-//! to more than 16 bytes, and the C ABI's), by address, split over [`SIDES`] hash maps, each
-//! behind its own lock.
+//! The side tables: the live blocks without a header, by address, split over [`SIDES`] hash maps,
+//! each behind its own lock. Those are the global allocator's blocks of 64 KiB and more or
+//! aligned to more than 16 bytes, all of its blocks when blocks carry no header (the profiler
+//! samples, or was off at the first allocation: `header`), the blocks the C ABI reports, and the
+//! preloaded library's blocks (`hooks::preload`: the C library's `malloc` and the rest, known by
+//! address alone).
 //!
 //! A block is one [`Word`] in its side table's map: 16 bytes of entry and one control byte, in a
 //! map kept between 7/16 and 7/8 full, so memory per live block stays between 19 and 39 bytes

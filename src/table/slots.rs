@@ -36,7 +36,7 @@ type Slot = [AtomicU64; 2];
 /// Slots in the first bucket; bucket `b` holds `FIRST << b`.
 const FIRST: usize = 1 << 12;
 
-/// Buckets: as many as slot numbers below [`UNRECORDED`](crate::header::UNRECORDED) fill.
+/// Buckets: as many as slot numbers below [`NO_SLOT`](crate::header::NO_SLOT) fill.
 const BUCKETS: usize = 20;
 
 /// Slots in all the buckets.
@@ -366,7 +366,7 @@ impl Table {
 mod tests {
     use super::*;
     use crate::address::ReturnAddress;
-    use crate::header::UNRECORDED;
+    use crate::header::NO_SLOT;
 
     #[test]
     fn locate_covers_every_slot_once() {
@@ -379,7 +379,7 @@ mod tests {
             locate(LIMIT as u32 - 1),
             (BUCKETS - 1, (FIRST << (BUCKETS - 1)) - 1)
         );
-        assert!(LIMIT < u64::from(UNRECORDED));
+        assert!(LIMIT < u64::from(NO_SLOT));
     }
 
     fn stack(table: &Table, n: usize) -> StackId {

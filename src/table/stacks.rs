@@ -263,10 +263,10 @@ fn node_hash(parent: u32, address: usize) -> u64 {
     (h ^ (h >> 29)).wrapping_mul(K)
 }
 
-/// The index shard of a node's key hash, from bits the shard's table does not use (it takes the
-/// low bits for the bucket and the top 7 for the tag it compares first): sharding by the top bits
-/// left each shard's tags 3 bits, so they matched other nodes' 16 times as often, each match a
-/// load of the node from memory.
+/// The index shard of a node's key hash: its bits from 40 up (four of them for 16 shards), which
+/// the shard's table does not use: it takes the low bits for the bucket and the top 7 for the tag
+/// it compares first. Sharding by the top bits would leave the tags within a shard 3 bits that
+/// vary, matching other nodes' 16 times as often, each match a load of the node from memory.
 #[inline]
 fn shard_of(hash: u64) -> usize {
     (hash >> 40) as usize % INDEX_SHARDS
@@ -285,7 +285,8 @@ pub(crate) struct Stacks {
     nodes: Array<Node>,
     /// Nodes in the tree; node ids are given under the lock of the node's index shard.
     node_count: AtomicU32,
-    /// Node ids by the hash of (parent, return address), sharded by the hash's top bits.
+    /// Node ids by the hash of (parent, return address), sharded by bits 40 and up of the hash,
+    /// which the shards' tables use neither for buckets nor for tags ([`shard_of`]).
     index: [Mutex<hashbrown::HashTable<u32>>; INDEX_SHARDS],
     /// The id of the empty stack + 1; 0 until it is interned.
     empty: AtomicU64,
@@ -331,9 +332,8 @@ impl Stacks {
         }
     }
 
-    /// The id of `frames`, interning it on first sight. Inlined always: the allocation path's
-    /// two instances (one per kind of block) both call it, and a plain `#[inline]` leaves it a
-    /// call in each of them (misses go out of line, to [`Stacks::intern_missed`]).
+    /// The id of `frames` without labels, interning it on first sight: [`Stacks::intern_labelled`]
+    /// with label set 0, for tests.
     #[cfg(test)]
     pub(crate) fn intern(&self, frames: &[ReturnAddress]) -> StackId {
         self.intern_labelled(frames, 0)
@@ -342,7 +342,9 @@ impl Stacks {
     /// The id of `frames` with the label set `labels` (0 for none), interning it on first
     /// sight: a labelled stack is its frames' path in the tree and one node below it that names
     /// the set ([`LABEL_NODE`]), so that it shares every frame's node with the same stack
-    /// unlabelled and costs one node more. Inlined always, as [`Stacks::intern`] is.
+    /// unlabelled and costs one node more. Inlined always: the allocation path's two instances
+    /// (one per kind of block, `record::new_block`) both call it, and a plain `#[inline]` leaves
+    /// it a call in each of them; misses go out of line, to [`Stacks::intern_missed`].
     #[inline(always)]
     pub(crate) fn intern_labelled(&self, frames: &[ReturnAddress], labels: u32) -> StackId {
         let hash = hash(frames) ^ labels_hash(labels);
@@ -366,7 +368,7 @@ impl Stacks {
         self.intern_missed(frames, labels, hash, tag)
     }
 
-    /// [`Stacks::intern`] past a miss of the thread's cache: the id from the tree, then cached.
+    /// [`Stacks::intern_labelled`] past a miss of the thread's cache: the id from the tree, then cached.
     /// Out of line, so that the allocation path's frame holds none of it (resetting the cache
     /// builds its whole array).
     #[cold]

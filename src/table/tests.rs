@@ -95,7 +95,7 @@ fn address(slot: u8, generation: bool) -> usize {
 }
 
 /// Every block of `snapshot`: address -> (size, frames).
-fn blocks_of(snapshot: &crate::Snapshot) -> BTreeMap<usize, (u64, Vec<ReturnAddress>)> {
+fn blocks_of(snapshot: &crate::snapshot::Snapshot) -> BTreeMap<usize, (u64, Vec<ReturnAddress>)> {
     snapshot
         .blocks
         .iter()
@@ -154,7 +154,7 @@ fn table_matches_model() {
                 }
             }
         }
-        let snapshot = crate::Snapshot::of(&table);
+        let snapshot = crate::snapshot::Snapshot::of(&table);
         assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         // Per-stack counters: live ones from the snapshot, allocated ones from the threads' counters.
         let allocated_per_stack = table.allocated();
@@ -222,7 +222,7 @@ fn slots_match_model() {
                 }
             }
         }
-        let snapshot = crate::Snapshot::of(&table);
+        let snapshot = crate::snapshot::Snapshot::of(&table);
         assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         let stats = table.stats();
         assert_eq!(stats.live_blocks, model.len() as u64);
@@ -270,7 +270,7 @@ fn large_sizes_and_tags_survive_packing() {
         Some((table.stacks.intern(&frames(3)), 0))
     );
     assert_eq!(table.set_tag(0x6000, 7), None);
-    let snapshot = crate::Snapshot::of(&table);
+    let snapshot = crate::snapshot::Snapshot::of(&table);
     let sizes: Vec<(usize, u64, u32)> = snapshot
         .blocks
         .iter()

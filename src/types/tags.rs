@@ -8,7 +8,6 @@
 
 use crate::address::StackId;
 use crate::guard::untracked;
-use crate::table::TABLE;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -103,7 +102,7 @@ impl<T: ?Sized> HeapValue for Arc<T> {
 /// turned off), and then tagging does nothing.
 #[inline]
 fn recording() -> bool {
-    TABLE.has_recorded()
+    crate::record::has_recorded()
 }
 
 /// Reports the block that starts at `address` under the type `name` from now on. Does nothing
@@ -119,10 +118,7 @@ pub fn tag_block_as(address: usize, name: &'static str) {
             if tag == next {
                 registry.names.push(name);
             }
-            let set = TABLE.set_tag(address, tag).or_else(|| {
-                let slot = crate::header::header_slot(address)?;
-                TABLE.set_slot_tag(slot, address, tag)
-            });
+            let set = crate::record::set_tag(address, tag);
             if let Some((stack, previous)) = set
                 && previous != tag
             {
