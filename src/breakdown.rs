@@ -69,7 +69,13 @@ impl MemoryBreakdown {
     /// the blocks in them, and reads `/proc/self/smaps`: call it now and then (a scrape, a log
     /// line a minute), not in a loop. Outside Linux every part is 0.
     pub fn get() -> MemoryBreakdown {
-        crate::guard::untracked(measure)
+        crate::guard::untracked(|| measure(&Snapshot::take()))
+    }
+
+    /// Measures the process's memory now, telling the allocator's mappings by the blocks of
+    /// `snapshot`, a snapshot just taken (the endpoint's, taken under its throttle).
+    pub(crate) fn of(snapshot: &Snapshot) -> MemoryBreakdown {
+        crate::guard::untracked(|| measure(snapshot))
     }
 
     /// The parts outside the heap: stacks, code and files, other mappings.
@@ -287,10 +293,10 @@ fn stack_pointers() -> Vec<usize> {
     pointers
 }
 
-fn measure() -> MemoryBreakdown {
-    let heap_requested = crate::snapshot::heap_stats().live_bytes;
+fn measure(snapshot: &Snapshot) -> MemoryBreakdown {
+    let heap_requested = snapshot.stats.live_bytes;
     let memprof_own = memory::own_bytes();
-    let mut blocks: Vec<usize> = Snapshot::take().blocks.iter().map(|b| b.address).collect();
+    let mut blocks: Vec<usize> = snapshot.blocks.iter().map(|b| b.address).collect();
     blocks.sort_unstable();
     let stack_pointers = stack_pointers();
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();

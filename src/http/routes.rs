@@ -197,7 +197,7 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
         }
         ("/debug/memprof/memory", _) => {
             let _turn = turn();
-            let breakdown = crate::breakdown::MemoryBreakdown::get();
+            let breakdown = crate::breakdown::MemoryBreakdown::of(&snapshot());
             Response::made("text/plain; charset=utf-8", |out| breakdown.write_text(out))
         }
         ("/" | "/debug/memprof/" | "/debug/memprof" | "/debug/pprof/" | "/debug/pprof", _) => {
@@ -220,6 +220,8 @@ pub(crate) fn turn() -> MutexGuard<'static, ()> {
 /// A snapshot of the process, taken during a [`turn`] once the previous one's share of the time
 /// allows ([`FREEZE_SHARE`]).
 fn snapshot() -> Snapshot {
+    #[cfg(test)]
+    tests::SNAPSHOTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut next = NEXT_SNAPSHOT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(at) = *next {
         std::thread::sleep(at.saturating_duration_since(Instant::now()));
@@ -364,6 +366,31 @@ fn index() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Snapshots taken through [`snapshot`], the endpoint's throttle.
+    pub(super) static SNAPSHOTS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Every path whose answer is made from the table takes its snapshot through the one
+    /// throttle (`/debug/memprof/memory` once took its own, outside it).
+    #[test]
+    fn every_snapshot_goes_through_the_throttle() {
+        for path in [
+            "/debug/pprof/heap",
+            "/debug/pprof/allocs",
+            "/debug/memprof/report.md",
+            "/debug/memprof/report.tsv",
+            "/debug/memprof/objects",
+            "/debug/memprof/memory",
+        ] {
+            let before = SNAPSHOTS.load(Ordering::Relaxed);
+            assert_eq!(status(path, "", "GET"), 200, "{path}");
+            assert!(
+                SNAPSHOTS.load(Ordering::Relaxed) > before,
+                "{path} answered without a snapshot through the throttle"
+            );
+        }
+    }
 
     fn status(path: &str, query: &str, method: &str) -> u16 {
         respond(&Request {
