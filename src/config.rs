@@ -62,6 +62,7 @@ pub enum Unwinder {
 /// | `MEMPROF_DUMP_ON_GROWTH` | unset | a size (`256MiB`; `KiB`, `MiB`, `GiB` or plain bytes): the `MEMPROF_OUTPUT` files are written each time the live heap passes the previous dump's high-water mark by this much, by memprof's dump thread; `%n` in their names is the dump's number, from 1; `0` or `off`: none; unset: what `MemProf::dump_on_growth` chose (none by default). `docs/dumps.md` |
 /// | `MEMPROF_DUMP_KEEP` | unset | the most dumps whose files (named with `%n`) stay on disk; the oldest are removed; unset or `0`: all |
 /// | `MEMPROF_DUMP_NEAR_LIMIT` | unset | a share of the process's memory limit (`90%`, the cgroup v2 `memory.max`) or a size (`1536MiB`, compared with the process's resident memory): the `MEMPROF_OUTPUT` files are written once each time memory use crosses it upwards; with a share and no cgroup limit, a warning and no such dumps |
+/// | `MEMPROF_RUN_PID` | unset | set by `memprof run` to its own process id: only a process it started itself (its program, and what that program `exec`s) says that its executable has no debug information; the processes those start stay quiet about it |
 /// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -116,6 +117,8 @@ pub struct Config {
     pub dump_keep: u64,
     /// The memory use that writes a dump (`MEMPROF_DUMP_NEAR_LIMIT`).
     pub dump_near_limit: Option<NearLimit>,
+    /// The `memprof run` that started this process or an ancestor (`MEMPROF_RUN_PID`).
+    pub(crate) run_pid: Option<u32>,
 }
 
 /// Where `MEMPROF_DUMP_NEAR_LIMIT` writes a dump.
@@ -159,6 +162,7 @@ impl Default for Config {
             dump_on_growth: None,
             dump_keep: 0,
             dump_near_limit: None,
+            run_pid: None,
         }
     }
 }
@@ -184,14 +188,25 @@ impl Config {
         get()
     }
 
+    /// Whether this process says that its executable has no debug information: always, except
+    /// under `memprof run` in a process it did not start itself (`MEMPROF_RUN_PID`).
+    pub(crate) fn warns_of_missing_debug_info(&self) -> bool {
+        self.run_pid
+            .is_none_or(|run| run == std::os::unix::process::parent_id())
+    }
+
     /// Reads the configuration from the process environment; warnings go to stderr, and are lost
-    /// when it cannot be written.
+    /// when it cannot be written. A `MEMPROF_` name that is none of memprof's warns too.
     pub fn from_env() -> Config {
         let mut config = Config::from_lookup(
             |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
             |warning| warn(format_args!("{warning}")),
         );
         config.working_dir = std::env::current_dir().ok();
+        let names = std::env::vars_os().map(|(name, _)| name.to_string_lossy().into_owned());
+        if let Some(warning) = unknown_names_warning(names) {
+            warn(format_args!("{warning}"));
+        }
         config
     }
 
@@ -244,9 +259,6 @@ impl Config {
             0..=u64::MAX,
         );
         let dump_keep = number("MEMPROF_DUMP_KEEP", defaults.dump_keep, 0..=u32::MAX as u64);
-        let trace_target = lookup("MEMPROF_TRACE_TARGET")
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty());
         let label = lookup("MEMPROF_LABEL").and_then(|raw| match raw.split_once('=') {
             Some((key, value)) if !key.trim().is_empty() => {
                 Some((key.trim().to_owned(), value.trim().to_owned()))
@@ -291,9 +303,29 @@ impl Config {
             ));
             toggle_signal = None;
         }
-        let output = lookup("MEMPROF_OUTPUT")
-            .map(|o| o.trim().to_owned())
-            .filter(|o| !o.is_empty());
+        // A value that must name something: empty, it warns and is ignored.
+        let mut named = |name: &str, ignored: &str| {
+            lookup(name).map(|v| v.trim().to_owned()).filter(|v| {
+                if v.is_empty() {
+                    warn(format!("{name}=\"\" is empty; {ignored}"));
+                }
+                !v.is_empty()
+            })
+        };
+        let output = named("MEMPROF_OUTPUT", "no files are written at exit");
+        let trace_target = named(
+            "MEMPROF_TRACE_TARGET",
+            "log_trace_target has no type to look for",
+        );
+        let run_pid = lookup("MEMPROF_RUN_PID").and_then(|raw| {
+            let pid = raw.trim().parse::<u32>().ok();
+            if pid.is_none() {
+                warn(format!(
+                    "MEMPROF_RUN_PID={raw:?} is not a process id; ignored"
+                ));
+            }
+            pid
+        });
         let trace = lookup("MEMPROF_TRACE").and_then(|raw| {
             let value = raw.trim();
             if value.is_empty() {
@@ -331,7 +363,11 @@ impl Config {
             );
         }
         let unwinder = match lookup("MEMPROF_UNWINDER").as_deref().map(str::trim) {
-            None | Some("auto") | Some("") => defaults.unwinder,
+            None | Some("auto") => defaults.unwinder,
+            Some("") => {
+                warn("MEMPROF_UNWINDER=\"\" is empty; using the default auto".to_owned());
+                defaults.unwinder
+            }
             Some("fp") if !cfg!(memprof_frame_pointers) => {
                 // Without frame pointers the chain ends at the first frame that keeps none: every
                 // block would share one empty stack.
@@ -417,8 +453,75 @@ impl Config {
             dump_on_growth,
             dump_keep,
             dump_near_limit,
+            run_pid,
         }
     }
+}
+
+/// The `MEMPROF_` names that are not memprof's own variables: memprof's test suite and tools read
+/// these (docs/layout.md); `MEMPROF_TEST_` names are its tests' own.
+const OTHER_NAMES: &[&str] = &[
+    "MEMPROF_FOLLOW_EXEC",
+    "MEMPROF_BLESS",
+    "MEMPROF_REQUIRE_TOOLS",
+    "MEMPROF_EXPECT_FP",
+    "MEMPROF_STRESS_SECONDS",
+    "MEMPROF_SERVE_STRESS_TRACE",
+    "MEMPROF_SERVE_STRESS_SECS",
+    "MEMPROF_SERVE_LIVE_TIMES",
+    "MEMPROF_BINS_TRACE",
+    "MEMPROF_INDEX_SCHEMA",
+    "MEMPROF_TABLE_SEED",
+    "MEMPROF_TABLE_CASES",
+    "MEMPROF_FUZZ_ROUNDS",
+    "MEMPROF_FUZZ_CASES",
+    "MEMPROF_BIN",
+];
+
+/// Every variable memprof reads (the table on [`Config`]).
+const NAMES: &[&str] = &[
+    "MEMPROF_ENABLED",
+    "MEMPROF_STACK_DEPTH",
+    "MEMPROF_STACK_SKIP",
+    "MEMPROF_MIN_BYTES",
+    "MEMPROF_PRINT_AT_EXIT",
+    "MEMPROF_REF_LIMIT",
+    "MEMPROF_REF_LEVEL",
+    "MEMPROF_TRACE_TARGET",
+    "MEMPROF_TRACE_MIN_COUNT",
+    "MEMPROF_OUTPUT",
+    "MEMPROF_DUMP_SIGNAL",
+    "MEMPROF_PEAK",
+    "MEMPROF_SAMPLE_INTERVAL",
+    "MEMPROF_TOGGLE_SIGNAL",
+    "MEMPROF_PAUSED",
+    "MEMPROF_HTTP",
+    "MEMPROF_TRACE",
+    "MEMPROF_TRACE_SYMBOLS",
+    "MEMPROF_LABEL",
+    "MEMPROF_DUMP_ON_GROWTH",
+    "MEMPROF_DUMP_KEEP",
+    "MEMPROF_DUMP_NEAR_LIMIT",
+    "MEMPROF_RUN_PID",
+    "MEMPROF_UNWINDER",
+];
+
+/// One warning naming every `MEMPROF_` variable among `names` that memprof does not know (a
+/// misspelt one would otherwise be ignored in silence); `None` when there is none.
+fn unknown_names_warning(names: impl Iterator<Item = String>) -> Option<String> {
+    let mut unknown: Vec<String> = names
+        .filter(|name| name.starts_with("MEMPROF_") && !name.starts_with("MEMPROF_TEST_"))
+        .filter(|name| !NAMES.contains(&name.as_str()) && !OTHER_NAMES.contains(&name.as_str()))
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    unknown.sort_unstable();
+    Some(format!(
+        "{} {} not one of memprof's variables (docs/configuration.md lists them); ignored",
+        unknown.join(", "),
+        if unknown.len() == 1 { "is" } else { "are" }
+    ))
 }
 
 /// A size: whole bytes, or a whole number with `KiB`, `MiB` or `GiB` after it (a space between
@@ -540,6 +643,53 @@ pub(crate) fn get() -> &'static Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_names_warn_once() {
+        let names = [
+            "MEMPROF_DEPTH",
+            "PATH",
+            "MEMPROF_SAMPLE",
+            "MEMPROF_TRACE",
+            "MEMPROF_TEST_X",
+        ];
+        assert_eq!(
+            unknown_names_warning(names.iter().map(|n| n.to_string())).as_deref(),
+            Some(
+                "MEMPROF_DEPTH, MEMPROF_SAMPLE are not one of memprof's variables \
+                 (docs/configuration.md lists them); ignored"
+            )
+        );
+        let known = [
+            "MEMPROF_BLESS",
+            "MEMPROF_REQUIRE_TOOLS",
+            "MEMPROF_EXPECT_FP",
+            "MEMPROF_RUN_PID",
+        ];
+        assert_eq!(
+            unknown_names_warning(known.iter().map(|n| n.to_string())),
+            None
+        );
+    }
+
+    #[test]
+    fn empty_values_warn() {
+        let mut warnings = Vec::new();
+        let config = Config::from_lookup(
+            |name| {
+                ["MEMPROF_OUTPUT", "MEMPROF_TRACE_TARGET", "MEMPROF_UNWINDER"]
+                    .contains(&name)
+                    .then(String::new)
+            },
+            |w| warnings.push(w),
+        );
+        assert_eq!(config.output, None);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(
+            warnings.iter().all(|w| w.contains("=\"\" is empty")),
+            "{warnings:?}"
+        );
+    }
 
     #[test]
     fn records_every_block_decides_as_the_configuration() {

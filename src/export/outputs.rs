@@ -38,14 +38,6 @@ pub fn expand_path(pattern: &str, pid: u32, time: Duration, executable: &str) ->
     out
 }
 
-/// The file name of this process's executable, or `"unknown"`.
-fn executable_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "unknown".to_owned())
-}
-
 /// Writes `snapshot` to the file `path` names, after expanding `%p`, `%t` and `%e`
 /// ([`expand_path`]); the format comes from the file's ending ([`Format::EXTENSIONS`]). Returns
 /// the path written.
@@ -82,7 +74,7 @@ pub fn write_path(
             path,
             options.pid,
             options.time,
-            &executable_name(),
+            &crate::native::program_name(),
         ));
         let mut temporary = Replacement::create(&expanded)?;
         let mut file = BufWriter::new(temporary.file());
