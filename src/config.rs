@@ -782,9 +782,10 @@ mod tests {
         assert_eq!(config.ref_limit, 10);
         assert_eq!(config.ref_level, 5);
         assert_eq!(config.trace_target, None);
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
         assert!(warnings[0].contains("MEMPROF_REF_LIMIT") && warnings[0].contains("default 10"));
         assert!(warnings[1].contains("MEMPROF_REF_LEVEL") && warnings[1].contains("default 5"));
+        assert!(warnings[2].starts_with("MEMPROF_TRACE_TARGET=\"\" is empty"));
     }
 
     #[test]
