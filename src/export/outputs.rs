@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Expands a file-name pattern: `%p` the process id, `%t` seconds since the Unix epoch, `%e` the
-/// executable's file name, `%%` a percent sign; anything else stays as written.
+/// name given for the program (in memprof's own files, the name the process was started by: the
+/// last part of the path given to `exec`), `%%` a percent sign; anything else stays as written.
 pub fn expand_path(pattern: &str, pid: u32, time: Duration, executable: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars().peekable();
