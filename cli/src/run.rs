@@ -167,40 +167,48 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
     };
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);
-    let mut err = io::stderr().lock();
-    let message = match own {
-        Some(index) => {
-            let trace = open(&found[index].path)?;
-            let options = report_options(&trace, &ReportArgs::default());
-            let summary = summary::Summary::of(&trace, &options, 10, &bar)?;
-            summary
-                .write(&mut err)
-                .map_err(|e| Failure(format!("cannot write: {e}"), 1))?;
-            None
-        }
-        None => Some(no_trace(&absolute, &pattern, start, program, pid, kind)),
+    // A trace that cannot be read is said, and the status stays the program's.
+    let message = match summarise(&found, own) {
+        Ok(()) if own.is_some() => None,
+        Ok(()) => Some(no_trace(&absolute, &pattern, start, program, pid, kind)),
+        Err(Failure(why, _)) => Some(why),
     };
+    failed(message)
+}
+
+/// Writes to stderr the summary of `found[own]`, the program's trace, then a line for each other
+/// trace of `found`.
+fn summarise(found: &[traces::Found], own: Option<usize>) -> Result<(), Failure> {
+    let mut err = io::stderr().lock();
+    let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
+    if let Some(index) = own {
+        let trace = open(&found[index].path)?;
+        let options = report_options(&trace, &ReportArgs::default());
+        let summary = summary::Summary::of(&trace, &options, 10, &bar)?;
+        summary.write(&mut err).map_err(written)?;
+    }
     let others: Vec<&traces::Found> = found
         .iter()
         .enumerate()
         .filter(|&(i, _)| Some(i) != own)
         .map(|(_, f)| f)
         .collect();
-    if !others.is_empty() {
-        let _ = writeln!(
-            err,
-            "\nother processes this run traced (memprof summary FILE for each):"
-        );
-        for found in others {
-            let line = match open(&found.path) {
-                Ok(trace) => summary::Summary::line(&trace, &bar)?,
-                Err(Failure(why, _)) => format!("{}: {why}", found.path.display()),
-            };
-            let _ = writeln!(err, "  {line}");
-        }
+    if others.is_empty() {
+        return Ok(());
     }
-    drop(err);
-    failed(message)
+    writeln!(
+        err,
+        "\nother processes this run traced (memprof summary FILE for each):"
+    )
+    .map_err(written)?;
+    for found in others {
+        let line = match open(&found.path).and_then(|t| summary::Summary::line(&t, &bar)) {
+            Ok(line) => line,
+            Err(Failure(why, _)) => format!("{}: {why}", found.path.display()),
+        };
+        writeln!(err, "  {line}").map_err(written)?;
+    }
+    Ok(())
 }
 
 /// Linux's `ENOEXEC`: a file the kernel cannot run.
