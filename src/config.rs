@@ -49,7 +49,7 @@ pub enum Unwinder {
 /// | `MEMPROF_REF_LEVEL` | `5` | levels of referrers followed back in `pretty_log_object_graph`; `0` for no limit |
 /// | `MEMPROF_TRACE_TARGET` | unset | a type name (`app::Foo`): `log_trace_target` tallies the contexts that created its objects |
 /// | `MEMPROF_TRACE_MIN_COUNT` | `1` | contexts that created fewer objects of the target are left out of `log_trace_target` |
-/// | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the executable's name |
+/// | `MEMPROF_OUTPUT` | unset | files written at exit, separated by commas, the format chosen by the ending: `.pb.gz` pprof, `.folded` folded stacks, `.svg` flamegraph (feature `flamegraph`), `.dhat.json` DHAT, `.heaptrack.gz` heaptrack, `.md` / `.tsv` the reports; `%p` is the pid, `%t` seconds since the epoch, `%e` the name the program was started by (the last part of the path given to `exec`: a link's own, a script's) |
 /// | `MEMPROF_DUMP_SIGNAL` | unset | a signal (`USR1`, ...) that writes the `MEMPROF_OUTPUT` files (or, without them, the Markdown report to stderr) while the program runs on; a forked child dumps its own heap |
 /// | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
 /// | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default). Read (with `MEMPROF_ENABLED`) also at the first allocation, without allocating, through the same rules as this configuration: only when every allocation is recorded do blocks carry a header |
@@ -62,6 +62,7 @@ pub enum Unwinder {
 /// | `MEMPROF_DUMP_ON_GROWTH` | unset | a size (`256MiB`; `KiB`, `MiB`, `GiB` or plain bytes): the `MEMPROF_OUTPUT` files are written each time the live heap passes the previous dump's high-water mark by this much, by memprof's dump thread; `%n` in their names is the dump's number, from 1; `0` or `off`: none; unset: what `MemProf::dump_on_growth` chose (none by default). `docs/dumps.md` |
 /// | `MEMPROF_DUMP_KEEP` | unset | the most dumps whose files (named with `%n`) stay on disk; the oldest are removed; unset or `0`: all |
 /// | `MEMPROF_DUMP_NEAR_LIMIT` | unset | a share of the process's memory limit (`90%`, the cgroup v2 `memory.max`) or a size (`1536MiB`, compared with the process's resident memory): the `MEMPROF_OUTPUT` files are written once each time memory use crosses it upwards; with a share and no cgroup limit, a warning and no such dumps |
+/// | `MEMPROF_RUN_PID` | unset | set by `memprof run` to its own process id: only a process it started itself (its program, and what that program `exec`s) says that its executable has no debug information; the processes those start stay quiet about it |
 /// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -116,6 +117,8 @@ pub struct Config {
     pub dump_keep: u64,
     /// The memory use that writes a dump (`MEMPROF_DUMP_NEAR_LIMIT`).
     pub dump_near_limit: Option<NearLimit>,
+    /// The `memprof run` that started this process or an ancestor (`MEMPROF_RUN_PID`).
+    pub(crate) run_pid: Option<u32>,
 }
 
 /// Where `MEMPROF_DUMP_NEAR_LIMIT` writes a dump.
@@ -159,6 +162,7 @@ impl Default for Config {
             dump_on_growth: None,
             dump_keep: 0,
             dump_near_limit: None,
+            run_pid: None,
         }
     }
 }
@@ -184,14 +188,25 @@ impl Config {
         get()
     }
 
+    /// Whether this process says that its executable has no debug information: always, except
+    /// under `memprof run` in a process it did not start itself (`MEMPROF_RUN_PID`).
+    pub(crate) fn warns_of_missing_debug_info(&self) -> bool {
+        self.run_pid
+            .is_none_or(|run| run == std::os::unix::process::parent_id())
+    }
+
     /// Reads the configuration from the process environment; warnings go to stderr, and are lost
-    /// when it cannot be written.
+    /// when it cannot be written. A `MEMPROF_` name that is none of memprof's warns too.
     pub fn from_env() -> Config {
         let mut config = Config::from_lookup(
             |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()),
             |warning| warn(format_args!("{warning}")),
         );
         config.working_dir = std::env::current_dir().ok();
+        let names = std::env::vars_os().map(|(name, _)| name.to_string_lossy().into_owned());
+        if let Some(warning) = unknown_names_warning(names) {
+            warn(format_args!("{warning}"));
+        }
         config
     }
 
@@ -244,9 +259,6 @@ impl Config {
             0..=u64::MAX,
         );
         let dump_keep = number("MEMPROF_DUMP_KEEP", defaults.dump_keep, 0..=u32::MAX as u64);
-        let trace_target = lookup("MEMPROF_TRACE_TARGET")
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty());
         let label = lookup("MEMPROF_LABEL").and_then(|raw| match raw.split_once('=') {
             Some((key, value)) if !key.trim().is_empty() && !value.trim().is_empty() => {
                 Some((key.trim().to_owned(), value.trim().to_owned()))
@@ -293,9 +305,29 @@ impl Config {
             ));
             toggle_signal = None;
         }
-        let output = lookup("MEMPROF_OUTPUT")
-            .map(|o| o.trim().to_owned())
-            .filter(|o| !o.is_empty());
+        // A value that must name something: empty, it warns and is ignored.
+        let mut named = |name: &str, ignored: &str| {
+            lookup(name).map(|v| v.trim().to_owned()).filter(|v| {
+                if v.is_empty() {
+                    warn(format!("{name}=\"\" is empty; {ignored}"));
+                }
+                !v.is_empty()
+            })
+        };
+        let output = named("MEMPROF_OUTPUT", "no files are written at exit");
+        let trace_target = named(
+            "MEMPROF_TRACE_TARGET",
+            "log_trace_target has no type to look for",
+        );
+        let run_pid = lookup("MEMPROF_RUN_PID").and_then(|raw| {
+            let pid = raw.trim().parse::<u32>().ok();
+            if pid.is_none() {
+                warn(format!(
+                    "MEMPROF_RUN_PID={raw:?} is not a process id; ignored"
+                ));
+            }
+            pid
+        });
         let trace = lookup("MEMPROF_TRACE").and_then(|raw| {
             let value = raw.trim();
             if value.is_empty() {
@@ -333,7 +365,11 @@ impl Config {
             );
         }
         let unwinder = match lookup("MEMPROF_UNWINDER").as_deref().map(str::trim) {
-            None | Some("auto") | Some("") => defaults.unwinder,
+            None | Some("auto") => defaults.unwinder,
+            Some("") => {
+                warn("MEMPROF_UNWINDER=\"\" is empty; using the default auto".to_owned());
+                defaults.unwinder
+            }
             Some("fp") if !cfg!(memprof_frame_pointers) => {
                 // Without frame pointers the chain ends at the first frame that keeps none: every
                 // block would share one empty stack.
@@ -419,8 +455,75 @@ impl Config {
             dump_on_growth,
             dump_keep,
             dump_near_limit,
+            run_pid,
         }
     }
+}
+
+/// The `MEMPROF_` names that are not memprof's own variables: memprof's test suite and tools read
+/// these (docs/layout.md); `MEMPROF_TEST_` names are its tests' own.
+const OTHER_NAMES: &[&str] = &[
+    "MEMPROF_FOLLOW_EXEC",
+    "MEMPROF_BLESS",
+    "MEMPROF_REQUIRE_TOOLS",
+    "MEMPROF_EXPECT_FP",
+    "MEMPROF_STRESS_SECONDS",
+    "MEMPROF_SERVE_STRESS_TRACE",
+    "MEMPROF_SERVE_STRESS_SECS",
+    "MEMPROF_SERVE_LIVE_TIMES",
+    "MEMPROF_BINS_TRACE",
+    "MEMPROF_INDEX_SCHEMA",
+    "MEMPROF_TABLE_SEED",
+    "MEMPROF_TABLE_CASES",
+    "MEMPROF_FUZZ_ROUNDS",
+    "MEMPROF_FUZZ_CASES",
+    "MEMPROF_BIN",
+];
+
+/// Every variable memprof reads (the table on [`Config`]).
+const NAMES: &[&str] = &[
+    "MEMPROF_ENABLED",
+    "MEMPROF_STACK_DEPTH",
+    "MEMPROF_STACK_SKIP",
+    "MEMPROF_MIN_BYTES",
+    "MEMPROF_PRINT_AT_EXIT",
+    "MEMPROF_REF_LIMIT",
+    "MEMPROF_REF_LEVEL",
+    "MEMPROF_TRACE_TARGET",
+    "MEMPROF_TRACE_MIN_COUNT",
+    "MEMPROF_OUTPUT",
+    "MEMPROF_DUMP_SIGNAL",
+    "MEMPROF_PEAK",
+    "MEMPROF_SAMPLE_INTERVAL",
+    "MEMPROF_TOGGLE_SIGNAL",
+    "MEMPROF_PAUSED",
+    "MEMPROF_HTTP",
+    "MEMPROF_TRACE",
+    "MEMPROF_TRACE_SYMBOLS",
+    "MEMPROF_LABEL",
+    "MEMPROF_DUMP_ON_GROWTH",
+    "MEMPROF_DUMP_KEEP",
+    "MEMPROF_DUMP_NEAR_LIMIT",
+    "MEMPROF_RUN_PID",
+    "MEMPROF_UNWINDER",
+];
+
+/// One warning naming every `MEMPROF_` variable among `names` that memprof does not know (a
+/// misspelt one would otherwise be ignored in silence); `None` when there is none.
+fn unknown_names_warning(names: impl Iterator<Item = String>) -> Option<String> {
+    let mut unknown: Vec<String> = names
+        .filter(|name| name.starts_with("MEMPROF_") && !name.starts_with("MEMPROF_TEST_"))
+        .filter(|name| !NAMES.contains(&name.as_str()) && !OTHER_NAMES.contains(&name.as_str()))
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    unknown.sort_unstable();
+    Some(format!(
+        "{} {} not one of memprof's variables (docs/configuration.md lists them); ignored",
+        unknown.join(", "),
+        if unknown.len() == 1 { "is" } else { "are" }
+    ))
 }
 
 /// A size: whole bytes, or a whole number with `KiB`, `MiB` or `GiB` after it (a space between
@@ -540,290 +643,4 @@ pub(crate) fn get() -> &'static Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_every_block_decides_as_the_configuration() {
-        assert!(records_every_block(None, None, 0));
-        assert!(!records_every_block(None, None, 4096));
-        assert!(!records_every_block(Some("bytes:524288"), None, 0));
-        assert!(records_every_block(Some(" off "), None, 4096));
-        assert!(records_every_block(Some("0"), Some("1"), 4096));
-        // A bad value leaves the allocator's own choice, as the configuration does.
-        assert!(records_every_block(Some("512k"), None, 0));
-        assert!(!records_every_block(None, Some("0"), 0));
-    }
-
-    fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let mut warnings = Vec::new();
-        let config = Config::from_lookup(
-            |name| {
-                vars.iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            },
-            |w| warnings.push(w),
-        );
-        (config, warnings)
-    }
-
-    #[test]
-    fn a_label_filter_needs_a_key_and_a_value() {
-        let (config, warnings) = parse(&[("MEMPROF_LABEL", " tenant = a=b ")]);
-        assert_eq!(config.label, Some(("tenant".into(), "a=b".into())));
-        assert!(warnings.is_empty(), "{warnings:?}");
-        for raw in ["tenant=", "tenant= ", "=acme", "tenant"] {
-            let (config, warnings) = parse(&[("MEMPROF_LABEL", raw)]);
-            assert_eq!(config.label, None, "{raw}");
-            assert_eq!(warnings.len(), 1, "{raw}: {warnings:?}");
-            assert!(warnings[0].contains("MEMPROF_LABEL"), "{warnings:?}");
-        }
-    }
-
-    #[test]
-    fn defaults_without_variables() {
-        let (config, warnings) = parse(&[]);
-        assert_eq!(config, Config::default());
-        assert!(warnings.is_empty());
-    }
-
-    #[test]
-    fn good_values_are_taken() {
-        let (config, warnings) = parse(&[
-            ("MEMPROF_STACK_DEPTH", "16"),
-            ("MEMPROF_STACK_SKIP", "2"),
-            ("MEMPROF_MIN_BYTES", "0"),
-            ("MEMPROF_PRINT_AT_EXIT", "1"),
-            ("MEMPROF_ENABLED", "0"),
-            ("MEMPROF_UNWINDER", "dwarf"),
-        ]);
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.stack_depth, 16);
-        assert_eq!(config.stack_skip, 2);
-        assert_eq!(config.min_bytes, 0);
-        assert!(config.print_at_exit);
-        assert!(!config.enabled);
-        assert_eq!(config.unwinder, Unwinder::Dwarf);
-        assert_eq!(config.capture_depth(), 16 + 2 + TRIMMED_FRAMES);
-    }
-
-    #[test]
-    fn bad_values_warn_with_name_and_default() {
-        let (config, warnings) = parse(&[
-            ("MEMPROF_STACK_DEPTH", "deep"),
-            ("MEMPROF_MIN_BYTES", "-5"),
-            ("MEMPROF_PRINT_AT_EXIT", "yes"),
-            ("MEMPROF_UNWINDER", "libgcc"),
-        ]);
-        assert_eq!(config.stack_depth, 5);
-        assert_eq!(config.min_bytes, 1024);
-        assert!(!config.print_at_exit);
-        assert_eq!(warnings.len(), 4, "{warnings:?}");
-        assert!(warnings[0].contains("MEMPROF_STACK_DEPTH") && warnings[0].contains("default 5"));
-        assert!(warnings[1].contains("MEMPROF_MIN_BYTES") && warnings[1].contains("default 1024"));
-        assert!(warnings[2].contains("MEMPROF_PRINT_AT_EXIT") && warnings[2].contains("default 0"));
-        assert!(warnings[3].contains("MEMPROF_UNWINDER") && warnings[3].contains("auto"));
-    }
-
-    #[test]
-    fn object_graph_and_trace_variables() {
-        let (config, warnings) = parse(&[
-            ("MEMPROF_REF_LIMIT", "0"),
-            ("MEMPROF_REF_LEVEL", "2"),
-            ("MEMPROF_TRACE_TARGET", " app::Foo "),
-            ("MEMPROF_TRACE_MIN_COUNT", "3"),
-        ]);
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.ref_limit, 0);
-        assert_eq!(config.ref_level, 2);
-        assert_eq!(config.trace_target.as_deref(), Some("app::Foo"));
-        assert_eq!(config.trace_min_count, 3);
-        let (config, warnings) = parse(&[
-            ("MEMPROF_REF_LIMIT", "ten"),
-            ("MEMPROF_REF_LEVEL", "-1"),
-            ("MEMPROF_TRACE_TARGET", ""),
-        ]);
-        assert_eq!(config.ref_limit, 10);
-        assert_eq!(config.ref_level, 5);
-        assert_eq!(config.trace_target, None);
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[0].contains("MEMPROF_REF_LIMIT") && warnings[0].contains("default 10"));
-        assert!(warnings[1].contains("MEMPROF_REF_LEVEL") && warnings[1].contains("default 5"));
-    }
-
-    #[test]
-    fn sampling_and_toggle_signal() {
-        let (config, warnings) = parse(&[
-            ("MEMPROF_SAMPLE_INTERVAL", "bytes:524288"),
-            ("MEMPROF_TOGGLE_SIGNAL", "SIGUSR2"),
-        ]);
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.sample_interval, Some(524_288));
-        assert_eq!(config.toggle_signal, Some(libc::SIGUSR2));
-        let (config, _) = parse(&[
-            ("MEMPROF_SAMPLE_INTERVAL", "off"),
-            ("MEMPROF_TOGGLE_SIGNAL", "10"),
-        ]);
-        assert_eq!(config.sample_interval, Some(0));
-        assert_eq!(config.toggle_signal, Some(10));
-        let (config, warnings) = parse(&[
-            ("MEMPROF_SAMPLE_INTERVAL", "512k"),
-            ("MEMPROF_TOGGLE_SIGNAL", "KILL"),
-        ]);
-        assert_eq!((config.sample_interval, config.toggle_signal), (None, None));
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(
-            warnings[0].contains("MEMPROF_SAMPLE_INTERVAL")
-                && warnings[0].contains("every allocation")
-        );
-        assert!(warnings[1].contains("MEMPROF_TOGGLE_SIGNAL") && warnings[1].contains("none"));
-    }
-
-    #[test]
-    fn empty_or_unknown_flags_warn_and_keep_the_default() {
-        let (config, warnings) = parse(&[("MEMPROF_ENABLED", "")]);
-        assert!(config.enabled);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(
-            warnings[0].starts_with("MEMPROF_ENABLED=\"\"")
-                && warnings[0].contains("using the default 1 (on)"),
-            "{warnings:?}"
-        );
-        let (config, warnings) = parse(&[("MEMPROF_ENABLED", "off"), ("MEMPROF_PEAK", "")]);
-        assert!(config.enabled);
-        assert_eq!(config.peak, None);
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[1].starts_with("MEMPROF_PEAK=\"\""), "{warnings:?}");
-        let (config, warnings) = parse(&[("MEMPROF_PEAK", "0")]);
-        assert_eq!((config.peak, warnings.len()), (Some(false), 0));
-    }
-
-    #[test]
-    fn depth_zero_is_out_of_range() {
-        let (config, warnings) = parse(&[("MEMPROF_STACK_DEPTH", "0")]);
-        assert_eq!(config.stack_depth, 5);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(
-            warnings[0].contains("from 1 to 64") && warnings[0].contains("default 5"),
-            "{warnings:?}"
-        );
-        let (config, warnings) = parse(&[("MEMPROF_STACK_DEPTH", "1")]);
-        assert_eq!((config.stack_depth, warnings.len()), (1, 0));
-        let (config, warnings) = parse(&[("MEMPROF_STACK_SKIP", "0")]);
-        assert_eq!((config.stack_skip, warnings.len()), (0, 0));
-    }
-
-    #[test]
-    fn one_signal_for_dump_and_toggle_warns_and_dumps() {
-        let (config, warnings) = parse(&[
-            ("MEMPROF_DUMP_SIGNAL", "USR1"),
-            ("MEMPROF_TOGGLE_SIGNAL", "SIGUSR1"),
-        ]);
-        assert_eq!(config.dump_signal, Some(libc::SIGUSR1));
-        assert_eq!(config.toggle_signal, None);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(
-            warnings[0].contains("MEMPROF_TOGGLE_SIGNAL")
-                && warnings[0].contains("MEMPROF_DUMP_SIGNAL")
-                && warnings[0].contains("writes dumps"),
-            "{warnings:?}"
-        );
-    }
-
-    #[test]
-    fn frame_pointers_only_where_the_build_keeps_them() {
-        let (config, warnings) = parse(&[("MEMPROF_UNWINDER", "fp")]);
-        if cfg!(memprof_frame_pointers) {
-            assert_eq!(config.unwinder, Unwinder::FramePointer);
-            assert!(warnings.is_empty(), "{warnings:?}");
-        } else {
-            assert_eq!(config.unwinder, Unwinder::Dwarf);
-            assert_eq!(warnings.len(), 1, "{warnings:?}");
-            assert!(
-                warnings[0].contains("MEMPROF_UNWINDER") && warnings[0].contains("using dwarf"),
-                "{warnings:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn http_addresses() {
-        let (config, warnings) = parse(&[("MEMPROF_HTTP", " 127.0.0.1:6060 ")]);
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.http, Some("127.0.0.1:6060".parse().unwrap()));
-        let (config, _) = parse(&[("MEMPROF_HTTP", "[::1]:0")]);
-        assert_eq!(config.http, Some("[::1]:0".parse().unwrap()));
-        let (config, _) = parse(&[("MEMPROF_HTTP", "localhost:6060")]);
-        assert_eq!(config.http, Some("127.0.0.1:6060".parse().unwrap()));
-        for bad in ["6060", ":6060", "example.com:80", "127.0.0.1", ""] {
-            let (config, warnings) = parse(&[("MEMPROF_HTTP", bad)]);
-            assert_eq!(config.http, None, "{bad}");
-            assert_eq!(warnings.len(), 1, "{warnings:?}");
-            assert!(
-                warnings[0].starts_with("MEMPROF_HTTP=") && warnings[0].contains("no endpoint"),
-                "{warnings:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn dump_variables() {
-        let (config, warnings) = parse(&[
-            ("MEMPROF_OUTPUT", "/tmp/heap-%n.pb.gz"),
-            ("MEMPROF_DUMP_ON_GROWTH", "256MiB"),
-            ("MEMPROF_DUMP_KEEP", "3"),
-            ("MEMPROF_DUMP_NEAR_LIMIT", "90%"),
-        ]);
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.dump_on_growth, Some(256 << 20));
-        assert_eq!(config.dump_keep, 3);
-        assert_eq!(config.dump_near_limit, Some(NearLimit::Share(90)));
-        let (config, warnings) = parse(&[
-            ("MEMPROF_OUTPUT", "/tmp/heap-%n.pb.gz"),
-            ("MEMPROF_DUMP_ON_GROWTH", "off"),
-            ("MEMPROF_DUMP_NEAR_LIMIT", "1536 MiB"),
-        ]);
-        assert!(warnings.is_empty(), "{warnings:?}");
-        assert_eq!(config.dump_on_growth, Some(0));
-        assert_eq!(config.dump_near_limit, Some(NearLimit::Bytes(1536 << 20)));
-        for (bad_growth, bad_limit) in [("256MB", "0%"), ("1.5GiB", "101%"), ("-1", "0")] {
-            let (config, warnings) = parse(&[
-                ("MEMPROF_OUTPUT", "/tmp/heap.pb.gz"),
-                ("MEMPROF_DUMP_ON_GROWTH", bad_growth),
-                ("MEMPROF_DUMP_NEAR_LIMIT", bad_limit),
-            ]);
-            assert_eq!(
-                (config.dump_on_growth, config.dump_near_limit),
-                (None, None)
-            );
-            assert_eq!(warnings.len(), 2, "{warnings:?}");
-            assert!(
-                warnings[0].starts_with("MEMPROF_DUMP_ON_GROWTH="),
-                "{warnings:?}"
-            );
-            assert!(
-                warnings[1].starts_with("MEMPROF_DUMP_NEAR_LIMIT="),
-                "{warnings:?}"
-            );
-        }
-        let (_, warnings) = parse(&[("MEMPROF_DUMP_ON_GROWTH", "1GiB")]);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(
-            warnings[0].contains("MEMPROF_OUTPUT is not set"),
-            "{warnings:?}"
-        );
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("2 KiB"), Some(2048));
-        assert_eq!(parse_size("3GiB"), Some(3 << 30));
-        assert_eq!(parse_size("20000000000GiB"), None);
-        assert_eq!(parse_size("MiB"), None);
-    }
-
-    #[test]
-    fn depth_above_the_limit_warns() {
-        let (config, warnings) = parse(&[("MEMPROF_STACK_DEPTH", "1000")]);
-        assert_eq!(config.stack_depth, 5);
-        assert_eq!(warnings.len(), 1);
-    }
-}
+mod tests;

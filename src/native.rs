@@ -278,3 +278,26 @@ pub(crate) fn on_signal_stack() -> bool {
             && current.ss_flags & libc::SS_ONSTACK != 0
     }
 }
+
+/// The name this process's program was started by: the last part of the path given to `exec`
+/// (the kernel's `AT_EXECFN`), so a link's own name and a script's name rather than its
+/// interpreter's; else the file name of the executable; else `"unknown"`. What `%e` expands to.
+/// Allocates: call off the allocation path.
+pub(crate) fn program_name() -> String {
+    // SAFETY: `getauxval` only reads the auxiliary vector the kernel gave the process.
+    let given = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
+    let given = (!given.is_null())
+        // SAFETY: `AT_EXECFN` is the address of a NUL-terminated string the kernel put on the
+        // process's initial stack, which lives as long as the process.
+        .then(|| unsafe { CStr::from_ptr(given) }.to_bytes())
+        .and_then(|path| path.rsplit(|&b| b == b'/').next())
+        .filter(|name| !name.is_empty())
+        .map(|name| String::from_utf8_lossy(name).into_owned());
+    given
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}

@@ -454,8 +454,12 @@ pub fn with_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
 /// Says once, when the process's symbolizer is made (at the first report or export), that the
 /// executable has no debug information, naming it and the Cargo setting that gives it: without
 /// it, frames have no file or line, inlined calls merge into their callers, and types read as
-/// unknown, silently. A file that cannot be read says nothing.
+/// unknown, silently. A file that cannot be read says nothing; under `memprof run`, only the
+/// processes it started itself say it (`MEMPROF_RUN_PID`), not every process they start.
 fn warn_without_debug_info() {
+    if !crate::config::get().warns_of_missing_debug_info() {
+        return;
+    }
     let Ok(executable) = std::fs::read_link("/proc/self/exe") else {
         return;
     };

@@ -194,7 +194,10 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(message, status)) => {
-            eprintln!("memprof: {message}");
+            // An empty message: the status alone (`memprof run` passing on its program's).
+            if !message.is_empty() {
+                eprintln!("memprof: {message}");
+            }
             ExitCode::from(status)
         }
     }

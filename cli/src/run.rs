@@ -2,13 +2,15 @@
 //! memprof built in records itself; any other is run with the preloaded library
 //! (`libmemprof_preload.so`, docs/preload.md) in `LD_PRELOAD`.
 
+mod traces;
+
 use crate::common::{bar, open, report_options};
 use crate::{Failure, ReportArgs, summary};
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::SystemTime;
 
 /// The preloaded library's file name.
 const LIBRARY: &str = "libmemprof_preload.so";
@@ -16,7 +18,9 @@ const LIBRARY: &str = "libmemprof_preload.so";
 /// The options of `memprof run`, each a `MEMPROF_*` variable for the program.
 #[derive(clap::Args, Debug)]
 pub struct RunOptions {
-    /// The trace to write (`%p`: the program's pid; `%e`: its name as given, a link's own).
+    /// The trace to write, each process of the run expanding `%p` (its pid), `%e` (the name it
+    /// was started by: a link's own, a script's) and `%t` for itself; a plain path is written
+    /// by every process of the run in turn, the last one's kept.
     #[arg(long, default_value = "memprof-%e-%p.mptrace")]
     trace: String,
     /// `MEMPROF_OUTPUT` for the program: exports written at its exit.
@@ -38,110 +42,242 @@ pub struct RunOptions {
 }
 
 /// `memprof run`: the program with `MEMPROF_TRACE` (and the other options' variables) set, then
-/// the summary of its trace. Fails with the program's status when it failed, after the summary.
+/// on stderr the summary of its trace and a line for the trace of each other process it started
+/// (`docs/preload.md`). Exits as the program did: its exit status, or 128 and the number of the
+/// signal that killed it; when it succeeded but wrote no trace, 1.
 pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Failure> {
-    let trace = &options.trace;
-    if trace.contains("%t") {
-        return Err(Failure(
-            "--trace: %t cannot be found again after the run; use %p or a plain path".into(),
-            2,
-        ));
-    }
     let program = Path::new(&command[0]);
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let executable = find_executable(program).ok_or_else(|| {
         Failure(
             format!("{}: no such program (nor in PATH)", program.display()),
-            1,
+            127,
         )
     })?;
     let kind = Kind::of(&executable)?;
-    // `%e` is the program's name as given here, expanded before the run: the program's own `%e`
-    // would be the name of the file its executable is (`./link` names its target's), which this
-    // command could not know.
-    let trace = expand_name(trace, &name);
+    let spec = options.trace.trim();
+    let pattern = if spec.starts_with("tcp://") {
+        None
+    } else {
+        let absolute = std::env::current_dir()
+            .map_err(|e| Failure(format!("cannot read the working directory: {e}"), 1))?
+            .join(spec);
+        let pattern =
+            traces::Pattern::new(&absolute).map_err(|e| Failure(format!("--trace {e}"), 2))?;
+        if let Some(fixed) = pattern.fixed() {
+            memprof_files::check_replaceable(&fixed).map_err(|e| {
+                Failure(
+                    format!(
+                        "--trace {}: {e}. memprof run reads its trace file after the program \
+                         ends; to stream into a FIFO, set MEMPROF_TRACE and run the program \
+                         without memprof run",
+                        fixed.display()
+                    ),
+                    2,
+                )
+            })?;
+        }
+        Some((absolute, pattern))
+    };
+    let library = match kind {
+        Kind::Preloaded => Some(preload_library(options.preload.as_deref())?),
+        _ => None,
+    };
+    // Each process expands `%p`, `%e` and `%t` for itself: a child's trace never replaces the
+    // program's, and the files are found again by the pattern after the run.
+    let variable = match &pattern {
+        Some((absolute, _)) => absolute.clone().into_os_string(),
+        None => OsString::from(spec),
+    };
+    let setup = |child: &mut std::process::Command| {
+        child.env("MEMPROF_TRACE", &variable);
+        child.env("MEMPROF_RUN_PID", std::process::id().to_string());
+        if let Some(output) = &options.output {
+            child.env("MEMPROF_OUTPUT", output);
+        }
+        if let Some(depth) = options.depth {
+            child.env("MEMPROF_STACK_DEPTH", depth.to_string());
+        }
+        if let Some(sample) = &options.sample {
+            let sample = match sample.parse::<u64>() {
+                Ok(0) => "0".to_owned(),
+                Ok(bytes) => format!("bytes:{bytes}"),
+                Err(_) => sample.clone(),
+            };
+            child.env("MEMPROF_SAMPLE_INTERVAL", sample);
+        }
+        if options.paused {
+            child.env("MEMPROF_PAUSED", "1");
+            if std::env::var_os("MEMPROF_TOGGLE_SIGNAL").is_none() {
+                child.env("MEMPROF_TOGGLE_SIGNAL", "USR1");
+            }
+        }
+        if let Some(library) = &library {
+            let mut preload = library.clone().into_os_string();
+            if let Some(others) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+                preload.push(":");
+                preload.push(others);
+            }
+            child.env("LD_PRELOAD", preload);
+        }
+    };
+    let start = SystemTime::now();
+    let started = start
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
     let mut child = std::process::Command::new(program);
-    child.args(&command[1..]).env("MEMPROF_TRACE", &trace);
-    if let Some(output) = &options.output {
-        child.env("MEMPROF_OUTPUT", output);
-    }
-    if let Some(depth) = options.depth {
-        child.env("MEMPROF_STACK_DEPTH", depth.to_string());
-    }
-    if let Some(sample) = &options.sample {
-        let sample = match sample.parse::<u64>() {
-            Ok(0) => "0".to_owned(),
-            Ok(bytes) => format!("bytes:{bytes}"),
-            Err(_) => sample.clone(),
+    child.args(&command[1..]);
+    setup(&mut child);
+    let spawned = match child.spawn() {
+        // A file of commands without `#!`: the shell runs it with `/bin/sh`, and so does this.
+        Err(e) if e.raw_os_error() == Some(ENOEXEC) => {
+            let mut shell = std::process::Command::new("/bin/sh");
+            shell.arg(program).args(&command[1..]);
+            setup(&mut shell);
+            shell.spawn()
+        }
+        other => other,
+    };
+    let mut child = spawned.map_err(|e| {
+        let status = if e.kind() == io::ErrorKind::NotFound {
+            127
+        } else {
+            126
         };
-        child.env("MEMPROF_SAMPLE_INTERVAL", sample);
-    }
-    if options.paused {
-        child.env("MEMPROF_PAUSED", "1");
-        if std::env::var_os("MEMPROF_TOGGLE_SIGNAL").is_none() {
-            child.env("MEMPROF_TOGGLE_SIGNAL", "USR1");
-        }
-    }
-    if kind == Kind::Preloaded {
-        let library = preload_library(options.preload.as_deref())?;
-        let mut preload = library.into_os_string();
-        if let Some(others) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-            preload.push(":");
-            preload.push(others);
-        }
-        child.env("LD_PRELOAD", preload);
-    }
-    let mut child = child
-        .spawn()
-        .map_err(|e| Failure(format!("{}: cannot run: {e}", program.display()), 1))?;
+        Failure(format!("{}: cannot run: {e}", program.display()), status)
+    })?;
     let pid = child.id();
     let status = child
         .wait()
         .map_err(|e| Failure(format!("{}: {e}", program.display()), 1))?;
-    let path = PathBuf::from(memprof::export::expand_path(
-        &trace,
-        pid,
-        Duration::ZERO,
-        &name,
-    ));
-    if !path.exists() {
-        let why = match kind {
-            Kind::BuiltIn => {
-                "is it built with memprof's `trace` feature, and memprof its global allocator?"
+    let code = exit_code(status);
+    let failed = |message: Option<String>| match (message, code) {
+        (None, 0) => Ok(()),
+        (Some(message), 0) => Err(Failure(message, 1)),
+        (message, code) => {
+            if let Some(message) = message {
+                eprintln!("memprof: {message}");
             }
-            Kind::Static => {
-                "it is statically linked: no library can be preloaded into it, and it does not \
-                 have memprof built in"
-            }
-            Kind::Preloaded => "did it start (MEMPROF_ENABLED=0 in its environment)?",
+            eprintln!("memprof: {} ended: {status}", program.display());
+            Err(Failure(String::new(), code))
+        }
+    };
+    let Some((absolute, pattern)) = pattern else {
+        eprintln!("memprof: the trace was sent to {spec}; no summary here");
+        return failed(None);
+    };
+    let found = pattern.traces_since(started);
+    let own = found.iter().position(|f| f.header.pid == pid);
+    // A trace that cannot be read is said, and the status stays the program's.
+    let message = match summarise(&found, own) {
+        Ok(()) if own.is_some() => None,
+        Ok(()) => Some(no_trace(&absolute, &pattern, start, program, pid, kind)),
+        Err(Failure(why, _)) => Some(why),
+    };
+    failed(message)
+}
+
+/// Writes to stderr the summary of `found[own]`, the program's trace, then a line for each other
+/// trace of `found`.
+fn summarise(found: &[traces::Found], own: Option<usize>) -> Result<(), Failure> {
+    let mut err = io::stderr().lock();
+    let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
+    if let Some(index) = own {
+        let trace = open(&found[index].path)?;
+        let options = report_options(&trace, &ReportArgs::default());
+        let summary = summary::Summary::of(&trace, &options, 10, &bar)?;
+        summary.write(&mut err).map_err(written)?;
+    }
+    let others: Vec<&traces::Found> = found
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| Some(i) != own)
+        .map(|(_, f)| f)
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        err,
+        "\nother processes this run traced (memprof summary FILE for each):"
+    )
+    .map_err(written)?;
+    for found in others {
+        let line = match open(&found.path).and_then(|t| summary::Summary::line(&t, &bar)) {
+            Ok(line) => line,
+            Err(Failure(why, _)) => format!("{}: {why}", found.path.display()),
         };
-        return Err(Failure(
+        writeln!(err, "  {line}").map_err(written)?;
+    }
+    Ok(())
+}
+
+/// Linux's `ENOEXEC`: a file the kernel cannot run.
+const ENOEXEC: i32 = 8;
+
+/// The status `memprof run` ends with for the program's: its exit status, or 128 and the signal's
+/// number when a signal killed it, as a shell gives it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => (128 + signal) as u8,
+        (None, None) => 1,
+    }
+}
+
+/// Why the program (process `pid`) left no trace this run can show.
+fn no_trace(
+    absolute: &Path,
+    pattern: &traces::Pattern,
+    start: SystemTime,
+    program: &Path,
+    pid: u32,
+    kind: Kind,
+) -> String {
+    let disabled = std::env::var("MEMPROF_ENABLED").is_ok_and(|v| v.trim() == "0");
+    let empty: Vec<String> = pattern
+        .headerless_since(start)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let headerless = format!(
+        "{} left without a trace header: a process that ends by `_exit` (as dash does) or by a \
+         signal before its trace's writer wrote anything leaves its file empty",
+        empty.join(", ")
+    );
+    let why = match kind {
+        _ if disabled => "MEMPROF_ENABLED=0 is in its environment",
+        Kind::Preloaded if !empty.is_empty() => headerless.as_str(),
+        Kind::BuiltIn => {
+            "is it built with memprof's `trace` feature, and memprof its global allocator?"
+        }
+        Kind::Static => {
+            "it is statically linked: no library can be preloaded into it, and it does not have \
+             memprof built in"
+        }
+        Kind::Preloaded => {
+            "the library did not start in it (a set-user-ID program ignores LD_PRELOAD), or it \
+             was killed before its trace began"
+        }
+    };
+    let earlier = pattern
+        .fixed()
+        .and_then(|path| Some((traces::header_of(&path)?, path)))
+        .map(|(header, path)| {
             format!(
-                "{}: no trace written by {} ({status}); {why}",
+                "; {} is from an earlier run (process {}, {}), left as it was",
                 path.display(),
-                program.display()
-            ),
-            1,
-        ));
-    }
-    let trace = open(&path)?;
-    let options = report_options(&trace, &ReportArgs::default());
-    let summary = summary::Summary::of(&trace, &options, 10, &bar)?;
-    let mut out = io::stdout().lock();
-    summary
-        .write(&mut out)
-        .map_err(|e| Failure(format!("cannot write: {e}"), 1))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(Failure(
-            format!("{} failed: {status}", program.display()),
-            1,
-        ))
-    }
+                header.pid,
+                header.executable
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "no trace written by {} (process {pid}) to {}: {why}{earlier}",
+        program.display(),
+        absolute.display()
+    )
 }
 
 /// How a program is profiled.
@@ -257,41 +393,8 @@ fn preload_library(given: Option<&Path>) -> Result<PathBuf, Failure> {
         })
 }
 
-/// `pattern` with `%e` replaced by `name` (its own `%` doubled), every other placeholder kept.
-fn expand_name(pattern: &str, name: &str) -> String {
-    let mut out = String::with_capacity(pattern.len() + name.len());
-    let mut chars = pattern.chars().peekable();
-    while let Some(c) = chars.next() {
-        out.push(c);
-        if c != '%' {
-            continue;
-        }
-        match chars.peek() {
-            Some('e') => {
-                out.pop();
-                out.push_str(&name.replace('%', "%%"));
-                chars.next();
-            }
-            Some(&next) => {
-                out.push(next);
-                chars.next();
-            }
-            None => {}
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn only_the_name_is_expanded() {
-        assert_eq!(
-            super::expand_name("m-%e-%p-%%e-%x.%", "a%pp"),
-            "m-a%%pp-%p-%%e-%x.%"
-        );
-    }
-
     #[test]
     fn static_and_dynamic_executables_are_told_apart() {
         let dynamic = std::fs::read("/bin/sh").unwrap();

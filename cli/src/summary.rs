@@ -9,7 +9,9 @@
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::ReportOptions;
-use memprof_trace::{Accumulated, Block, Mapping, MemoryParts, Moment, Timed, Trace, Visitor};
+use memprof_trace::{
+    Accumulated, Block, LiveBlocks, Mapping, MemoryParts, Moment, Timed, Trace, Visitor, weight,
+};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
@@ -47,10 +49,16 @@ pub struct Site {
     pub mappings: u64,
 }
 
-/// The summary of a trace.
+/// The summary of a trace. Under sampling (the header's `sample_interval`), every count of
+/// blocks and bytes is the estimate the reports give: each recorded allocation weighted by
+/// [`weight`], summed per stack and rounded per stack, as a snapshot of the trace does.
 #[derive(Debug, Default)]
 pub struct Summary {
     path: String,
+    /// Mean bytes between recorded allocations; 0 when every one was recorded.
+    sample_interval: u64,
+    /// Allocations recorded (under sampling, fewer than the estimate).
+    recorded: u64,
     pid: u32,
     executable: String,
     closed: bool,
@@ -85,38 +93,62 @@ pub struct Summary {
     top: usize,
 }
 
-/// What the summary counts during the replay of the whole trace.
+/// What the summary counts during the replay of the whole trace, each block weighted by what it
+/// stands for (1 block and its size when every allocation is recorded).
 struct Counting<'a> {
     summary: &'a mut Summary,
     /// Per stack: allocations, bytes, temporary.
-    per_stack: Vec<(u64, u64, u64)>,
+    per_stack: Vec<[f64; 3]>,
+    /// Frees, and the freed blocks per lifetime bucket.
+    frees: f64,
+    lifetimes: [f64; BUCKETS.len() + 1],
+    /// Blocks and bytes live, and their most (by bytes).
+    live: (f64, f64),
+    peak: (f64, f64),
     /// Events up to and with the peak.
     peak_events: u64,
     progress: ProgressBar,
 }
 
+impl Counting<'_> {
+    fn weight(&self, block: &Block) -> (f64, f64) {
+        weight(block.size, self.summary.sample_interval)
+    }
+}
+
 impl Visitor for Counting<'_> {
-    fn alloc(&mut self, _: &Timed, _: u64, block: &Block, _: Option<&Block>) {
-        self.summary.allocations += 1;
-        self.summary.bytes += block.size;
+    fn alloc(&mut self, _: &Timed, _: u64, block: &Block, replaced: Option<&Block>) {
+        self.summary.recorded += 1;
+        let (blocks, bytes) = self.weight(block);
         let site = &mut self.per_stack[block.stack as usize];
-        site.0 += 1;
-        site.1 += block.size;
+        site[0] += blocks;
+        site[1] += bytes;
+        self.live.0 += blocks;
+        self.live.1 += bytes;
+        if let Some(replaced) = replaced {
+            let (blocks, bytes) = self.weight(replaced);
+            self.live.0 -= blocks;
+            self.live.1 -= bytes;
+        }
     }
 
     fn free(&mut self, timed: &Timed, _: u64, freed: Option<&Block>, temporary: bool) {
-        self.summary.frees += 1;
-        if let Some(block) = freed {
-            let lifetime = timed.time.saturating_sub(block.time);
-            let bucket = BUCKETS
-                .iter()
-                .position(|&(bound, _)| lifetime < bound)
-                .unwrap_or(BUCKETS.len());
-            self.summary.lifetimes[bucket] += 1;
-            if temporary {
-                self.summary.temporary += 1;
-                self.per_stack[block.stack as usize].2 += 1;
-            }
+        let Some(block) = freed else {
+            self.frees += 1.0;
+            return;
+        };
+        let (blocks, bytes) = self.weight(block);
+        self.frees += blocks;
+        self.live.0 -= blocks;
+        self.live.1 -= bytes;
+        let lifetime = timed.time.saturating_sub(block.time);
+        let bucket = BUCKETS
+            .iter()
+            .position(|&(bound, _)| lifetime < bound)
+            .unwrap_or(BUCKETS.len());
+        self.lifetimes[bucket] += blocks;
+        if temporary {
+            self.per_stack[block.stack as usize][2] += blocks;
         }
     }
 
@@ -142,9 +174,8 @@ impl Visitor for Counting<'_> {
             summary.mapped_peak = state.heap.mappings.bytes();
             summary.mapped_peak_time = timed.time;
         }
-        if state.heap.live_bytes > summary.peak_bytes {
-            summary.peak_bytes = state.heap.live_bytes;
-            summary.peak_blocks = state.heap.live.len() as u64;
+        if self.live.1 > self.peak.1 {
+            self.peak = self.live;
             summary.peak_time = timed.time;
             self.peak_events = state.events;
         }
@@ -155,17 +186,41 @@ impl Visitor for Counting<'_> {
     }
 }
 
+/// Per stack, the blocks and bytes of `live`, weighted under sampling and rounded per stack.
+fn live_per_stack(live: &LiveBlocks, stacks: usize, interval: u64) -> Vec<(u64, u64)> {
+    let mut sums = vec![(0f64, 0f64); stacks];
+    for block in live.values() {
+        let (blocks, bytes) = weight(block.size, interval);
+        let entry = &mut sums[block.stack as usize];
+        entry.0 += blocks;
+        entry.1 += bytes;
+    }
+    sums.into_iter()
+        .map(|(blocks, bytes)| (blocks.round() as u64, bytes.round() as u64))
+        .collect()
+}
+
+/// The sums of a list of per-stack pairs.
+fn totals(pairs: &[(u64, u64)]) -> (u64, u64) {
+    pairs.iter().fold((0, 0), |(a, b), &(c, d)| {
+        (a.saturating_add(c), b.saturating_add(d))
+    })
+}
+
 impl Summary {
-    /// Replays `trace` to its end, then to its peak.
-    pub fn of(
+    /// One replay of `trace` to its end: the totals, per stack the allocations, bytes and
+    /// temporary allocations, the events up to the peak, and the blocks live at the end per
+    /// stack.
+    #[allow(clippy::type_complexity)]
+    fn count(
         trace: &Trace,
-        options: &ReportOptions,
         top: usize,
         bar: &dyn Fn(u64, &str) -> ProgressBar,
-    ) -> Result<Summary, Failure> {
+    ) -> Result<(Summary, Vec<[u64; 3]>, u64, Accumulated), Failure> {
         let header = trace.header();
         let mut summary = Summary {
             path: trace.path().display().to_string(),
+            sample_interval: header.sample_interval,
             pid: header.pid,
             executable: header.executable.clone(),
             closed: trace.end_record().is_some(),
@@ -177,7 +232,11 @@ impl Summary {
         let stacks = trace.stacks().len();
         let mut counting = Counting {
             summary: &mut summary,
-            per_stack: vec![(0u64, 0u64, 0u64); stacks],
+            per_stack: vec![[0.0; 3]; stacks],
+            frees: 0.0,
+            lifetimes: [0.0; BUCKETS.len() + 1],
+            live: (0.0, 0.0),
+            peak: (0.0, 0.0),
             peak_events: 0,
             progress: bar(trace.events(), "summary"),
         };
@@ -186,10 +245,57 @@ impl Summary {
         let Counting {
             per_stack,
             peak_events,
+            frees,
+            lifetimes,
             ..
         } = counting;
-        summary.leaked_bytes = end.heap.live_bytes;
-        summary.leaked_blocks = end.heap.live.len() as u64;
+        let per_stack: Vec<[u64; 3]> = per_stack
+            .iter()
+            .map(|s| s.map(|v| v.round() as u64))
+            .collect();
+        for site in &per_stack {
+            summary.allocations = summary.allocations.saturating_add(site[0]);
+            summary.bytes = summary.bytes.saturating_add(site[1]);
+            summary.temporary = summary.temporary.saturating_add(site[2]);
+        }
+        summary.frees = frees.round() as u64;
+        summary.lifetimes = lifetimes.map(|v| v.round() as u64);
+        let leaked = live_per_stack(&end.heap.live, stacks, summary.sample_interval);
+        (summary.leaked_blocks, summary.leaked_bytes) = totals(&leaked);
+        Ok((summary, per_stack, peak_events, end))
+    }
+
+    /// One line for `trace`: its process, allocations and what was live at its end.
+    pub fn line(trace: &Trace, bar: &dyn Fn(u64, &str) -> ProgressBar) -> Result<String, Failure> {
+        let (summary, ..) = Summary::count(trace, 0, bar)?;
+        let n = |v| summary.number(v);
+        Ok(format!(
+            "{}: process {} ({}): {} allocations ({} bytes), {} bytes in {} blocks live at the \
+             end{}",
+            summary.path,
+            summary.pid,
+            summary.executable,
+            n(summary.allocations),
+            n(summary.bytes),
+            n(summary.leaked_bytes),
+            n(summary.leaked_blocks),
+            if summary.sample_interval != 0 {
+                format!(" (estimated from {} sampled allocations)", summary.recorded)
+            } else {
+                String::new()
+            }
+        ))
+    }
+
+    /// Replays `trace` to its end, then to its peak.
+    pub fn of(
+        trace: &Trace,
+        options: &ReportOptions,
+        top: usize,
+        bar: &dyn Fn(u64, &str) -> ProgressBar,
+    ) -> Result<Summary, Failure> {
+        let stacks = trace.stacks().len();
+        let (mut summary, per_stack, peak_events, end) = Summary::count(trace, top, bar)?;
         summary.mapped_end = end.heap.mappings.bytes();
         summary.mappings_end = end.heap.mappings.len() as u64;
         let mut mapped_per_stack = vec![(0u64, 0u64); stacks];
@@ -202,19 +308,15 @@ impl Summary {
         drop(end);
 
         let (at_peak, _) = crate::common::replay(trace, &Moment::Events(peak_events))?;
-        let mut peak_per_stack = vec![(0u64, 0u64); stacks];
-        for block in at_peak.live.values() {
-            let entry = &mut peak_per_stack[block.stack as usize];
-            entry.0 += 1;
-            entry.1 += block.size;
-        }
+        let peak_per_stack = live_per_stack(&at_peak.live, stacks, summary.sample_interval);
+        (summary.peak_blocks, summary.peak_bytes) = totals(&peak_per_stack);
         drop(at_peak);
 
         // Stacks grouped by the context a report prints for them.
         let mut resolver = crate::moment::resolver(trace);
         let mut sites: HashMap<Vec<String>, Site> = HashMap::new();
         for (id, frames) in trace.stacks().iter().enumerate() {
-            let (allocations, bytes, temporary) = per_stack[id];
+            let [allocations, bytes, temporary] = per_stack[id];
             let (peak_blocks, peak_bytes) = peak_per_stack[id];
             let (mappings, mapped_bytes) = mapped_per_stack[id];
             if allocations == 0 && peak_blocks == 0 && mappings == 0 {
@@ -242,8 +344,18 @@ impl Summary {
         Ok(summary)
     }
 
+    /// `value` as the summary prints a count: under sampling, marked as the estimate it is.
+    fn number(&self, value: u64) -> String {
+        if self.sample_interval == 0 {
+            value.to_string()
+        } else {
+            format!("≈{value}")
+        }
+    }
+
     /// Writes the summary as text.
     pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {
+        let n = |v| self.number(v);
         writeln!(out, "trace: {}", self.path)?;
         writeln!(out, "process: {} ({})", self.pid, self.executable)?;
         writeln!(
@@ -256,28 +368,40 @@ impl Summary {
                 "cut short: no END record".to_owned()
             }
         )?;
+        if self.sample_interval != 0 {
+            writeln!(
+                out,
+                "sampled: one allocation in every {} bytes on average was recorded, {} in all; \
+                 the counts marked ≈ are estimated from these samples, as the reports' are",
+                self.sample_interval, self.recorded
+            )?;
+        }
         writeln!(
             out,
             "allocations: {} ({} bytes), frees: {}, markers: {}",
-            self.allocations, self.bytes, self.frees, self.markers
+            n(self.allocations),
+            n(self.bytes),
+            n(self.frees),
+            self.markers
         )?;
         writeln!(
             out,
             "temporary allocations: {} ({:.1}% of allocations)",
-            self.temporary,
+            n(self.temporary),
             percent(self.temporary, self.allocations)
         )?;
         writeln!(
             out,
             "peak: {} bytes in {} blocks at {}",
-            self.peak_bytes,
-            self.peak_blocks,
+            n(self.peak_bytes),
+            n(self.peak_blocks),
             seconds(self.peak_time)
         )?;
         writeln!(
             out,
             "leaked at end: {} bytes in {} blocks",
-            self.leaked_bytes, self.leaked_blocks
+            n(self.leaked_bytes),
+            n(self.leaked_blocks)
         )?;
         if self.maps > 0 {
             writeln!(
@@ -307,30 +431,34 @@ impl Summary {
                 .cmp(&a.allocations)
                 .then(b.bytes.cmp(&a.bytes))
         });
-        self.table(out, "most allocations", &sites, |s| {
-            (s.allocations, format!("{} bytes", s.bytes))
+        self.table(out, "most allocations", &sites, true, |s| {
+            (s.allocations, format!("{} bytes", n(s.bytes)))
         })?;
         sites.sort_by_key(|s| std::cmp::Reverse(s.temporary));
         sites.retain(|s| s.temporary > 0);
-        self.table(out, "most temporary allocations", &sites, |s| {
+        self.table(out, "most temporary allocations", &sites, true, |s| {
             (
                 s.temporary,
                 format!(
                     "{:.1}% of its {}",
                     percent(s.temporary, s.allocations),
-                    s.allocations
+                    n(s.allocations)
                 ),
             )
         })?;
         let mut sites: Vec<&Site> = self.sites.iter().filter(|s| s.peak_bytes > 0).collect();
         sites.sort_by_key(|s| std::cmp::Reverse(s.peak_bytes));
-        self.table(out, "largest at the peak", &sites, |s| {
-            (s.peak_bytes, format!("bytes in {} blocks", s.peak_blocks))
+        self.table(out, "largest at the peak", &sites, true, |s| {
+            (
+                s.peak_bytes,
+                format!("bytes in {} blocks", n(s.peak_blocks)),
+            )
         })?;
         if self.maps > 0 {
             let mut sites: Vec<&Site> = self.sites.iter().filter(|s| s.mappings > 0).collect();
             sites.sort_by_key(|s| std::cmp::Reverse(s.mapped_bytes));
-            self.table(out, "largest mappings at the end", &sites, |s| {
+            // Mappings are never sampled: their counts are exact.
+            self.table(out, "largest mappings at the end", &sites, false, |s| {
                 (s.mapped_bytes, format!("bytes in {} mappings", s.mappings))
             })?;
         }
@@ -341,11 +469,12 @@ impl Summary {
             let label = BUCKETS.get(i).map_or(">= 10 s", |&(_, label)| label);
             writeln!(
                 out,
-                "{label:>10}  {count:>12}  {:5.1}%",
+                "{label:>10}  {:>12}  {:5.1}%",
+                n(count),
                 percent(count, freed)
             )?;
         }
-        writeln!(out, "{:>10}  {:>12}", "never", self.leaked_blocks)
+        writeln!(out, "{:>10}  {:>12}", "never", n(self.leaked_blocks))
     }
 
     fn table(
@@ -353,6 +482,7 @@ impl Summary {
         out: &mut dyn Write,
         title: &str,
         sites: &[&Site],
+        estimated: bool,
         value: impl Fn(&Site) -> (u64, String),
     ) -> io::Result<()> {
         writeln!(out, "\n{title}:")?;
@@ -361,6 +491,10 @@ impl Summary {
         }
         for site in sites.iter().take(self.top) {
             let (number, detail) = value(site);
+            let number = match estimated {
+                true => self.number(number),
+                false => number.to_string(),
+            };
             writeln!(out, "{number:>12}  {detail}")?;
             for frame in &site.context {
                 writeln!(out, "              {frame}")?;

@@ -186,19 +186,23 @@ fn check(sample_interval: Option<&str>) {
         .env("MEMPROF_TEST_CLI_DIR", &again)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The summary is on stderr, after the program's own output.
+    let summary = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+        "{}{summary}",
+        String::from_utf8_lossy(&output.stdout)
     );
     let written = std::fs::read_to_string(again.join("path")).unwrap();
-    assert!(stdout.contains(&format!("trace: {written}\n")), "{stdout}");
     assert!(
-        stdout.contains("closed normally, 0 events lost"),
-        "{stdout}"
+        summary.contains(&format!("trace: {written}\n")),
+        "{summary}"
     );
-    assert!(stdout.contains("report_at_marker::worker"), "{stdout}");
+    assert!(
+        summary.contains("closed normally, 0 events lost"),
+        "{summary}"
+    );
+    assert!(summary.contains("report_at_marker::worker"), "{summary}");
 
     // `memprof receive`: the same program traced to tcp://, its report at the marker as its own.
     let sent = dir.join("sent");

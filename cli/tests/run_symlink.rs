@@ -42,7 +42,9 @@ fn run_through_a_link() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(stdout.contains("allocations: "), "{stdout}\n{stderr}");
+    // The summary is on stderr, the program's output alone on stdout.
+    assert!(stderr.contains("allocations: "), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("allocations: "), "{stdout}\n{stderr}");
     let traces: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

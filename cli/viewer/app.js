@@ -314,7 +314,7 @@ function drawSummary() {
     el("span", { text: `peak ${fmtBytes(s.peak.bytes)} in ${fmtCount(s.peak.blocks)} blocks at ${fmtSeconds(s.peak.time_ns)}` }),
     el("span", { text: `at end ${fmtBytes(s.end.bytes)} in ${fmtCount(s.end.blocks)} blocks` }),
     el("span", { text: `${fmtCount(s.totals.allocations)} allocations (${fmtBytes(s.totals.allocated_bytes)}), ${fmtCount(s.totals.frees)} frees, ${fmtCount(s.totals.temporary)} temporary` }),
-    el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}${s.sample_interval ? `, sampled every ${fmtBytes(s.sample_interval)}` : ""}` }),
+    el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}${s.sample_interval ? `, sampled every ${fmtBytes(s.sample_interval)}: the figures count the samples, not estimates (memprof report and summary estimate)` : ""}` }),
   );
   if (s.complete === false || s.live) {
     document.getElementById("summary").append(el("span", { class: "live", text: "still arriving, or cut short: followed every 2 s" }));

@@ -165,7 +165,7 @@ impl Heap {
 /// every `interval` bytes on average (0: every allocation recorded): `1/p` blocks and `size/p`
 /// bytes, `p = 1 - exp(-size/interval)`, as the trace header's `sample_interval` specifies and as
 /// the live table weighs its own samples.
-pub(crate) fn weight(size: u64, interval: u64) -> (f64, f64) {
+pub fn weight(size: u64, interval: u64) -> (f64, f64) {
     let p = if interval == 0 {
         1.0
     } else {

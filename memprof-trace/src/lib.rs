@@ -61,7 +61,7 @@ mod tests;
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use follow::{FOLLOW_SLACK_NS, Follow, Followed};
-pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping};
+pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping, weight};
 pub use moment::{Moment, Position};
 pub use ranges::RangeMap;
 pub use records::{

@@ -46,7 +46,7 @@ fn memprof_run_paused() {
         "memprof run --paused",
     );
     assert!(output.status.success(), "{}", both(&output));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("after_signal"), "{}", both(&output));
-    assert!(!stdout.contains("before_signal"), "{}", both(&output));
+    let summary = String::from_utf8_lossy(&output.stderr);
+    assert!(summary.contains("after_signal"), "{}", both(&output));
+    assert!(!summary.contains("before_signal"), "{}", both(&output));
 }

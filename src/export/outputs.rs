@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Expands a file-name pattern: `%p` the process id, `%t` seconds since the Unix epoch, `%e` the
-/// executable's file name, `%%` a percent sign; anything else stays as written.
+/// name given for the program (in memprof's own files, the name the process was started by: the
+/// last part of the path given to `exec`), `%%` a percent sign; anything else stays as written.
 pub fn expand_path(pattern: &str, pid: u32, time: Duration, executable: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars().peekable();
@@ -36,14 +37,6 @@ pub fn expand_path(pattern: &str, pid: u32, time: Duration, executable: &str) ->
         chars.next();
     }
     out
-}
-
-/// The file name of this process's executable, or `"unknown"`.
-fn executable_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Writes `snapshot` to the file `path` names, after expanding `%p`, `%t` and `%e`
@@ -82,7 +75,7 @@ pub fn write_path(
             path,
             options.pid,
             options.time,
-            &executable_name(),
+            &crate::native::program_name(),
         ));
         let mut temporary = Replacement::create(&expanded)?;
         let mut file = BufWriter::new(temporary.file());

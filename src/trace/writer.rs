@@ -89,11 +89,8 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 
 /// Expands the trace's destination: `%p`, `%t`, `%e` in a path, as `MEMPROF_OUTPUT` does.
 fn expand(spec: &str, now: Duration) -> String {
-    let executable = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "unknown".to_owned());
-    crate::export::expand_path(spec, std::process::id(), now, &executable)
+    let program = native::program_name();
+    crate::export::expand_path(spec, std::process::id(), now, &program)
 }
 
 /// Starts the trace and its writer thread; `false` when the thread cannot start.

@@ -1,0 +1,353 @@
+//! `memprof run` as a careful user meets it: it passes on the program's exit status, writes its
+//! summary to stderr after the program's own output, refuses a FIFO as `--trace` rather than
+//! hang on it, never shows an earlier run's trace as this one's, keeps the trace of every
+//! process it started (each expands `%e` and `%p` for itself) and lists them, gives the
+//! reports' estimates for a sampled trace and says they are estimates, runs a script without
+//! `#!` with `/bin/sh` as a shell does, and says once per run that a program has no debug
+//! information. The preloaded library warns once for a misspelt `MEMPROF_` variable and for an
+//! empty value.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use support::*;
+
+/// `memprof run ARGS` in `dir`, with no `MEMPROF_*` variable of the test's own.
+fn memprof_run(dir: &Path, args: &[&str], what: &str) -> Output {
+    run_within(
+        clean_command(memprof_command())
+            .arg("run")
+            .args(args)
+            .current_dir(dir),
+        Duration::from_secs(120),
+        what,
+    )
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The trace files in `dir`, by name.
+fn traces(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".mptrace"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `run_leak.c` built into `dir`.
+fn leak_program(dir: &Path) -> PathBuf {
+    compile(dir, &["run_leak.c"], "run_leak", &["-O1", "-g"])
+}
+
+#[test]
+fn exit_status_is_the_programs() {
+    let dir = scratch("run_status");
+    let program = leak_program(&dir);
+    let program = program.to_str().unwrap();
+    let output = memprof_run(&dir, &["--", program, "3"], "memprof run: exit(3)");
+    assert_eq!(output.status.code(), Some(3), "{}", both(&output));
+    for (signal, status) in [("TERM", 143), ("KILL", 137)] {
+        let script = format!("{program}; kill -{signal} $$");
+        let output = memprof_run(
+            &dir,
+            &["--", "bash", "-c", &script],
+            "memprof run: a signal",
+        );
+        assert_eq!(output.status.code(), Some(status), "{}", both(&output));
+    }
+    let output = memprof_run(&dir, &["--", program], "memprof run: success");
+    assert_eq!(output.status.code(), Some(0), "{}", both(&output));
+}
+
+#[test]
+fn summary_on_stderr_after_the_programs_output() {
+    let dir = scratch("run_stderr");
+    let program = leak_program(&dir);
+    let output = memprof_run(
+        &dir,
+        &["--", program.to_str().unwrap()],
+        "memprof run: summary",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "leaked\n");
+    let stderr = stderr(&output);
+    // Every allocation recorded: the counts are exact, and not marked as estimates.
+    assert!(
+        stderr.lines().any(|l| l.trim() == "5000  640000 bytes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("in 'make_node'"), "{stderr}");
+    assert!(!stderr.contains('≈'), "{stderr}");
+}
+
+#[test]
+fn a_fifo_as_trace_is_refused_up_front() {
+    let dir = scratch("run_fifo");
+    let fifo = dir.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // It hung for ever: the program gave the FIFO up, then `memprof run` opened it to read.
+    let output = run_within(
+        clean_command(memprof_command())
+            .args(["run", "--trace"])
+            .arg(&fifo)
+            .args(["--", "/bin/true"])
+            .current_dir(&dir),
+        Duration::from_secs(20),
+        "memprof run --trace FIFO",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", both(&output));
+    assert!(stderr(&output).contains("a FIFO"), "{}", both(&output));
+}
+
+#[test]
+fn an_earlier_runs_trace_is_not_shown_as_this_ones() {
+    let dir = scratch("run_stale");
+    let leak = leak_program(&dir);
+    let fixed = dir.join("fixed.mptrace");
+    let fixed = fixed.to_str().unwrap();
+    let first = memprof_run(
+        &dir,
+        &["--trace", fixed, "--", leak.to_str().unwrap()],
+        "memprof run: first",
+    );
+    assert!(first.status.success(), "{}", both(&first));
+    let static_program = compile(
+        &dir,
+        &["static_hello.c"],
+        "static_hello",
+        &["-static", "-O2"],
+    );
+    let output = memprof_run(
+        &dir,
+        &["--trace", fixed, "--", static_program.to_str().unwrap()],
+        "memprof run: a static program after a traced one",
+    );
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{}", both(&output));
+    assert!(!text.contains("allocations:"), "{text}");
+    assert!(
+        text.contains("no trace written") && text.contains("statically linked"),
+        "{text}"
+    );
+    assert!(text.contains("from an earlier run"), "{text}");
+    let disabled = run_within(
+        clean_command(memprof_command())
+            .args(["run", "--trace", fixed, "--"])
+            .arg(&leak)
+            .env("MEMPROF_ENABLED", "0")
+            .current_dir(&dir),
+        Duration::from_secs(60),
+        "memprof run with MEMPROF_ENABLED=0",
+    );
+    let text = stderr(&disabled);
+    assert_eq!(disabled.status.code(), Some(1), "{}", both(&disabled));
+    assert!(!text.contains("allocations:"), "{text}");
+    assert!(text.contains("MEMPROF_ENABLED=0"), "{text}");
+}
+
+#[test]
+fn every_process_keeps_its_trace() {
+    let dir = scratch("run_children");
+    let leak = leak_program(&dir);
+    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    let output = memprof_run(
+        &dir,
+        &[
+            "--trace",
+            "x-%e.mptrace",
+            "--",
+            "bash",
+            "-c",
+            "./hello; true",
+        ],
+        "memprof run: a shell and its child",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    assert_eq!(traces(&dir), ["x-bash.mptrace", "x-hello.mptrace"]);
+    let text = stderr(&output);
+    let process = text
+        .lines()
+        .find(|l| l.starts_with("process: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(process.ends_with("bash)"), "{text}");
+    let child = text
+        .lines()
+        .find(|l| l.contains("x-hello.mptrace: process "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        child.contains("/hello): ") && child.contains(" allocations ("),
+        "{text}"
+    );
+
+    // A script whose last command is `exec`: the same process id, a trace per program.
+    let dir = scratch("run_exec");
+    let leak = leak_program(&dir);
+    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    let script = dir.join("script");
+    std::fs::write(&script, "#!/bin/bash\n./hello\nexec ./run_leak\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let output = memprof_run(
+        &dir,
+        &["--trace", "t-%e-%p.mptrace", "--", "./script"],
+        "memprof run: a script ending in exec",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    let names = traces(&dir);
+    assert_eq!(names.len(), 3, "{names:?}\n{}", both(&output));
+    for prefix in ["t-script-", "t-hello-", "t-run_leak-"] {
+        assert!(names.iter().any(|n| n.starts_with(prefix)), "{names:?}");
+    }
+    let text = stderr(&output);
+    assert_eq!(text.matches(".mptrace: process ").count(), 2, "{text}");
+}
+
+#[test]
+fn sampled_summary_gives_the_reports_estimates() {
+    let dir = scratch("run_sampled");
+    let leak = leak_program(&dir);
+    let output = memprof_run(
+        &dir,
+        &[
+            "--sample",
+            "512",
+            "--trace",
+            "s.mptrace",
+            "--",
+            leak.to_str().unwrap(),
+        ],
+        "memprof run --sample 512",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    let text = stderr(&output);
+    let report = run_ok(
+        clean_command(memprof_command())
+            .args(["report", "s.mptrace"])
+            .current_dir(&dir),
+        "memprof report",
+    );
+    let report = String::from_utf8_lossy(&report.stdout).into_owned();
+    // `| 4,995 | 639,424 | ` leak.c ... 'make_node' ` ...`
+    let row = report
+        .lines()
+        .find(|l| l.contains("'make_node'"))
+        .unwrap_or_else(|| panic!("{report}"));
+    let numbers: Vec<String> = row
+        .split('|')
+        .skip(1)
+        .take(2)
+        .map(|n| n.trim().replace(',', ""))
+        .collect();
+    let (blocks, bytes) = (&numbers[0], &numbers[1]);
+    let estimate: u64 = blocks.parse().unwrap();
+    assert!((4000..6000).contains(&estimate), "{report}");
+    assert!(text.contains("estimated from these samples"), "{text}");
+    assert!(text.contains("\nallocations: ≈"), "{text}");
+    let site = format!("≈{blocks}  ≈{bytes} bytes");
+    assert!(text.lines().any(|l| l.trim() == site), "{site}\n{text}");
+    let summary = run_ok(
+        clean_command(memprof_command())
+            .args(["summary", "s.mptrace"])
+            .current_dir(&dir),
+        "memprof summary",
+    );
+    let summary = String::from_utf8_lossy(&summary.stdout).into_owned();
+    assert!(
+        summary.lines().any(|l| l.trim() == site),
+        "{site}\n{summary}"
+    );
+}
+
+#[test]
+fn a_script_without_a_shebang_runs_with_sh() {
+    let dir = scratch("run_no_shebang");
+    let script = dir.join("plain");
+    std::fs::write(&script, "echo from the script\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let output = memprof_run(&dir, &["--", "./plain"], "memprof run: a script without #!");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "from the script\n",
+        "{}",
+        both(&output)
+    );
+    assert!(
+        !stderr(&output).contains("Exec format error"),
+        "{}",
+        both(&output)
+    );
+}
+
+#[test]
+fn no_debug_information_said_once_per_run() {
+    let dir = scratch("run_debug_info");
+    // bash has no debug information, nor have the programs it runs.
+    let output = memprof_run(
+        &dir,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "/usr/bin/env true; /usr/bin/env true; ls / > /dev/null; true",
+        ],
+        "memprof run: a shell running system programs",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    let text = stderr(&output);
+    assert_eq!(
+        text.matches("has no debug information").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("/usr/bin/bash has no debug information")
+            || text.contains("/bin/bash has no debug information"),
+        "{text}"
+    );
+}
+
+#[test]
+fn unknown_variables_and_empty_values_warn() {
+    let dir = scratch("run_variables");
+    let leak = leak_program(&dir);
+    let output = run_ok(
+        clean_command(&leak)
+            .env("LD_PRELOAD", library())
+            .env("MEMPROF_DEPTH", "abc")
+            .env("MEMPROF_SAMPLE", "-1")
+            .env("MEMPROF_OUTPUT", "")
+            .env("MEMPROF_BLESS", "1")
+            .env("MEMPROF_REQUIRE_TOOLS", "1")
+            .env("MEMPROF_EXPECT_FP", "1"),
+        "misspelt variables",
+    );
+    let text = stderr(&output);
+    let unknown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("not one of memprof's variables"))
+        .collect();
+    assert_eq!(unknown.len(), 1, "{text}");
+    assert!(
+        unknown[0].starts_with("memprof: MEMPROF_DEPTH, MEMPROF_SAMPLE are"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("MEMPROF_OUTPUT=\"\" is empty").count(),
+        1,
+        "{text}"
+    );
+    for quiet in [
+        "MEMPROF_BLESS",
+        "MEMPROF_REQUIRE_TOOLS",
+        "MEMPROF_EXPECT_FP",
+    ] {
+        assert!(!text.contains(quiet), "{text}");
+    }
+}
