@@ -9,6 +9,7 @@
 
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError, TryLockError};
 
 /// One loaded ELF object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +29,9 @@ pub(crate) struct Module {
     /// segments, what tells one loading of a module from another (a library unloaded and then
     /// loaded again at the same address from the same file compares equal, and is the same code).
     pub headers: usize,
+    /// The GNU build id, read from the module's notes in memory when it was listed (empty when it
+    /// has none): tells whether the file at [`Module::path`] is still the one that was loaded.
+    pub build_id: Vec<u8>,
 }
 
 impl Module {
@@ -132,7 +136,38 @@ impl Loaded<'_> {
             eh_frame_hdr,
             segments,
             headers: self.info.dlpi_phdr as usize,
+            build_id: self.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
         })
+    }
+
+    /// The GNU build id in the object's `PT_NOTE` segments, read in memory: only notes that lie
+    /// in a readable `PT_LOAD` segment's bytes from the file are read.
+    fn build_id(&self) -> Option<&[u8]> {
+        let bias = self.bias();
+        let mapped = |start: usize, end: usize| {
+            self.headers().iter().any(|header| {
+                let from = bias.wrapping_add(header.p_vaddr as usize);
+                let size = header.p_memsz.min(header.p_filesz) as usize;
+                header.p_type == libc::PT_LOAD
+                    && header.p_flags & libc::PF_R != 0
+                    && from <= start
+                    && end <= from.wrapping_add(size)
+            })
+        };
+        self.headers()
+            .iter()
+            .filter(|header| header.p_type == libc::PT_NOTE)
+            .find_map(|header| {
+                let start = bias.wrapping_add(header.p_vaddr as usize);
+                let end = start.checked_add(header.p_filesz as usize)?;
+                if !mapped(start, end) {
+                    return None;
+                }
+                // SAFETY: the notes lie in a readable segment, backed by the file, of an object
+                // the loader lists, which stays mapped while `self` lives.
+                let notes = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
+                gnu_build_id(notes)
+            })
     }
 
     /// Whether this object is the loading of a module that `module` copied: same bias, program
@@ -168,6 +203,31 @@ impl Loaded<'_> {
             && segments == module.segments.len()
             && eh_frame_hdr == module.eh_frame_hdr
     }
+}
+
+/// The type of a GNU build id note.
+const NT_GNU_BUILD_ID: usize = 3;
+
+/// The description of the first `NT_GNU_BUILD_ID` note named `GNU` in `notes` (ELF notes, 4-byte
+/// aligned, in this machine's byte order).
+fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+    let word = |bytes: &[u8], at: usize| {
+        let word: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_ne_bytes(word) as usize)
+    };
+    let padded = |size: usize| size.checked_add(3).map(|s| s & !3);
+    while notes.len() >= 12 {
+        let (name_size, desc_size, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+        let desc_at = 12usize.checked_add(padded(name_size)?)?;
+        let next = desc_at.checked_add(padded(desc_size)?)?;
+        let name = notes.get(12..12usize.checked_add(name_size)?)?;
+        let desc = notes.get(desc_at..desc_at.checked_add(desc_size)?)?;
+        if name == b"GNU\0" && kind == NT_GNU_BUILD_ID {
+            return Some(desc);
+        }
+        notes = notes.get(next..)?;
+    }
+    None
 }
 
 /// Calls `f` with each loaded object in the loader's order, holding the loader's lock, until it
@@ -333,7 +393,6 @@ pub(crate) fn executable_has_debug_info() -> bool {
 /// The GNU build id of the ELF file at `path` (its `NT_GNU_BUILD_ID` note), which names the
 /// exact build of a binary for offline symbolization. Reads only the headers and the notes.
 /// Allocates and reads a file: off the allocation path.
-#[cfg(feature = "trace")]
 pub(crate) fn build_id(path: &Path) -> Option<Vec<u8>> {
     use object::read::elf::{FileHeader, SectionHeader};
     let file = std::fs::File::open(path).ok()?;
@@ -369,9 +428,17 @@ pub(crate) fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Optio
     }
 }
 
-/// The loader's generation and the modules loaded at that generation (both read in one listing).
-/// Allocates: call it outside the allocation path.
+/// The loader's generation and the modules loaded at that generation (both read in one listing),
+/// which are noted as seen ([`note`], unless another thread is noting). Allocates: call it
+/// outside the allocation path.
 pub(crate) fn listed() -> (Option<Generation>, Vec<Module>) {
+    let (generation, modules) = list();
+    note(generation, &modules, false);
+    (generation, modules)
+}
+
+/// [`listed`] without noting.
+fn list() -> (Option<Generation>, Vec<Module>) {
     let mut generation = None;
     let mut modules = Vec::new();
     with_loaded(|object| {
@@ -380,6 +447,109 @@ pub(crate) fn listed() -> (Option<Generation>, Vec<Module>) {
         ControlFlow::Continue(())
     });
     (generation, modules)
+}
+
+/// Modules seen loaded at some listing, kept after they are unloaded (see [`note`]).
+struct Seen {
+    /// Each module with the latest stamp it was listed at.
+    modules: Vec<(Module, u64)>,
+    /// The latest stamp: the loader's generation of the latest listing noted, or a count when
+    /// the loader does not count.
+    latest: u64,
+    /// The loader's generation of the latest listing noted.
+    generation: Option<Generation>,
+}
+
+/// The modules seen, behind a lock held only to copy modules in or out: nothing else is taken,
+/// no file read, while it is held. On the allocation path it is only tried, never waited for.
+static SEEN: Mutex<Seen> = Mutex::new(Seen {
+    modules: Vec::new(),
+    latest: 0,
+    generation: None,
+});
+
+/// Modules seen and absent from the latest listing noted (unloaded, most of them) that are kept,
+/// the latest seen first: a program loading and unloading libraries in a loop keeps a bounded
+/// list.
+pub(crate) const UNLOADED_KEPT: usize = 64;
+
+/// The lock of the modules seen, for the forking thread to hold across `fork` (dropping the
+/// result lets it go): a child must not get it held by a thread that did not come along.
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    SEEN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Notes `modules`, one whole listing made at `generation`, as seen: what is needed to name the
+/// code of a module once it is unloaded ([`seen_holding`]). Of the modules no longer listed, the
+/// [`UNLOADED_KEPT`] latest seen are kept. `wait`: wait for the lock if another thread holds it;
+/// otherwise (on the allocation path, in the reentrancy guard) the listing is not noted then.
+/// Allocates.
+pub(crate) fn note<'a>(
+    generation: Option<Generation>,
+    modules: impl IntoIterator<Item = &'a Module>,
+    wait: bool,
+) {
+    let mut seen = match SEEN.try_lock() {
+        Ok(seen) => seen,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) if wait => {
+            SEEN.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+        Err(TryLockError::WouldBlock) => return,
+    };
+    // The loader's count orders listings made by different threads as the loader made them.
+    let stamp = match generation {
+        Some(generation) => generation.0,
+        None => seen.latest.saturating_add(1),
+    };
+    for module in modules {
+        match seen.modules.iter_mut().find(|(m, _)| m == module) {
+            Some((_, at)) => *at = (*at).max(stamp),
+            None => seen.modules.push((module.clone(), stamp)),
+        }
+    }
+    if stamp >= seen.latest {
+        seen.latest = stamp;
+        seen.generation = generation;
+    }
+    let latest = seen.latest;
+    let absent = seen.modules.iter().filter(|(_, at)| *at < latest).count();
+    if absent > UNLOADED_KEPT {
+        // The oldest go first: sort by stamp, newest first, and drop the tail past the bound.
+        seen.modules.sort_by_key(|&(_, at)| std::cmp::Reverse(at));
+        let listed = seen.modules.len() - absent;
+        seen.modules.truncate(listed + UNLOADED_KEPT);
+    }
+}
+
+/// Notes the modules loaded now as seen, waiting for the lock, unless the latest listing noted
+/// was made at the loader's generation now (nothing came or went since). For a caller about to
+/// unload a library (the preloaded library's `dlclose`), off the allocation path. Allocates.
+pub(crate) fn note_loaded() {
+    let now = generation();
+    if now.is_some()
+        && SEEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation
+            == now
+    {
+        return;
+    }
+    let (generation, modules) = list();
+    note(generation, &modules, true);
+}
+
+/// The module seen latest whose code holds `address`, among those noted ([`note`]): for an
+/// address in no loaded module, the module it was in (or, if several were there in turn, the
+/// last one). Waits for the lock; allocates (the copy).
+pub(crate) fn seen_holding(address: usize) -> Option<Module> {
+    let seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    seen.modules
+        .iter()
+        .filter(|(m, _)| m.contains(address))
+        .max_by_key(|&(_, at)| at)
+        .map(|(m, _)| m.clone())
 }
 
 /// The loader's generation now: takes the loader's lock briefly and never allocates. `None` if
