@@ -497,28 +497,48 @@ pub(crate) fn note<'a>(
         }
         Err(TryLockError::WouldBlock) => return,
     };
-    // The loader's count orders listings made by different threads as the loader made them.
-    let stamp = match generation {
-        Some(generation) => generation.0,
-        None => seen.latest.saturating_add(1),
-    };
-    for module in modules {
-        match seen.modules.iter_mut().find(|(m, _)| m == module) {
-            Some((_, at)) => *at = (*at).max(stamp),
-            None => seen.modules.push((module.clone(), stamp)),
+    seen.note(generation, modules);
+}
+
+impl Seen {
+    /// What [`note`] does, once the lock is held.
+    fn note<'a>(
+        &mut self,
+        generation: Option<Generation>,
+        modules: impl IntoIterator<Item = &'a Module>,
+    ) {
+        // The loader's count orders listings made by different threads as the loader made them.
+        let stamp = match generation {
+            Some(generation) => generation.0,
+            None => self.latest.saturating_add(1),
+        };
+        for module in modules {
+            match self.modules.iter_mut().find(|(m, _)| m == module) {
+                Some((_, at)) => *at = (*at).max(stamp),
+                None => self.modules.push((module.clone(), stamp)),
+            }
+        }
+        if stamp >= self.latest {
+            self.latest = stamp;
+            self.generation = generation;
+        }
+        let latest = self.latest;
+        let absent = self.modules.iter().filter(|(_, at)| *at < latest).count();
+        if absent > UNLOADED_KEPT {
+            // The oldest go first: sorted by stamp, newest first, the tail past the bound goes.
+            self.modules.sort_by_key(|&(_, at)| std::cmp::Reverse(at));
+            let listed = self.modules.len() - absent;
+            self.modules.truncate(listed + UNLOADED_KEPT);
         }
     }
-    if stamp >= seen.latest {
-        seen.latest = stamp;
-        seen.generation = generation;
-    }
-    let latest = seen.latest;
-    let absent = seen.modules.iter().filter(|(_, at)| *at < latest).count();
-    if absent > UNLOADED_KEPT {
-        // The oldest go first: sort by stamp, newest first, and drop the tail past the bound.
-        seen.modules.sort_by_key(|&(_, at)| std::cmp::Reverse(at));
-        let listed = seen.modules.len() - absent;
-        seen.modules.truncate(listed + UNLOADED_KEPT);
+
+    /// What [`seen_holding`] answers, once the lock is held.
+    fn holding(&self, address: usize) -> Option<&Module> {
+        self.modules
+            .iter()
+            .filter(|(m, _)| m.contains(address))
+            .max_by_key(|&(_, at)| at)
+            .map(|(m, _)| m)
     }
 }
 
@@ -545,11 +565,7 @@ pub(crate) fn note_loaded() {
 /// last one). Waits for the lock; allocates (the copy).
 pub(crate) fn seen_holding(address: usize) -> Option<Module> {
     let seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
-    seen.modules
-        .iter()
-        .filter(|(m, _)| m.contains(address))
-        .max_by_key(|&(_, at)| at)
-        .map(|(m, _)| m.clone())
+    seen.holding(address).cloned()
 }
 
 /// The loader's generation now: takes the loader's lock briefly and never allocates. `None` if
@@ -561,6 +577,34 @@ pub(crate) fn generation() -> Option<Generation> {
         ControlFlow::Break(())
     });
     generation
+}
+
+/// Libraries of the system loaded and unloaded by unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::ffi::{CStr, c_void};
+
+    /// Opens the library `name` (`RTLD_NOW | RTLD_LOCAL`); panics when it cannot.
+    pub(crate) fn open(name: &CStr) -> *mut c_void {
+        // SAFETY: loading a C library of the system with no constructors of note.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "{name:?} is installed with the system");
+        handle
+    }
+
+    /// The address of `symbol` in the library behind `handle`; panics when it is missing.
+    pub(crate) fn symbol(handle: *mut c_void, symbol: &CStr) -> usize {
+        // SAFETY: `handle` came from `open` and is still open; the name is NUL-terminated.
+        let address = unsafe { libc::dlsym(handle, symbol.as_ptr()) } as usize;
+        assert_ne!(address, 0, "{symbol:?}");
+        address
+    }
+
+    /// Closes a handle from [`open`], nothing of its library being in use.
+    pub(crate) fn close(handle: *mut c_void) {
+        // SAFETY: the handle came from `dlopen` and is closed once.
+        assert_eq!(unsafe { libc::dlclose(handle) }, 0);
+    }
 }
 
 #[cfg(test)]
@@ -609,5 +653,72 @@ mod tests {
         });
         assert_eq!(checked, modules.len());
         assert!(generation().is_some(), "glibc and musl count loads");
+    }
+
+    /// A module of one executable segment at `start`, named `path`.
+    fn fake(path: &str, start: usize) -> Module {
+        Module {
+            path: PathBuf::from(path),
+            bias: start,
+            text: vec![start..start + 0x1000],
+            eh_frame_hdr: None,
+            segments: vec![start..start + 0x1000],
+            headers: start,
+            build_id: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn modules_seen_are_kept_once_gone_the_latest_at_an_address_first_and_bounded() {
+        let mut seen = Seen {
+            modules: Vec::new(),
+            latest: 0,
+            generation: None,
+        };
+        let exe = fake("/bin/program", 0x10_0000);
+        let (a, b) = (fake("/lib/a.so", 0x70_0000), fake("/lib/b.so", 0x70_0000));
+        seen.note(Some(Generation(1)), [&exe, &a]);
+        // `a` unloaded, then `b` loaded at its address and listed.
+        seen.note(Some(Generation(3)), [&exe, &b]);
+        assert_eq!(seen.holding(0x70_0010), Some(&b));
+        // A listing made earlier by another thread, noted late, does not make `a` the latest.
+        seen.note(Some(Generation(2)), [&exe, &a]);
+        assert_eq!(seen.holding(0x70_0010), Some(&b));
+        assert_eq!(seen.generation, Some(Generation(3)));
+        assert_eq!(seen.holding(0x10_0010), Some(&exe));
+        assert_eq!(seen.holding(0x20_0000), None);
+        // Libraries loaded and unloaded in a loop: the latest UNLOADED_KEPT absent ones stay,
+        // and the modules of the latest listing.
+        for i in 0..200 {
+            let library = fake(&format!("/lib/loop{i}.so"), 0x1000_0000 + i * 0x10_0000);
+            seen.note(Some(Generation(10 + 2 * i as u64)), [&exe, &library]);
+        }
+        assert_eq!(seen.modules.len(), 2 + UNLOADED_KEPT);
+        assert_eq!(seen.holding(0x10_0010), Some(&exe));
+        let last = 0x1000_0000 + 199 * 0x10_0000;
+        assert_eq!(
+            seen.holding(last).unwrap().path,
+            Path::new("/lib/loop199.so")
+        );
+        let kept = 0x1000_0000 + (199 - UNLOADED_KEPT) * 0x10_0000;
+        assert!(seen.holding(kept).is_some());
+        assert_eq!(
+            seen.holding(kept - 0x10_0000),
+            None,
+            "the oldest went first"
+        );
+        assert_eq!(seen.holding(0x70_0010), None);
+    }
+
+    #[test]
+    fn build_ids_read_in_memory_are_the_files() {
+        let mut compared = 0;
+        for module in loaded() {
+            if let Some(file) = build_id(&module.path) {
+                assert_eq!(module.build_id, file, "{}", module.path.display());
+                compared += usize::from(!file.is_empty());
+            }
+        }
+        assert!(compared > 0, "no module with a build id");
     }
 }

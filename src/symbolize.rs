@@ -589,4 +589,32 @@ mod tests {
             None
         );
     }
+
+    /// A library of the system, unloaded before any symbolizer listed the modules, is named from
+    /// its file when it was noted while loaded (as the preloaded library's `dlclose` does), and
+    /// by nothing more than the address otherwise.
+    #[test]
+    fn a_library_noted_before_it_is_unloaded_is_named_from_its_file() {
+        use crate::modules::testing;
+        // No other test of this binary opens it.
+        let handle = testing::open(c"libbz2.so.1.0");
+        let function = testing::symbol(handle, c"BZ2_bzlibVersion");
+        modules::note_loaded();
+        testing::close(handle);
+        if modules::loaded().iter().any(|m| m.contains(function)) {
+            return; // Still loaded (by some other part of the process): nothing to check.
+        }
+        let mut symbolizer = Symbolizer::new(None);
+        let frames = symbolizer.resolve(ReturnAddress(function + 1));
+        let frame = frames.last().unwrap();
+        assert_eq!(
+            frame.function.as_deref(),
+            Some("BZ2_bzlibVersion"),
+            "{frames:?}"
+        );
+        assert!(
+            frame.file.as_ref().is_some_and(|f| f.contains("libbz2")),
+            "{frames:?}"
+        );
+    }
 }
