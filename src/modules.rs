@@ -545,6 +545,7 @@ impl Seen {
 /// Notes the modules loaded now as seen, waiting for the lock, unless the latest listing noted
 /// was made at the loader's generation now (nothing came or went since). For a caller about to
 /// unload a library (the preloaded library's `dlclose`), off the allocation path. Allocates.
+#[cfg(any(feature = "preload", test))]
 pub(crate) fn note_loaded() {
     let now = generation();
     if now.is_some()
