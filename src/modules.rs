@@ -661,9 +661,9 @@ mod tests {
         Module {
             path: PathBuf::from(path),
             bias: start,
-            text: vec![start..start + 0x1000],
+            text: std::iter::once(start..start + 0x1000).collect(),
             eh_frame_hdr: None,
-            segments: vec![start..start + 0x1000],
+            segments: std::iter::once(start..start + 0x1000).collect(),
             headers: start,
             build_id: Vec::new(),
         }
