@@ -6,6 +6,17 @@
 //! takes it off the loader's list in one hold of the same lock, so a module listed in a call of
 //! [`with_loaded`] stays mapped until that call returns, and no longer. [`Module`] is a copy of
 //! where a module was; reading its memory later needs another reason to know it is still there.
+//!
+//! # Modules seen
+//!
+//! A block's stack keeps raw addresses, and a library may be unloaded before they are named. So
+//! every listing of the modules is noted ([`note`]): a copy of each module (path, load bias,
+//! segments, and the build id read from its notes in memory) is kept while it is loaded and, once
+//! it is no longer listed, among the [`UNLOADED_KEPT`] latest seen. [`seen_holding`] gives the
+//! module seen latest at an address, which the symbolizer names from its file. Listings are
+//! noted by whoever makes them: the symbolizer and the trace writer ([`listed`]), the DWARF
+//! unwinder's registry each time it is built (a walk met code of a library it did not know), and
+//! the preloaded library's `dlclose` before each call (`note_loaded`).
 
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
