@@ -6,9 +6,21 @@
 //! takes it off the loader's list in one hold of the same lock, so a module listed in a call of
 //! [`with_loaded`] stays mapped until that call returns, and no longer. [`Module`] is a copy of
 //! where a module was; reading its memory later needs another reason to know it is still there.
+//!
+//! # Modules seen
+//!
+//! A block's stack keeps raw addresses, and a library may be unloaded before they are named. So
+//! every listing of the modules is noted ([`note`]): a copy of each module (path, load bias,
+//! segments, and the build id read from its notes in memory) is kept while it is loaded and, once
+//! it is no longer listed, among the [`UNLOADED_KEPT`] latest seen. [`seen_holding`] gives the
+//! module seen latest at an address, which the symbolizer names from its file. Listings are
+//! noted by whoever makes them: the symbolizer and the trace writer ([`listed`]), the DWARF
+//! unwinder's registry each time it is built (a walk met code of a library it did not know), and
+//! the preloaded library's `dlclose` before each call (`note_loaded`).
 
 use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError, TryLockError};
 
 /// One loaded ELF object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +40,9 @@ pub(crate) struct Module {
     /// segments, what tells one loading of a module from another (a library unloaded and then
     /// loaded again at the same address from the same file compares equal, and is the same code).
     pub headers: usize,
+    /// The GNU build id, read from the module's notes in memory when it was listed (empty when it
+    /// has none): tells whether the file at [`Module::path`] is still the one that was loaded.
+    pub build_id: Vec<u8>,
 }
 
 impl Module {
@@ -132,7 +147,38 @@ impl Loaded<'_> {
             eh_frame_hdr,
             segments,
             headers: self.info.dlpi_phdr as usize,
+            build_id: self.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
         })
+    }
+
+    /// The GNU build id in the object's `PT_NOTE` segments, read in memory: only notes that lie
+    /// in a readable `PT_LOAD` segment's bytes from the file are read.
+    fn build_id(&self) -> Option<&[u8]> {
+        let bias = self.bias();
+        let mapped = |start: usize, end: usize| {
+            self.headers().iter().any(|header| {
+                let from = bias.wrapping_add(header.p_vaddr as usize);
+                let size = header.p_memsz.min(header.p_filesz) as usize;
+                header.p_type == libc::PT_LOAD
+                    && header.p_flags & libc::PF_R != 0
+                    && from <= start
+                    && end <= from.wrapping_add(size)
+            })
+        };
+        self.headers()
+            .iter()
+            .filter(|header| header.p_type == libc::PT_NOTE)
+            .find_map(|header| {
+                let start = bias.wrapping_add(header.p_vaddr as usize);
+                let end = start.checked_add(header.p_filesz as usize)?;
+                if !mapped(start, end) {
+                    return None;
+                }
+                // SAFETY: the notes lie in a readable segment, backed by the file, of an object
+                // the loader lists, which stays mapped while `self` lives.
+                let notes = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
+                gnu_build_id(notes)
+            })
     }
 
     /// Whether this object is the loading of a module that `module` copied: same bias, program
@@ -168,6 +214,31 @@ impl Loaded<'_> {
             && segments == module.segments.len()
             && eh_frame_hdr == module.eh_frame_hdr
     }
+}
+
+/// The type of a GNU build id note.
+const NT_GNU_BUILD_ID: usize = 3;
+
+/// The description of the first `NT_GNU_BUILD_ID` note named `GNU` in `notes` (ELF notes, 4-byte
+/// aligned, in this machine's byte order).
+fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+    let word = |bytes: &[u8], at: usize| {
+        let word: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_ne_bytes(word) as usize)
+    };
+    let padded = |size: usize| size.checked_add(3).map(|s| s & !3);
+    while notes.len() >= 12 {
+        let (name_size, desc_size, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+        let desc_at = 12usize.checked_add(padded(name_size)?)?;
+        let next = desc_at.checked_add(padded(desc_size)?)?;
+        let name = notes.get(12..12usize.checked_add(name_size)?)?;
+        let desc = notes.get(desc_at..desc_at.checked_add(desc_size)?)?;
+        if name == b"GNU\0" && kind == NT_GNU_BUILD_ID {
+            return Some(desc);
+        }
+        notes = notes.get(next..)?;
+    }
+    None
 }
 
 /// Calls `f` with each loaded object in the loader's order, holding the loader's lock, until it
@@ -333,7 +404,6 @@ pub(crate) fn executable_has_debug_info() -> bool {
 /// The GNU build id of the ELF file at `path` (its `NT_GNU_BUILD_ID` note), which names the
 /// exact build of a binary for offline symbolization. Reads only the headers and the notes.
 /// Allocates and reads a file: off the allocation path.
-#[cfg(feature = "trace")]
 pub(crate) fn build_id(path: &Path) -> Option<Vec<u8>> {
     use object::read::elf::{FileHeader, SectionHeader};
     let file = std::fs::File::open(path).ok()?;
@@ -369,9 +439,17 @@ pub(crate) fn find_or_reload(modules: &mut Vec<Module>, address: usize) -> Optio
     }
 }
 
-/// The loader's generation and the modules loaded at that generation (both read in one listing).
-/// Allocates: call it outside the allocation path.
+/// The loader's generation and the modules loaded at that generation (both read in one listing),
+/// which are noted as seen ([`note`], unless another thread is noting). Allocates: call it
+/// outside the allocation path.
 pub(crate) fn listed() -> (Option<Generation>, Vec<Module>) {
+    let (generation, modules) = list();
+    note(generation, &modules, false);
+    (generation, modules)
+}
+
+/// [`listed`] without noting.
+fn list() -> (Option<Generation>, Vec<Module>) {
     let mut generation = None;
     let mut modules = Vec::new();
     with_loaded(|object| {
@@ -380,6 +458,126 @@ pub(crate) fn listed() -> (Option<Generation>, Vec<Module>) {
         ControlFlow::Continue(())
     });
     (generation, modules)
+}
+
+/// Modules seen loaded at some listing, kept after they are unloaded (see [`note`]).
+struct Seen {
+    /// Each module with the latest stamp it was listed at.
+    modules: Vec<(Module, u64)>,
+    /// The latest stamp: the loader's generation of the latest listing noted, or a count when
+    /// the loader does not count.
+    latest: u64,
+    /// The loader's generation of the latest listing noted.
+    generation: Option<Generation>,
+}
+
+/// The modules seen, behind a lock held only to copy modules in or out: nothing else is taken,
+/// no file read, while it is held. On the allocation path it is only tried, never waited for.
+static SEEN: Mutex<Seen> = Mutex::new(Seen {
+    modules: Vec::new(),
+    latest: 0,
+    generation: None,
+});
+
+/// Modules seen and absent from the latest listing noted (unloaded, most of them) that are kept,
+/// the latest seen first: a program loading and unloading libraries in a loop keeps a bounded
+/// list.
+pub(crate) const UNLOADED_KEPT: usize = 64;
+
+/// The lock of the modules seen, for the forking thread to hold across `fork` (dropping the
+/// result lets it go): a child must not get it held by a thread that did not come along.
+pub(crate) fn lock_for_fork() -> impl Sized + 'static {
+    SEEN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Notes `modules`, one whole listing made at `generation`, as seen: what is needed to name the
+/// code of a module once it is unloaded ([`seen_holding`]). Of the modules no longer listed, the
+/// [`UNLOADED_KEPT`] latest seen are kept. `wait`: wait for the lock if another thread holds it;
+/// otherwise (on the allocation path, in the reentrancy guard) the listing is not noted then.
+/// Allocates.
+pub(crate) fn note<'a>(
+    generation: Option<Generation>,
+    modules: impl IntoIterator<Item = &'a Module>,
+    wait: bool,
+) {
+    let mut seen = match SEEN.try_lock() {
+        Ok(seen) => seen,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) if wait => {
+            SEEN.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+        Err(TryLockError::WouldBlock) => return,
+    };
+    seen.note(generation, modules);
+}
+
+impl Seen {
+    /// What [`note`] does, once the lock is held.
+    fn note<'a>(
+        &mut self,
+        generation: Option<Generation>,
+        modules: impl IntoIterator<Item = &'a Module>,
+    ) {
+        // The loader's count orders listings made by different threads as the loader made them.
+        let stamp = match generation {
+            Some(generation) => generation.0,
+            None => self.latest.saturating_add(1),
+        };
+        for module in modules {
+            match self.modules.iter_mut().find(|(m, _)| m == module) {
+                Some((_, at)) => *at = (*at).max(stamp),
+                None => self.modules.push((module.clone(), stamp)),
+            }
+        }
+        if stamp >= self.latest {
+            self.latest = stamp;
+            self.generation = generation;
+        }
+        let latest = self.latest;
+        let absent = self.modules.iter().filter(|(_, at)| *at < latest).count();
+        if absent > UNLOADED_KEPT {
+            // The oldest go first: sorted by stamp, newest first, the tail past the bound goes.
+            self.modules.sort_by_key(|&(_, at)| std::cmp::Reverse(at));
+            let listed = self.modules.len() - absent;
+            self.modules.truncate(listed + UNLOADED_KEPT);
+        }
+    }
+
+    /// What [`seen_holding`] answers, once the lock is held.
+    fn holding(&self, address: usize) -> Option<&Module> {
+        self.modules
+            .iter()
+            .filter(|(m, _)| m.contains(address))
+            .max_by_key(|&(_, at)| at)
+            .map(|(m, _)| m)
+    }
+}
+
+/// Notes the modules loaded now as seen, waiting for the lock, unless the latest listing noted
+/// was made at the loader's generation now (nothing came or went since). For a caller about to
+/// unload a library (the preloaded library's `dlclose`), off the allocation path. Allocates.
+#[cfg(any(feature = "preload", test))]
+pub(crate) fn note_loaded() {
+    let now = generation();
+    if now.is_some()
+        && SEEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation
+            == now
+    {
+        return;
+    }
+    let (generation, modules) = list();
+    note(generation, &modules, true);
+}
+
+/// The module seen latest whose code holds `address`, among those noted ([`note`]): for an
+/// address in no loaded module, the module it was in (or, if several were there in turn, the
+/// last one). Waits for the lock; allocates (the copy).
+pub(crate) fn seen_holding(address: usize) -> Option<Module> {
+    let seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    seen.holding(address).cloned()
 }
 
 /// The loader's generation now: takes the loader's lock briefly and never allocates. `None` if
@@ -391,6 +589,34 @@ pub(crate) fn generation() -> Option<Generation> {
         ControlFlow::Break(())
     });
     generation
+}
+
+/// Libraries of the system loaded and unloaded by unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::ffi::{CStr, c_void};
+
+    /// Opens the library `name` (`RTLD_NOW | RTLD_LOCAL`); panics when it cannot.
+    pub(crate) fn open(name: &CStr) -> *mut c_void {
+        // SAFETY: loading a C library of the system with no constructors of note.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "{name:?} is installed with the system");
+        handle
+    }
+
+    /// The address of `symbol` in the library behind `handle`; panics when it is missing.
+    pub(crate) fn symbol(handle: *mut c_void, symbol: &CStr) -> usize {
+        // SAFETY: `handle` came from `open` and is still open; the name is NUL-terminated.
+        let address = unsafe { libc::dlsym(handle, symbol.as_ptr()) } as usize;
+        assert_ne!(address, 0, "{symbol:?}");
+        address
+    }
+
+    /// Closes a handle from [`open`], nothing of its library being in use.
+    pub(crate) fn close(handle: *mut c_void) {
+        // SAFETY: the handle came from `dlopen` and is closed once.
+        assert_eq!(unsafe { libc::dlclose(handle) }, 0);
+    }
 }
 
 #[cfg(test)]
@@ -439,5 +665,72 @@ mod tests {
         });
         assert_eq!(checked, modules.len());
         assert!(generation().is_some(), "glibc and musl count loads");
+    }
+
+    /// A module of one executable segment at `start`, named `path`.
+    fn fake(path: &str, start: usize) -> Module {
+        Module {
+            path: PathBuf::from(path),
+            bias: start,
+            text: std::iter::once(start..start + 0x1000).collect(),
+            eh_frame_hdr: None,
+            segments: std::iter::once(start..start + 0x1000).collect(),
+            headers: start,
+            build_id: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn modules_seen_are_kept_once_gone_the_latest_at_an_address_first_and_bounded() {
+        let mut seen = Seen {
+            modules: Vec::new(),
+            latest: 0,
+            generation: None,
+        };
+        let exe = fake("/bin/program", 0x10_0000);
+        let (a, b) = (fake("/lib/a.so", 0x70_0000), fake("/lib/b.so", 0x70_0000));
+        seen.note(Some(Generation(1)), [&exe, &a]);
+        // `a` unloaded, then `b` loaded at its address and listed.
+        seen.note(Some(Generation(3)), [&exe, &b]);
+        assert_eq!(seen.holding(0x70_0010), Some(&b));
+        // A listing made earlier by another thread, noted late, does not make `a` the latest.
+        seen.note(Some(Generation(2)), [&exe, &a]);
+        assert_eq!(seen.holding(0x70_0010), Some(&b));
+        assert_eq!(seen.generation, Some(Generation(3)));
+        assert_eq!(seen.holding(0x10_0010), Some(&exe));
+        assert_eq!(seen.holding(0x20_0000), None);
+        // Libraries loaded and unloaded in a loop: the latest UNLOADED_KEPT absent ones stay,
+        // and the modules of the latest listing.
+        for i in 0..200 {
+            let library = fake(&format!("/lib/loop{i}.so"), 0x1000_0000 + i * 0x10_0000);
+            seen.note(Some(Generation(10 + 2 * i as u64)), [&exe, &library]);
+        }
+        assert_eq!(seen.modules.len(), 2 + UNLOADED_KEPT);
+        assert_eq!(seen.holding(0x10_0010), Some(&exe));
+        let last = 0x1000_0000 + 199 * 0x10_0000;
+        assert_eq!(
+            seen.holding(last).unwrap().path,
+            Path::new("/lib/loop199.so")
+        );
+        let kept = 0x1000_0000 + (199 - UNLOADED_KEPT) * 0x10_0000;
+        assert!(seen.holding(kept).is_some());
+        assert_eq!(
+            seen.holding(kept - 0x10_0000),
+            None,
+            "the oldest went first"
+        );
+        assert_eq!(seen.holding(0x70_0010), None);
+    }
+
+    #[test]
+    fn build_ids_read_in_memory_are_the_files() {
+        let mut compared = 0;
+        for module in loaded() {
+            if let Some(file) = build_id(&module.path) {
+                assert_eq!(module.build_id, file, "{}", module.path.display());
+                compared += usize::from(!file.is_empty());
+            }
+        }
+        assert!(compared > 0, "no module with a build id");
     }
 }

@@ -11,9 +11,17 @@
 //! of modules was read at; when modules came or went, it reads the list again and forgets what it
 //! knew of the code of every module gone or come: cached answers for addresses in their code, and
 //! the debug information of the files gone. So a library loaded where an unloaded one was is named
-//! from its own file. An address in no loaded module but in the code of a module seen before and
-//! since unloaded resolves to that module's path (its file may have changed since), never to
-//! another module's names.
+//! from its own file while it is loaded.
+//!
+//! An address in no loaded module is looked up in the modules seen loaded and since unloaded
+//! ([`modules::seen_holding`]): the preloaded library's `dlclose` notes the modules loaded before
+//! each unloading, the DWARF unwinder notes them each time a walk meets code of a library it did
+//! not know, and every listing of the modules (this symbolizer's, the trace writer's) notes them
+//! too. The module seen latest at the address is named from its file, read again (debug
+//! information, else the symbol table) at the address less the load bias it had, when the file's
+//! build id is still the one the module had in memory; a file deleted or replaced since names
+//! its path alone. Such answers are asked again once modules come or go. Direct calls in an
+//! unloaded module's code are not decoded (its code can no longer be read).
 //!
 //! # Frames recovered from direct calls
 //!
@@ -38,7 +46,7 @@
 //!
 //! The live table keeps raw addresses only: a block allocated from a library since unloaded, at
 //! an address that another library loaded there later also uses, resolves to the later library's
-//! code, the only one that can still be read.
+//! code (while it is loaded, or once it is unloaded too, as the module seen latest there).
 
 #![forbid(unsafe_code)]
 
@@ -92,6 +100,13 @@ pub struct Symbolizer {
     unloaded: Vec<Module>,
     /// Debug information per module path; `None` when the file could not be read.
     loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+    /// Debug information of the files of unloaded modules, read again by path (at most
+    /// [`UNLOADED_FILES`]); `None` when the file could not be read or is not the one that was
+    /// loaded. Forgotten when modules come or go.
+    unloaded_loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+    /// Addresses answered from the file of an unloaded module: asked again once modules came or
+    /// went, as another module may have been at the address since.
+    from_unloaded: Vec<ReturnAddress>,
     /// Answers by address.
     cache: HashMap<ReturnAddress, Arc<[Frame]>>,
     /// The function each return address's direct call went to, by address.
@@ -114,7 +129,10 @@ impl fmt::Debug for Symbolizer {
 
 /// Unloaded modules remembered, so that a program loading and unloading libraries in a loop keeps
 /// a bounded list.
-const UNLOADED_KEPT: usize = 64;
+const UNLOADED_KEPT: usize = modules::UNLOADED_KEPT;
+
+/// Files of unloaded modules whose debug information is kept open at once.
+const UNLOADED_FILES: usize = 8;
 
 impl Symbolizer {
     /// A symbolizer for this process, showing files relative to `working_dir`.
@@ -125,6 +143,8 @@ impl Symbolizer {
             generation,
             unloaded: Vec::new(),
             loaders: HashMap::new(),
+            unloaded_loaders: HashMap::new(),
+            from_unloaded: Vec::new(),
             cache: HashMap::new(),
             callees: HashMap::new(),
             functions: HashMap::new(),
@@ -139,6 +159,7 @@ impl Symbolizer {
     #[cfg(feature = "trace")]
     pub(crate) fn release_debug_info(&mut self) {
         self.loaders = HashMap::new();
+        self.unloaded_loaders = HashMap::new();
         self.functions = HashMap::new();
     }
 
@@ -179,6 +200,10 @@ impl Symbolizer {
             self.loaders.remove(&module.path);
             self.functions.remove(&module.path);
         }
+        for address in self.from_unloaded.drain(..) {
+            self.cache.remove(&address);
+        }
+        self.unloaded_loaders.clear();
         self.unloaded
             .retain(|old| !gone.iter().any(|m| m.path == old.path));
         self.unloaded.splice(0..0, gone);
@@ -201,14 +226,7 @@ impl Symbolizer {
     fn lookup(&mut self, address: ReturnAddress) -> Arc<[Frame]> {
         let pc = address.lookup_address();
         let Some(index) = self.module_of(pc) else {
-            // The code of a module since unloaded: its path is what is known.
-            return match self.unloaded.iter().find(|m| m.contains(pc)) {
-                Some(module) => Arc::from([Frame {
-                    file: Some(module.path.to_string_lossy().into_owned()),
-                    ..Frame::default()
-                }]),
-                None => unknown(),
-            };
+            return self.lookup_unloaded(address);
         };
         let module_path = self.modules[index].path.clone();
         let probe = (pc - self.modules[index].bias) as u64;
@@ -226,6 +244,44 @@ impl Symbolizer {
 }
 
 impl Symbolizer {
+    /// The frames of an address in no loaded module: from the file of the module seen latest
+    /// there (noted by whoever listed the modules while it was loaded, else seen by this
+    /// symbolizer), read again, when it is still the file that was loaded; else that file's path
+    /// alone; else nothing.
+    fn lookup_unloaded(&mut self, address: ReturnAddress) -> Arc<[Frame]> {
+        let pc = address.lookup_address();
+        let Some(module) = modules::seen_holding(pc)
+            .or_else(|| self.unloaded.iter().find(|m| m.contains(pc)).cloned())
+        else {
+            return unknown();
+        };
+        self.from_unloaded.push(address);
+        if self.unloaded_loaders.len() >= UNLOADED_FILES
+            && !self.unloaded_loaders.contains_key(&module.path)
+        {
+            self.unloaded_loaders.clear();
+        }
+        let loader = self
+            .unloaded_loaders
+            .entry(module.path.clone())
+            .or_insert_with(|| {
+                // A file rebuilt or replaced since would give another code's names.
+                let same = module.build_id.is_empty()
+                    || modules::build_id(&module.path).as_ref() == Some(&module.build_id);
+                same.then(|| addr2line::Loader::new(&module.path).ok())
+                    .flatten()
+            });
+        let module_name = module.path.to_string_lossy().into_owned();
+        let working_dir = self.working_dir.as_deref();
+        frames_at(
+            loader.as_ref(),
+            pc.wrapping_sub(module.bias) as u64,
+            &module_name,
+            |file| display_path(working_dir, file),
+        )
+        .into()
+    }
+
     /// The function the direct call before `address` went to, when its first instruction is a
     /// function's in the module's symbol table; cached per address.
     fn callee(&mut self, address: ReturnAddress) -> Option<Callee> {
@@ -535,6 +591,34 @@ mod tests {
         assert_eq!(
             direct_call_target(0x1000, 0x1400_0004u32.to_le_bytes()),
             None
+        );
+    }
+
+    /// A library of the system, unloaded before any symbolizer listed the modules, is named from
+    /// its file when it was noted while loaded (as the preloaded library's `dlclose` does), and
+    /// by nothing more than the address otherwise.
+    #[test]
+    fn a_library_noted_before_it_is_unloaded_is_named_from_its_file() {
+        use crate::modules::testing;
+        // No other test of this binary opens it.
+        let handle = testing::open(c"libbz2.so.1.0");
+        let function = testing::symbol(handle, c"BZ2_bzlibVersion");
+        modules::note_loaded();
+        testing::close(handle);
+        if modules::loaded().iter().any(|m| m.contains(function)) {
+            return; // Still loaded (by some other part of the process): nothing to check.
+        }
+        let mut symbolizer = Symbolizer::new(None);
+        let frames = symbolizer.resolve(ReturnAddress(function + 1));
+        let frame = frames.last().unwrap();
+        assert_eq!(
+            frame.function.as_deref(),
+            Some("BZ2_bzlibVersion"),
+            "{frames:?}"
+        );
+        assert!(
+            frame.file.as_ref().is_some_and(|f| f.contains("libbz2")),
+            "{frames:?}"
         );
     }
 }

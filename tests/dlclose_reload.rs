@@ -2,7 +2,7 @@
 //! loaded at the same address and allocates in turn. The report must name the second library's
 //! code, never the first one's: the symbolizer must not keep answers, loaders or module lists of
 //! a module that is gone. A block still live from a library no longer loaded resolves to that
-//! library's path, never to another module's names.
+//! library's names, read again from its file, never to another module's names.
 
 mod common;
 
@@ -138,13 +138,18 @@ fn dlclose_reload() {
         );
     }
 
-    // B goes too, its blocks still live: what is known of them now is the path of its file.
+    // B goes too, its blocks still live: B, the module seen latest at the address, is named
+    // from its file, read again.
     c_library::close(b);
     let stacks = frames_of_blocks(SIZE_B);
     assert_eq!(stacks.len(), 5);
     for frames in &stacks {
-        let libb = libb.to_str().unwrap();
-        assert!(frames.iter().any(|f| f == libb), "{frames:#?}");
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.contains("cb_b.c:") && f.ends_with(" in 'b_step'")),
+            "{frames:#?}"
+        );
         assert!(
             !frames
                 .iter()

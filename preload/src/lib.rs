@@ -17,11 +17,14 @@
 //! variables (docs/preload.md).
 //!
 //! It also defines `mmap`, `mmap64`, `munmap` and `mremap` (`mappings`): the program's own
-//! mappings are recorded with their stacks, listed in the trace and its summary.
+//! mappings are recorded with their stacks, listed in the trace and its summary; and `dlclose`
+//! (`dlclose`), which notes the modules loaded before a library goes, so that its code is still
+//! named in reports.
 //!
 //! The library's own allocations (memprof's tables, its reports) go to the C library directly
 //! ([`Forward`]), never through the functions it defines.
 
+mod dlclose;
 mod exec;
 mod follow;
 mod forward;
@@ -244,6 +247,7 @@ extern "C" fn init() {
     follow::apply();
     forward::resolve();
     exec::resolve();
+    dlclose::resolve();
     mappings::init();
     memprof::preload::start(__libc_malloc as *const c_void);
     READY.store(true, Relaxed);

@@ -5,7 +5,7 @@
 //! As allocators do, memprof registers `pthread_atfork` handlers when it starts. Before the fork
 //! (`prepare`), the forking thread takes every lock memprof's own code may hold, in the order that
 //! code takes them: the HTTP endpoint's turn at making a profile, the symbolizer, the type
-//! inference caches, the tag registry, the DWARF unwinder's build lock and the table of label
+//! inference caches, the tag registry, the DWARF unwinder's build lock, the modules seen and the table of label
 //! sets (whose holders may wait for the table), then the whole table
 //! ([`Table::hold_for_fork`](crate::table::Table::hold_for_fork)). After the fork, the parent
 //! lets them all go (`parent`); so does the child (`child`), after handing back the table's
@@ -56,6 +56,8 @@ fn lock_stages() -> Box<dyn Any> {
     let unwinder = crate::capture::dwarf::lock_for_fork();
     #[cfg(not(target_arch = "x86_64"))]
     let unwinder = ();
+    // After the unwinder's build lock and the symbolizer, whose holders note modules seen.
+    let seen_modules = crate::modules::lock_for_fork();
     // Taken by the preloaded library's mapping path, which holds nothing else while it waits.
     #[cfg(feature = "preload")]
     let mappings = crate::table::mappings::lock_for_fork();
@@ -65,7 +67,14 @@ fn lock_stages() -> Box<dyn Any> {
     // intern), and holders of the others may take it (a snapshot made for a report).
     let label_sets = crate::labels::sets::SETS.lock_for_fork();
     Box::new((
-        endpoint, label_sets, symbolizer, inference, tags, unwinder, mappings,
+        endpoint,
+        label_sets,
+        symbolizer,
+        inference,
+        tags,
+        unwinder,
+        seen_modules,
+        mappings,
     ))
 }
 

@@ -119,3 +119,13 @@ pub fn mremap<R>(
 pub fn warn(message: std::fmt::Arguments<'_>) {
     crate::config::warn(message);
 }
+
+/// Notes the modules loaded now, so that the code of the library about to be unloaded can still be
+/// named once it is gone (its path, load bias, segments and build id: the symbolizer reads its
+/// file again). The library's `dlclose` calls it before the C library's; off the allocation path,
+/// inside the reentrancy guard. Nothing when memprof is off.
+pub fn before_dlclose() {
+    if crate::config::get().enabled {
+        crate::guard::untracked(crate::modules::note_loaded);
+    }
+}

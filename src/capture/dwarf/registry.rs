@@ -31,6 +31,10 @@
 //! other threads may still be reading them. A library loaded and unloaded in a loop by another
 //! thread therefore costs a walk one validation per change and no rebuild, unless its code is on
 //! the walking thread's stack.
+//!
+//! Each registry built notes its modules as seen ([`modules::note`], only if no other thread is
+//! noting: never waited for), so that the symbolizer can name the code of a library that a walk
+//! met and that was unloaded before any report listed it.
 
 use super::rules::Cfi;
 use super::tables::{Section, cfi_of, unwind_tables};
@@ -274,6 +278,9 @@ impl Registry {
             ControlFlow::Continue(())
         });
         code.sort_by_key(|r| r.start);
+        // What names a module's code once it is unloaded: a walk met code of a module not
+        // registered yet, a library loaded since, which may be unloaded before any report.
+        modules::note(built, registered.iter().map(|r| &r.module), false);
         Registry {
             framehop,
             code,
