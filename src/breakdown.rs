@@ -10,15 +10,18 @@
 //! | `heap_requested` | the live table: the live bytes of the recorded blocks ([`HeapStats`](crate::HeapStats)) |
 //! | `heap_rounding` | glibc's `mallinfo2`: bytes in use in the allocator (`uordblks + hblkhd`) less `heap_requested` and `memprof_own`: rounding up to the allocator's sizes, its chunk headers, memprof's block headers, and blocks the table does not hold (under sampling, or while paused) |
 //! | `allocator_free` | `mallinfo2`'s `fordblks`: free memory the allocator keeps in its arenas |
-//! | `memprof_own` | bytes memprof allocates inside its reentrancy guard, counted by the global allocator |
+//! | `memprof_own` | bytes memprof allocates inside its reentrancy guard, counted by the global allocator (under the preloaded library, by the library's own allocator, which only memprof uses) |
+//! | `heap_not_resident` | the four parts above less `allocator_resident` (`Rss` of the allocator's mappings), when more: what glibc counts that is not resident (blocks never touched, free memory grown and never touched or given back) |
 //! | `stacks` | `Rss` of `[stack]`, of the mappings that hold a thread's stack pointer (`/proc/self/task/*/syscall`), and of those right above a guard page |
 //! | `code_and_files` | `Rss` of file mappings (executable, libraries, mapped files) and of the kernel's (`[vdso]`) |
 //! | `other_mappings` | `Rss` of the anonymous mappings that are not the allocator's (none of `[heap]`, a mapping holding a live block, a glibc arena heap) nor a stack: the program's own `mmap`s, memprof's trace buffers |
 //!
 //! The allocator's parts add up to what glibc holds from the system, not to what of it is
 //! resident: a block allocated and never touched (`vec![0; n]` of a large `n`, whose pages the
-//! kernel gives zeroed on first touch) counts in `heap_requested` and not in `resident`, and shows
-//! as a negative `unaccounted`. With another allocator under memprof (jemalloc, mimalloc), glibc's
+//! kernel gives zeroed on first touch) counts in `heap_requested` and not in `resident`, and so
+//! does the free memory glibc grew and never touched or gave back. `heap_not_resident` says how
+//! much that is, so that the parts, less it, add up to `resident` (`unaccounted` is what the
+//! mappings' classification leaves). With another allocator under memprof (jemalloc, mimalloc), glibc's
 //! statistics do not describe the heap: `heap_rounding` and `allocator_free` are `None`, and what
 //! that allocator holds beyond the requested bytes shows in `unaccounted` and `other_mappings`.
 
@@ -56,9 +59,14 @@ pub struct MemoryBreakdown {
     pub code_and_files: u64,
     /// Resident bytes of the other anonymous mappings: the program's own `mmap`s.
     pub other_mappings: u64,
+    /// Of the four heap parts (`heap_requested`, `heap_rounding`, `allocator_free`,
+    /// `memprof_own`), the bytes that are not resident: their sum less `allocator_resident`, when
+    /// more (blocks never touched, free memory grown and never touched or given back); 0 when
+    /// glibc's allocator does not hold the heap.
+    pub heap_not_resident: u64,
     /// `resident` less the sum of the parts (`heap_requested`, `heap_rounding`,
-    /// `allocator_free`, `memprof_own`, `stacks`, `code_and_files`, `other_mappings`): heap memory
-    /// allocated but not resident makes it negative.
+    /// `allocator_free`, `memprof_own`, less `heap_not_resident`, then `stacks`,
+    /// `code_and_files`, `other_mappings`): what no part explains.
     pub unaccounted: i64,
 }
 
@@ -119,6 +127,11 @@ impl MemoryBreakdown {
             "memprof_own",
             some(self.memprof_own),
             "memprof's own tables",
+        )?;
+        line(
+            "heap_not_resident",
+            self.heap_rounding.map(|_| -(self.heap_not_resident as i64)),
+            "of these four, not resident (never touched, or given back)",
         )?;
         line("stacks", some(self.stacks), "thread stacks")?;
         line(
@@ -331,11 +344,14 @@ fn measure(snapshot: &Snapshot) -> MemoryBreakdown {
             breakdown.allocator_free = Some(glibc.free);
         }
     }
-    let parts = heap_requested
+    let heap = heap_requested
         + breakdown.heap_rounding.unwrap_or(0)
         + breakdown.allocator_free.unwrap_or(0)
-        + memprof_own
-        + breakdown.rest();
+        + memprof_own;
+    if breakdown.heap_rounding.is_some() {
+        breakdown.heap_not_resident = heap.saturating_sub(breakdown.allocator_resident);
+    }
+    let parts = heap - breakdown.heap_not_resident + breakdown.rest();
     breakdown.unaccounted = breakdown.resident as i64 - parts as i64;
     breakdown
 }

@@ -514,7 +514,7 @@ fn write_memory(out: &mut dyn Write, m: &MemoryParts) -> io::Result<()> {
             bytes as f64 * 100.0 / m.resident as f64
         }
     };
-    let parts: [(&str, Option<i64>); 9] = [
+    let parts: [(&str, Option<i64>); 10] = [
         ("live heap, as requested", Some(m.heap_requested as i64)),
         (
             "allocator's rounding and headers",
@@ -525,6 +525,10 @@ fn write_memory(out: &mut dyn Write, m: &MemoryParts) -> io::Result<()> {
             m.allocator_free.map(|b| b as i64),
         ),
         ("memprof's own tables", Some(m.memprof_own as i64)),
+        (
+            "of these four, not resident (never touched, or given back)",
+            m.heap_rounding.map(|_| -(m.heap_not_resident() as i64)),
+        ),
         ("thread stacks", Some(m.stacks as i64)),
         (
             "code, libraries, mapped files",

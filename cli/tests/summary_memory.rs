@@ -53,7 +53,7 @@ fn summary_shows_the_memory_at_the_end() {
         .split("\nresident memory at the end: 104857600 bytes\n")
         .nth(1)
         .unwrap_or_else(|| panic!("{summary}"));
-    let lines: Vec<&str> = section.lines().take(9).collect();
+    let lines: Vec<&str> = section.lines().take(10).collect();
     assert_eq!(
         lines,
         [
@@ -61,6 +61,7 @@ fn summary_shows_the_memory_at_the_end() {
             "     1048576    1.0%  allocator's rounding and headers",
             "     9437184    9.0%  free memory the allocator keeps",
             "     1048576    1.0%  memprof's own tables",
+            "           0    0.0%  of these four, not resident (never touched, or given back)",
             "    10485760   10.0%  thread stacks",
             "     9437184    9.0%  code, libraries, mapped files",
             "    26214400   25.0%  other anonymous mappings",

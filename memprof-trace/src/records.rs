@@ -364,16 +364,33 @@ pub struct MemoryParts {
 }
 
 impl MemoryParts {
-    /// `resident` less every part.
+    /// Of the four heap parts (requested, rounding, free, memprof's own), the bytes that are not
+    /// resident: what glibc counts beyond what its mappings hold resident (blocks never touched,
+    /// free memory it grew and never touched or gave back to the system). 0 when glibc's allocator
+    /// did not hold the heap.
+    pub fn heap_not_resident(&self) -> u64 {
+        if self.heap_rounding.is_none() {
+            return 0;
+        }
+        self.heap_parts().saturating_sub(self.allocator_resident)
+    }
+
+    /// `resident` less every part, the heap parts counted as far as they are resident
+    /// ([`MemoryParts::heap_not_resident`]): what no part explains.
     pub fn unaccounted(&self) -> i64 {
-        let parts = self.heap_requested
-            + self.heap_rounding.unwrap_or(0)
-            + self.allocator_free.unwrap_or(0)
-            + self.memprof_own
+        let parts = self.heap_parts() - self.heap_not_resident()
             + self.stacks
             + self.code_and_files
             + self.other_mappings;
         self.resident as i64 - parts as i64
+    }
+
+    /// The four heap parts, as the allocator counts them.
+    fn heap_parts(&self) -> u64 {
+        self.heap_requested
+            + self.heap_rounding.unwrap_or(0)
+            + self.allocator_free.unwrap_or(0)
+            + self.memprof_own
     }
 }
 

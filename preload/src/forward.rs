@@ -20,27 +20,40 @@ unsafe extern "C" {
 const MALLOC_ALIGN: usize = 16;
 
 /// The library's own allocator: the C library's, never through the functions it defines, so
-/// memprof's tables and reports are neither recorded nor looked up.
+/// memprof's tables and reports are neither recorded nor looked up. What it holds is memprof's
+/// own memory, counted as such ([`memprof::preload::own_memory`]) for the resident-memory
+/// breakdown, as the crate counts what it allocates inside its reentrancy guard.
 pub(crate) struct Forward;
+
+/// Counts `bytes` more (or less) of memprof's own memory when `block` is not null.
+#[inline]
+fn count(block: *mut u8, bytes: i64) -> *mut u8 {
+    if !block.is_null() {
+        memprof::preload::own_memory(bytes);
+    }
+    block
+}
 
 // SAFETY: every block comes from the C library's allocator with the layout's alignment (`malloc`
 // aligns to 16, `memalign` to more), and goes back to it.
 unsafe impl GlobalAlloc for Forward {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: any size and a power-of-two alignment are valid arguments.
-        unsafe {
+        let block = unsafe {
             if layout.align() <= MALLOC_ALIGN {
                 __libc_malloc(layout.size()).cast()
             } else {
                 __libc_memalign(layout.align(), layout.size()).cast()
             }
-        }
+        };
+        count(block, layout.size() as i64)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if layout.align() <= MALLOC_ALIGN {
             // SAFETY: `calloc` with a count of one.
-            unsafe { __libc_calloc(1, layout.size()).cast() }
+            let block = unsafe { __libc_calloc(1, layout.size()).cast() };
+            count(block, layout.size() as i64)
         } else {
             // SAFETY: as `alloc`; the block is `layout.size()` bytes long when not null.
             unsafe {
@@ -53,7 +66,8 @@ unsafe impl GlobalAlloc for Forward {
         }
     }
 
-    unsafe fn dealloc(&self, block: *mut u8, _: Layout) {
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        count(block, -(layout.size() as i64));
         // SAFETY: the caller gives back a block of `alloc`.
         unsafe { __libc_free(block.cast()) }
     }
@@ -61,7 +75,8 @@ unsafe impl GlobalAlloc for Forward {
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if layout.align() <= MALLOC_ALIGN {
             // SAFETY: a block of `alloc` made by `malloc`, which `realloc` keeps aligned to 16.
-            return unsafe { __libc_realloc(block.cast(), new_size).cast() };
+            let new = unsafe { __libc_realloc(block.cast(), new_size).cast() };
+            return count(new, new_size as i64 - layout.size() as i64);
         }
         // SAFETY: the caller's layout with the new size, which it promises is valid.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };

@@ -114,6 +114,15 @@ pub fn mremap<R>(
     record::mappings::mremap::<Doors, R>(old, old_length, new_length, keeps_old, remap)
 }
 
+/// Counts a change of memprof's own memory (`MemoryBreakdown::memprof_own`, negative when
+/// freed): the library's own global allocator calls it for each of its blocks, which are all
+/// memprof's (its tables, caches, reports), as `MemProf` counts what it allocates inside the
+/// reentrancy guard. One relaxed atomic add; on the library's allocation path, allocates nothing.
+#[inline]
+pub fn own_memory(bytes: i64) {
+    crate::memory::own_changed(bytes);
+}
+
 /// Writes `memprof: ` and `message` on stderr, as memprof's own warnings do: a failed write is
 /// ignored, where `eprintln!` would panic (and abort, in a function the C library calls).
 pub fn warn(message: std::fmt::Arguments<'_>) {
