@@ -346,7 +346,9 @@ fn trace_head(stream: &mut std::net::TcpStream) -> Result<Vec<u8>, String> {
                 HEADER_DEADLINE.as_secs()
             ));
         }
-        stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| e.to_string())?;
         let mut buffer = vec![0u8; (wanted - head.len()).min(64 << 10)];
         let n = match stream.read(&mut buffer) {
             Ok(0) => return Err(format!("closed after {} bytes", head.len())),

@@ -2066,7 +2066,10 @@ fn empty_timeline_ranges_keep_their_start() {
     let server = Server::start(&[path.to_str().unwrap()]);
     let summary = server.json("/api/summary");
     let (peak, end) = (&summary["peak"]["time_ns"], &summary["duration_ns"]);
-    assert!(peak.as_u64().unwrap() > 0 && end.as_u64().unwrap() > 0, "{summary}");
+    assert!(
+        peak.as_u64().unwrap() > 0 && end.as_u64().unwrap() > 0,
+        "{summary}"
+    );
     for (query, at) in [
         ("from=end", end.clone()),
         ("from=peak&to=peak", peak.clone()),

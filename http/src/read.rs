@@ -74,7 +74,11 @@ impl Reading {
 }
 
 /// The reading thread of `server`, until its workers are gone.
-pub(crate) fn read_heads<H: Handler>(listener: &TcpListener, jobs: &SyncSender<Job>, server: &Server<H>) {
+pub(crate) fn read_heads<H: Handler>(
+    listener: &TcpListener,
+    jobs: &SyncSender<Job>,
+    server: &Server<H>,
+) {
     let options = &server.options;
     let held = options.reading.max(1);
     let mut reading: VecDeque<Reading> = VecDeque::new();

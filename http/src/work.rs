@@ -146,7 +146,10 @@ fn answer<H: Handler>(
         .filter(|h| h.name.eq_ignore_ascii_case("host"));
     match (hosts.next(), hosts.next()) {
         (Some(_), Some(_)) => {
-            return (server.handler.refuse(400, "more than one Host header"), false);
+            return (
+                server.handler.refuse(400, "more than one Host header"),
+                false,
+            );
         }
         (Some(host), None) if !host_accepted(host.value) => {
             let value = String::from_utf8_lossy(host.value);
