@@ -72,9 +72,11 @@ fn reason(status: u16) -> &'static str {
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
-        200..=299 => "OK",
-        400..=499 => "Client Error",
-        _ => "Internal Server Error",
+        _ => match status / 100 {
+            2 => "OK",
+            4 => "Client Error",
+            _ => "Internal Server Error",
+        },
     }
 }
 
