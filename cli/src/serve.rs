@@ -1,7 +1,8 @@
 //! `memprof serve`: the viewer. memprof's HTTP server (`memprof-http`: one thread reading request
 //! heads, a fixed pool of workers, deadlines, a `Host` check against DNS rebinding) serves the
-//! page embedded in the binary and the REST API over a trace's index (docs/viewer-api.md). With `--listen-trace`, it receives a trace sent to
-//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, its index extended as it grows.
+//! page embedded in the binary and the REST API over a trace's index (docs/viewer-api.md). With
+//! `--listen-trace`, it receives a trace sent to `MEMPROF_TRACE=tcp://…` and serves it as it
+//! arrives, its index extended as it grows.
 
 #![forbid(unsafe_code)]
 
