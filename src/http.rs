@@ -13,7 +13,8 @@
 //! | `/debug/memprof/`, `/debug/pprof/` | an index page linking them |
 //!
 //! Started by [`serve_http`] or by `MEMPROF_HTTP` when the profiler starts. The endpoint is a
-//! fixed set of threads that take turns accepting connections, one request each: its own
+//! `memprof-http` server (one thread accepting connections and reading their request heads, a
+//! fixed set of workers answering them, one request per connection): its own
 //! allocations are never recorded (its threads run inside the reentrancy guard for their whole
 //! life), its work is bounded (at most [`server::WORKERS`] requests at a time besides the
 //! `?seconds=N` ones, which wait on threads of their own; one profile made at a time; each request

@@ -1,7 +1,8 @@
-//! `memprof serve`: the viewer. A small synchronous HTTP server (tiny_http, a fixed pool of
-//! worker threads) serves the page embedded in the binary and the REST API over a trace's index
-//! (docs/viewer-api.md). With `--listen-trace`, it receives a trace sent to
-//! `MEMPROF_TRACE=tcp://…` and serves it as it arrives, its index extended as it grows.
+//! `memprof serve`: the viewer. memprof's HTTP server (`memprof-http`: one thread reading request
+//! heads, a fixed pool of workers, deadlines, a `Host` check against DNS rebinding) serves the
+//! page embedded in the binary and the REST API over a trace's index (docs/viewer-api.md). With
+//! `--listen-trace`, it receives a trace sent to `MEMPROF_TRACE=tcp://…` and serves it as it
+//! arrives, its index extended as it grows.
 
 #![forbid(unsafe_code)]
 
@@ -17,14 +18,19 @@ use crate::Failure;
 use query::ApiError;
 use state::{Shared, State};
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 include!(concat!(env!("OUT_DIR"), "/viewer_files.rs"));
 
 /// Worker threads answering requests: enough for a page's parallel requests and a few clients,
 /// few enough that scans and exports cannot multiply memory.
 const WORKERS: usize = 8;
+/// Connections whose request heads are read at once; beyond them, a new connection closes the
+/// oldest still unread, so idle connections cannot keep a page's requests out.
+const READING: usize = 64;
 /// A request line longer than this is refused (a page's URL is far shorter).
 const MAX_URL: usize = 16 * 1024;
 
@@ -76,39 +82,52 @@ pub fn serve(
             receive_live(address, path, shared.clone())?;
         }
     }
-    let others = Arc::new(others);
-    let server = tiny_http::Server::http(listen)
+    let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
-    let server = Arc::new(server);
-    match server.server_addr().to_ip() {
-        Some(address) => {
-            eprintln!("memprof: serving on http://{address}/");
-            if !address.ip().is_loopback() {
-                eprintln!(
-                    "memprof: warning: serving at {address}, beyond this machine's loopback: \
-                     anyone who can reach that address can read the trace (no authentication, \
-                     no TLS); listen on 127.0.0.1 unless others must reach it"
-                );
+    let address = listener
+        .local_addr()
+        .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
+    let viewer = Viewer { shared, others };
+    memprof_http::start(listener, viewer, options())
+        .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
+    eprintln!("memprof: serving on http://{address}/");
+    warn_beyond_loopback(address, "--listen");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// The server's bounds: enough workers for a page's parallel requests and a few clients, few
+/// enough that scans and exports cannot multiply memory; time to read answers of many MBs.
+fn options() -> memprof_http::Options {
+    memprof_http::Options {
+        name: "memprof-serve",
+        workers: WORKERS,
+        reading: READING,
+        head_limit: MAX_URL + 16 * 1024,
+        read_deadline: Duration::from_secs(10),
+        write_deadline: Duration::from_secs(60),
+        write_rate: 256 << 10,
+        worker_stack: 8 << 20,
+        ..memprof_http::Options::default()
+    }
+}
+
+/// Says on stderr that `address` (given by `option`) is reachable beyond this machine's
+/// loopback, when it is.
+fn warn_beyond_loopback(address: SocketAddr, option: &str) {
+    if !address.ip().is_loopback() {
+        eprintln!(
+            "memprof: warning: {option} {address} is beyond this machine's loopback: anyone who \
+             can reach that address can {} (no authentication, no TLS); use 127.0.0.1 unless \
+             others must reach it",
+            if option == "--listen" {
+                "read the trace"
+            } else {
+                "send a trace to it"
             }
-        }
-        None => eprintln!("memprof: serving on {listen}"),
+        );
     }
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|_| {
-            let server = server.clone();
-            let shared = shared.clone();
-            let others = others.clone();
-            std::thread::spawn(move || {
-                while let Ok(request) = server.recv() {
-                    handle(&shared, &others, request);
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        let _ = worker.join();
-    }
-    Ok(())
 }
 
 /// Opens a trace with its index: the one kept beside it when it is the index of this trace as it
@@ -154,83 +173,64 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
     Ok(state)
 }
 
-fn handle(shared: &Shared, others: &[Arc<State>], request: tiny_http::Request) {
-    let url = request.url().to_owned();
-    let mut hosts = request
-        .headers()
-        .iter()
-        .filter(|h| h.field.equiv("Host"))
-        .map(|h| h.value.as_str());
-    let host = (hosts.next(), hosts.next());
-    let reply = if let (Some(_), Some(_)) = host {
-        api::Reply::error(&ApiError::bad("more than one Host header"))
-    } else if let (Some(host), None) = host
-        && !host_accepted(host)
-    {
-        api::Reply::error(&ApiError {
-            status: 403,
-            message: format!(
-                "Host {host:?} is not an address of this server: ask for it by IP address or as \
-                 localhost"
-            ),
-        })
-    } else if *request.method() != tiny_http::Method::Get
-        && *request.method() != tiny_http::Method::Head
-    {
-        api::Reply::error(&ApiError {
-            status: 405,
-            message: format!("{} {url}: only GET", request.method()),
-        })
-    } else if url.len() > MAX_URL {
-        api::Reply::error(&ApiError {
-            status: 414,
-            message: format!("a URL of {} bytes: at most {MAX_URL}", url.len()),
-        })
-    } else {
-        let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-        let current = shared.read().ok().and_then(|s| s.clone());
-        // A bug in one query answers 500 and leaves the server running.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            route(current, others, path, query)
+/// The viewer's requests, answered from the traces served.
+struct Viewer {
+    /// The first trace (none yet while waiting for one to be received).
+    shared: Shared,
+    /// The others.
+    others: Vec<Arc<State>>,
+}
+
+impl memprof_http::Handler for Viewer {
+    fn respond(&self, request: &memprof_http::Request<'_>) -> memprof_http::Response {
+        let (method, url) = (request.method, request.target);
+        let reply = if method != "GET" && method != "HEAD" {
+            api::Reply::error(&ApiError {
+                status: 405,
+                message: format!("{method} {url}: only GET"),
+            })
+        } else if url.len() > MAX_URL {
+            api::Reply::error(&ApiError {
+                status: 414,
+                message: format!("a URL of {} bytes: at most {MAX_URL}", url.len()),
+            })
+        } else {
+            let (path, query) = (request.path, request.query);
+            let current = self.shared.read().ok().and_then(|s| s.clone());
+            // A bug in one query answers 500 and leaves the server running.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                route(current, &self.others, path, query)
+            }))
+            .unwrap_or_else(|_| {
+                api::Reply::error(&ApiError::internal(format!("{path}: internal error")))
+            })
+        };
+        response(reply)
+    }
+
+    fn refuse(&self, status: u16, why: &str) -> memprof_http::Response {
+        response(api::Reply::error(&ApiError {
+            status,
+            message: why.to_owned(),
         }))
-        .unwrap_or_else(|_| {
-            api::Reply::error(&ApiError::internal(format!("{path}: internal error")))
-        })
-    };
-    let mut response = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
-    let mut headers = vec![("Content-Type", reply.content_type.to_owned())];
-    headers.push(("Cache-Control", "no-store".to_owned()));
+    }
+}
+
+/// The response that sends `reply`.
+fn response(reply: api::Reply) -> memprof_http::Response {
+    let mut headers = Vec::new();
     if let Some(name) = reply.file_name {
         headers.push((
             "Content-Disposition",
             format!("attachment; filename=\"{name}\""),
         ));
     }
-    for (name, value) in headers {
-        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(header);
-        }
+    memprof_http::Response {
+        status: reply.status,
+        content_type: reply.content_type,
+        headers,
+        body: reply.body,
     }
-    // A client gone before its answer is no concern of the server's.
-    let _ = request.respond(response);
-}
-
-/// Whether a `Host` header names the server the way only a client that means it does, as the
-/// library's HTTP endpoint checks it: an IP address (`127.0.0.1`, `[::1]`) or `localhost`, with or
-/// without a port. A name that resolves here is refused, so that a web page the user visits cannot
-/// make its own name resolve to this machine (DNS rebinding) and read the trace through the
-/// user's browser. A request without `Host` (which no browser sends) is answered.
-fn host_accepted(value: &str) -> bool {
-    let port_ok = |port: &str| port.is_empty() || port.parse::<u16>().is_ok();
-    if let Some(rest) = value.strip_prefix('[') {
-        return rest.split_once(']').is_some_and(|(address, port)| {
-            address.parse::<std::net::Ipv6Addr>().is_ok()
-                && (port.is_empty() || port.strip_prefix(':').is_some_and(port_ok))
-        });
-    }
-    let (host, port) = value.split_once(':').unwrap_or((value, ""));
-    port_ok(port)
-        && (host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::Ipv4Addr>().is_ok())
 }
 
 fn route(state: Option<Arc<State>>, others: &[Arc<State>], path: &str, query: &str) -> api::Reply {
@@ -267,25 +267,41 @@ fn file(name: &str) -> api::Reply {
 }
 
 /// Receives a trace in the background, writing it to `path`, and extends its index with what
-/// arrived about once a second ([`live::follow`]).
+/// arrived about once a second ([`live::follow`]). A sender whose first bytes are not a memprof
+/// trace's header, or that sends none within [`HEADER_DEADLINE`], is dropped with a message, and
+/// the next one is awaited.
 fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Failure> {
     let listener = std::net::TcpListener::bind(address)
         .map_err(|e| Failure(format!("--listen-trace {address}: {e}"), 1))?;
     if let Ok(local) = listener.local_addr() {
         eprintln!("memprof: waiting for a trace on {local}");
+        warn_beyond_loopback(local, "--listen-trace");
     }
     std::thread::spawn(move || {
-        let (mut stream, peer) = match listener.accept() {
-            Ok(found) => found,
-            Err(e) => {
-                eprintln!("memprof: --listen-trace: {e}");
-                return;
+        let (mut stream, head) = loop {
+            let (mut stream, peer) = match listener.accept() {
+                Ok(found) => found,
+                Err(e) => {
+                    // Out of descriptors, say: the next try may succeed.
+                    eprintln!("memprof: --listen-trace: {e}");
+                    std::thread::sleep(Duration::from_millis(500));
+                    continue;
+                }
+            };
+            match trace_head(&mut stream) {
+                Ok(head) => {
+                    eprintln!(
+                        "memprof: receiving a trace from {peer} into {}",
+                        path.display()
+                    );
+                    break (stream, head);
+                }
+                Err(why) => eprintln!(
+                    "memprof: --listen-trace: {peer} sent no memprof trace ({why}); dropped, \
+                     waiting for another sender"
+                ),
             }
         };
-        eprintln!(
-            "memprof: receiving a trace from {peer} into {}",
-            path.display()
-        );
         // A new file renamed over the path at once, then written in place as the index reads
         // it: no link planted at the path is followed, and no FIFO or device there is replaced.
         let file = match memprof_files::Replacement::create(&path)
@@ -302,7 +318,7 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
             let (path, shared, done) = (path.clone(), shared.clone(), done.clone());
             std::thread::spawn(move || live::follow(&path, &shared, &done))
         };
-        if let Err(e) = copy(&mut stream, file) {
+        if let Err(e) = copy(&head, &mut stream, file) {
             eprintln!("memprof: receiving the trace: {e}");
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -311,8 +327,62 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
     Ok(())
 }
 
-/// Copies the stream to the file, flushing each read so the indexer sees whole chunks soon.
-fn copy(stream: &mut impl Read, mut file: std::fs::File) -> io::Result<()> {
+/// Time a sender has to send a trace's header, from its connection's acceptance.
+const HEADER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Reads a trace's header from `stream`, checked as it arrives (the magic number first, so that
+/// a sender of anything else is known at its first byte): the header's bytes, or why they are
+/// not one.
+fn trace_head(stream: &mut std::net::TcpStream) -> Result<Vec<u8>, String> {
+    use memprof_trace::{MAGIC, MAJOR, MAX_HEADER_BYTES};
+    let deadline = std::time::Instant::now() + HEADER_DEADLINE;
+    let mut head: Vec<u8> = Vec::new();
+    let mut wanted = 16;
+    while head.len() < wanted {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "{} bytes of a header in {}s",
+                head.len(),
+                HEADER_DEADLINE.as_secs()
+            ));
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| e.to_string())?;
+        let mut buffer = vec![0u8; (wanted - head.len()).min(64 << 10)];
+        let n = match stream.read(&mut buffer) {
+            Ok(0) => return Err(format!("closed after {} bytes", head.len())),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        head.extend_from_slice(&buffer[..n]);
+        let magic = head.len().min(MAGIC.len());
+        if head[..magic] != MAGIC[..magic] {
+            return Err("not a memprof trace's header".into());
+        }
+        if wanted == 16 && head.len() >= 16 {
+            let major = u16::from_le_bytes([head[8], head[9]]);
+            if major != MAJOR {
+                return Err(format!("a trace of version {major}, not {MAJOR}"));
+            }
+            let body = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+            if body > MAX_HEADER_BYTES {
+                return Err(format!("a header of {body} bytes"));
+            }
+            wanted = 16 + body as usize;
+        }
+    }
+    memprof_trace::Reader::new(&head[..]).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+    Ok(head)
+}
+
+/// Writes `head` then copies the stream to the file, flushing each read so the indexer sees whole
+/// chunks soon.
+fn copy(head: &[u8], stream: &mut impl Read, mut file: std::fs::File) -> io::Result<()> {
+    file.write_all(head)?;
     let mut buffer = vec![0u8; 1 << 16];
     loop {
         let n = stream.read(&mut buffer)?;
@@ -320,37 +390,5 @@ fn copy(stream: &mut impl Read, mut file: std::fs::File) -> io::Result<()> {
             return file.flush();
         }
         file.write_all(&buffer[..n])?;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_accepted;
-
-    #[test]
-    fn hosts() {
-        for good in [
-            "127.0.0.1:8080",
-            "127.0.0.1",
-            "localhost:8080",
-            "LOCALHOST",
-            "[::1]:8080",
-            "[::1]",
-            "10.1.2.3:80",
-        ] {
-            assert!(host_accepted(good), "{good}");
-        }
-        for bad in [
-            "evil.example:8080",
-            "evil.example",
-            "localhost.evil.example",
-            "127.0.0.1.nip.io:8080",
-            "[::1]x",
-            "[evil]:1",
-            "127.0.0.1:port",
-            "",
-        ] {
-            assert!(!host_accepted(bad), "{bad}");
-        }
     }
 }

@@ -2057,3 +2057,34 @@ fn size_and_lifetime_bounds_on_the_edges_answer_from_the_index() {
     assert_eq!(timeline["peak"]["exact"], false);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// A timeline over an empty range (`from=end`, `from=peak&to=peak`, `from=T&to=T`) answers the
+/// range asked for, with no point in it.
+#[test]
+fn empty_timeline_ranges_keep_their_start() {
+    let path = known_trace_file("empty-range");
+    let server = Server::start(&[path.to_str().unwrap()]);
+    let summary = server.json("/api/summary");
+    let (peak, end) = (&summary["peak"]["time_ns"], &summary["duration_ns"]);
+    assert!(
+        peak.as_u64().unwrap() > 0 && end.as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    for (query, at) in [
+        ("from=end", end.clone()),
+        ("from=peak&to=peak", peak.clone()),
+        ("from=end&to=end", end.clone()),
+        (
+            "from=50%25&to=50%25",
+            json!((end.as_u64().unwrap() as f64 * 0.5).round() as u64),
+        ),
+        ("from=peak&to=peak&points=3", peak.clone()),
+    ] {
+        let timeline = server.json(&format!("/api/timeline?{query}"));
+        assert_eq!(timeline["from_ns"], at, "{query}: {timeline}");
+        assert_eq!(timeline["to_ns"], at, "{query}: {timeline}");
+        assert_eq!(timeline["points"], json!([]), "{query}: {timeline}");
+    }
+    drop(server);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

@@ -6,6 +6,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 /// A running `memprof serve`, stopped when dropped.
 pub struct Server {
@@ -14,13 +15,31 @@ pub struct Server {
     pub trace_address: Option<String>,
     /// Its standard error's lines up to the one that says it serves.
     pub messages: Vec<String>,
+    /// Its standard error's lines after that one, so far.
+    pub later: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_memprof"));
+        command.arg("serve").args(args);
+        Server::run(command)
+    }
+
+    /// `memprof serve` with at most `files` descriptors open (`ulimit -n`).
+    pub fn start_limited(args: &[&str], files: u32) -> Server {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_memprof"))
             .arg("serve")
-            .args(args)
+            .args(args);
+        Server::run(command)
+    }
+
+    fn run(mut command: Command) -> Server {
+        let mut child = command
             .args(["--listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -40,12 +59,19 @@ impl Server {
                 break rest.trim_end_matches('/').to_owned();
             }
         };
-        std::thread::spawn(move || for _ in lines {});
+        let later = Arc::new(Mutex::new(Vec::new()));
+        let kept = later.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
         Server {
             child,
             address,
             trace_address,
             messages,
+            later,
         }
     }
 

@@ -44,8 +44,11 @@ pub fn timeline(
     let (agg_view, groups) = drawn_by(state, q, params, points, lo, hi, &mask)?;
     let (out, mut highest) = drawn_points(&agg_view, &mask, &groups, last_time);
     let agg = agg_view.agg();
+    // The start of the first bucket drawn; over an empty range, where no bucket is, the range's
+    // own start.
     let from_ns = match (groups.first(), lo) {
         (Some(&(start, _)), Some(_)) if start > 0 => agg.edges.end(start - 1),
+        (None, Some(lo)) => lo,
         _ => 0,
     };
     let to_ns = groups.last().map_or(hi, |&(_, end)| {
