@@ -20,8 +20,16 @@ fn content_type(name: &str) -> &'static str {
     }
 }
 
+/// The package's directory, as cargo gives it to the build script when it runs (not as it was when
+/// the script was compiled: a script compiled once may run for a copy of the package elsewhere).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .expect("cargo sets CARGO_MANIFEST_DIR")
+        .into()
+}
+
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("viewer");
+    let dir = manifest_dir().join("viewer");
     println!("cargo::rerun-if-changed={}", dir.display());
     let mut files = Vec::new();
     let mut pending = vec![dir.clone()];
@@ -47,6 +55,11 @@ fn main() {
         }
     }
     files.sort();
+    assert!(
+        files.iter().any(|(name, _)| name == "index.html"),
+        "{}: no index.html to embed",
+        dir.display()
+    );
     let mut code = String::from(
         "/// The viewer's files: name, bytes, content type.\npub const VIEWER_FILES: &[(&str, &[u8], &str)] = &[\n",
     );
@@ -79,9 +92,10 @@ fn index_schema() {
         "src/serve/state.rs",
         "src/serve/cache.rs",
     ] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let path = manifest_dir().join(file);
         println!("cargo::rerun-if-changed={}", path.display());
-        let bytes = std::fs::read(&path).unwrap_or_default();
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (list the index's files here)", path.display()));
         for &byte in file.as_bytes().iter().chain(&bytes) {
             hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
         }

@@ -82,6 +82,7 @@ impl MemoryBreakdown {
 
     /// Measures the process's memory now, telling the allocator's mappings by the blocks of
     /// `snapshot`, a snapshot just taken (the endpoint's, taken under its throttle).
+    #[cfg(feature = "http")]
     pub(crate) fn of(snapshot: &Snapshot) -> MemoryBreakdown {
         crate::guard::untracked(|| measure(snapshot))
     }

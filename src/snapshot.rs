@@ -67,7 +67,8 @@ fn stacks_of(table: &Table) -> Vec<StackSummary> {
 }
 
 /// The process's heap totals now ([`HeapStats::get`]), read without copying the table: for what
-/// shows the totals alone.
+/// shows the totals alone (the endpoint's index page).
+#[cfg(feature = "http")]
 pub(crate) fn heap_stats() -> HeapStats {
     TABLE.stats()
 }
