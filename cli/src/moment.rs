@@ -46,6 +46,18 @@ pub fn resolver_for(trace: &Trace, stacks: &[Vec<u64>]) -> HashMap<ReturnAddress
     resolver
 }
 
+/// How many distinct return addresses of `trace`'s stacks have no symbol.
+pub fn unsymbolized(trace: &Trace) -> usize {
+    let symbols = trace.symbols();
+    let mut missing = std::collections::HashSet::new();
+    for &address in trace.stacks().iter().flatten() {
+        if !symbols.contains_key(&address) {
+            missing.insert(address);
+        }
+    }
+    missing.len()
+}
+
 /// The snapshot of `heap`: live blocks, and every stack of the trace with its allocated totals
 /// (so snapshots of one trace at two moments diff stack by stack). `peak_bytes` is the heap's
 /// peak to state, when known.

@@ -256,6 +256,9 @@ impl Summary {
                 "cut short: no END record".to_owned()
             }
         )?;
+        if !self.closed {
+            writeln!(out, "note: {}", crate::common::NOT_CLOSED)?;
+        }
         writeln!(
             out,
             "allocations: {} ({} bytes), frees: {}, markers: {}",

@@ -37,6 +37,13 @@ const POLL: Duration = Duration::from_millis(5);
 /// of a module also reads the module's debug information, however long that takes).
 const SYMBOL_BUDGET: Duration = Duration::from_millis(10);
 
+/// How old the trace is before the writer symbolizes in the background: reading a module's debug
+/// information first takes the writer from the buffers for as long as that lasts, so a process
+/// that ends soon without closing its trace (`_exit`, a signal) would lose the events of every
+/// buffer that filled meanwhile. The same bound as the writing out of buffers not full
+/// (`sink::PARTLY_EVERY`).
+const SYMBOLS_AFTER: Duration = Duration::from_secs(1);
+
 /// Stack of the writer thread: symbolizing at close needs more than a small stack.
 const WRITER_STACK: usize = 2 << 20;
 
@@ -203,6 +210,7 @@ fn writer_thread() {
     native::block_sigpipe();
     // The first round at once: the module list reaches the file before the program may end.
     let mut first = true;
+    let started = std::time::Instant::now();
     loop {
         if !CLOSING.load(Ordering::Acquire) && !std::mem::take(&mut first) {
             std::thread::sleep(POLL);
@@ -241,9 +249,13 @@ fn writer_thread() {
                 answer(result.map(Some));
                 return;
             }
-            State::Open(sink) => sink
-                .drain(false)
-                .and_then(|()| sink.symbols(Some(SYMBOL_BUDGET))),
+            State::Open(sink) => sink.drain(false).and_then(|()| {
+                if started.elapsed() >= SYMBOLS_AFTER {
+                    sink.symbols(Some(SYMBOL_BUDGET))
+                } else {
+                    Ok(())
+                }
+            }),
         };
         if let Err(error) = result {
             fail(&mut state, &error);
