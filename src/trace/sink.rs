@@ -530,11 +530,16 @@ impl Sink {
                     break;
                 }
                 pending.pop();
-                resolved.push((address, symbolizer.resolve(ReturnAddress(address as usize))));
+                let address_of = ReturnAddress(address as usize);
+                resolved.push((
+                    address,
+                    symbolizer.resolve(address_of),
+                    symbolizer.direct_callee(address_of),
+                ));
             }
         });
         self.defs.reset(0);
-        for (address, frames) in resolved {
+        for (address, frames, callee) in resolved {
             let frames: Vec<SymbolFrame> = frames
                 .iter()
                 .take(SYMBOL_FRAMES)
@@ -543,6 +548,13 @@ impl Sink {
                 .map(bounded)
                 .collect();
             self.defs.symbol(address, &frames);
+            // The function a tail call may have left off the stack: readers add it where the
+            // younger frame is outside its code.
+            if let Some((function, frame)) = callee {
+                let frame = bounded(SymbolFrame::from(frame));
+                self.defs
+                    .callee(address, function.start as u64, function.end as u64, &frame);
+            }
             if self.defs.len() >= DEFS_CHUNK {
                 self.write_chunk(true)?;
                 self.defs.reset(0);
