@@ -116,7 +116,7 @@ pub(super) fn connect(target: &str) -> io::Result<Destination> {
         let mut replacement = memprof_files::Replacement::create(std::path::Path::new(target))?;
         // Locked before it is renamed into place: a process that finds the path locked knows a
         // trace is being written there. A file system without locks is written all the same.
-        let _ = replacement.file().try_lock();
+        let _ = native::try_flock(replacement.file(), true);
         return Ok(Destination::Created(replacement.commit()?));
     }
     let file = {
@@ -173,10 +173,7 @@ pub(super) fn in_use(target: &str) -> bool {
     if !file.metadata().is_ok_and(|m| m.is_file()) {
         return false;
     }
-    matches!(
-        file.try_lock_shared(),
-        Err(std::fs::TryLockError::WouldBlock)
-    )
+    native::try_flock(&file, false).is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Opens the FIFO or device at `target` for writing, not following a link, with `flags` more.
