@@ -95,10 +95,12 @@ fn underscore_exit_at_once_and_after_many_allocations() {
     );
     let (stdout, stderr) = summary(&many);
     assert_not_closed(&many, &stdout, &stderr);
-    // Each buffer holds 16,384 allocations; the last, not full, is lost with `_exit`. At least
-    // three of the six written (all five full ones, unless this machine is very slow).
+    // Each buffer holds 16,384 allocations; the last, not full, is lost with `_exit`. All five
+    // full ones are written on an idle machine; on a loaded one, where the loop outlasts the
+    // trace's first second, the writer may be reading debug information when the program ends.
+    // Before, the writer read it after the first buffer, and the trace kept that one alone.
     let kept = allocations(&stdout);
-    assert!(kept >= 3 * 16_384, "{kept} allocations kept\n{stdout}");
+    assert!(kept > 16_384, "{kept} allocations kept\n{stdout}");
     // No symbols were written: the report's frames are unnamed, and the hint says what names
     // them.
     assert!(
@@ -120,6 +122,12 @@ fn killed_program_leaves_a_readable_trace() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Killed half a second after its trace appears (a loaded machine may take as long to load
+    // a debug build of the library).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !trace.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     std::thread::sleep(Duration::from_millis(500));
     child.kill().unwrap();
     child.wait().unwrap();
