@@ -81,6 +81,24 @@ pub(crate) fn block_sigpipe() -> bool {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) == 0 }
 }
 
+/// Takes `flock`'s lock on `file` without waiting: exclusive (`exclusive`) or shared. An error
+/// (`WouldBlock`) when another open file holds a lock that excludes it, or when the file system
+/// has none.
+#[cfg(feature = "trace")]
+pub(crate) fn try_flock(file: &std::fs::File, exclusive: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let kind = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    // SAFETY: an open descriptor, borrowed for the call.
+    match unsafe { libc::flock(file.as_raw_fd(), kind | libc::LOCK_NB) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// Takes a `SIGPIPE` pending (and blocked, [`block_sigpipe`]) on the calling thread, without
 /// waiting: it is never delivered.
 #[cfg(feature = "trace")]

@@ -41,8 +41,9 @@
 //! callee shows; a call through a register, a pointer or the PLT (another module's function) is
 //! not decoded; a module without a symbol table (stripped of it) recovers nothing; and a function
 //! split into pieces (a `.cold` part) counts its pieces as other functions. Addresses resolved one
-//! by one ([`Resolve::resolve`]), as in a trace's symbols, have no younger frame and recover
-//! nothing.
+//! by one ([`Resolve::resolve`]) have no younger frame and recover nothing; a trace records, beside
+//! each address's symbols, the function its direct call went to and that function's code (a
+//! `CALLEE` record), and its readers apply the same rule when they resolve a stack.
 //!
 //! The live table keeps raw addresses only: a block allocated from a library since unloaded, at
 //! an address that another library loaded there later also uses, resolves to the later library's
@@ -291,6 +292,17 @@ impl Symbolizer {
         let callee = self.find_callee(address);
         self.callees.insert(address, callee.clone());
         callee
+    }
+
+    /// The function the direct call before `address` went to: its code, as actual addresses,
+    /// and its frame. What a trace's `CALLEE` records carry, for its readers to apply the rule
+    /// [`Resolve::resolve_stack`] applies here.
+    #[cfg(feature = "trace")]
+    pub(crate) fn direct_callee(
+        &mut self,
+        address: ReturnAddress,
+    ) -> Option<(std::ops::Range<usize>, Frame)> {
+        self.callee(address).map(|c| (c.function, c.frame))
     }
 
     fn find_callee(&mut self, address: ReturnAddress) -> Option<Callee> {

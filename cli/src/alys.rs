@@ -16,7 +16,7 @@ use std::ops::ControlFlow;
 pub fn write(trace: &Trace, until: Option<u64>, out: &mut dyn Write) -> Result<(), Failure> {
     let mut alys = Alys {
         trace,
-        symbols: crate::moment::resolver(trace),
+        symbols: crate::moment::resolver(trace).frames,
         stacks: HashMap::new(),
         ids: HashMap::new(),
         moving: HashMap::new(),

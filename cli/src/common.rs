@@ -69,7 +69,27 @@ pub fn open(path: &Path) -> Result<Trace, Failure> {
             path.display()
         );
     }
+    if trace.end_record().is_none() && trace.cut().is_none() {
+        eprintln!("memprof: warning: {}: {NOT_CLOSED}", path.display());
+    }
     Ok(trace)
+}
+
+/// What a trace without its `END` record means.
+pub const NOT_CLOSED: &str = "the process ended without closing its trace (no END record: \
+     killed, ended by `_exit`, or still running); it holds the events its writer had written";
+
+/// Says on stderr, when frames of `trace` have no symbols (its process did not close it, so
+/// they were never written), that `memprof symbolize` names them.
+pub fn hint_symbolize(trace: &Trace, path: &Path) {
+    let missing = crate::moment::unsymbolized(trace);
+    if missing > 0 {
+        eprintln!(
+            "memprof: hint: {missing} return addresses of this trace have no symbols (shown as \
+             their module, or ???): `memprof symbolize {}` names them from the binaries it lists",
+            path.display()
+        );
+    }
 }
 
 /// Replays `trace` to `moment` with a progress bar.

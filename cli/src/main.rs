@@ -209,12 +209,15 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     let mut out = io::BufWriter::new(stdout.lock());
     match cli.command {
         Command::Report { trace, at, report } => {
-            let trace = open(&trace)?;
+            let path = trace;
+            let trace = open(&path)?;
             let options = report_options(&trace, &report);
             report::report(&trace, &at, report.format, &options, &mut out)?;
+            common::hint_symbolize(&trace, &path);
         }
         Command::Summary { trace, depth, top } => {
-            let trace = open(&trace)?;
+            let path = trace;
+            let trace = open(&path)?;
             let mut options = report_options(&trace, &ReportArgs::default());
             if let Some(depth) = depth {
                 options = options.depth(depth);
@@ -222,6 +225,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             let summary = summary::Summary::of(&trace, &options, top, &bar)?;
             written(summary.write(&mut out))?;
             labels::write_label_sets(&trace, &mut out)?;
+            common::hint_symbolize(&trace, &path);
         }
         Command::Convert {
             trace,

@@ -2,21 +2,54 @@
 //! symbols as a resolver, and the heap replayed to a moment as a [`Snapshot`] of the same shape
 //! as the live table's, so that every report and export works on it unchanged.
 
-use memprof::{Frame, LiveBlock, ReturnAddress, Snapshot, StackId, StackSummary};
+use memprof::{Frame, LiveBlock, Resolve, ReturnAddress, Snapshot, StackId, StackSummary};
 use memprof_trace::{Heap, Trace};
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The trace's symbols as a resolver ([`resolver`]): each address's frames, and, when a stack is
+/// resolved as a whole, the frame of a function a tail call left off the stack, from the trace's
+/// `CALLEE` records, by the rule the recording process's own reports follow.
+pub struct TraceResolver<'a> {
+    /// The frames of each return address.
+    pub frames: HashMap<ReturnAddress, Vec<Frame>>,
+    trace: &'a Trace,
+}
+
+impl Resolve for TraceResolver<'_> {
+    fn resolve(&mut self, address: ReturnAddress) -> Arc<[Frame]> {
+        self.frames.resolve(address)
+    }
+
+    fn resolve_stack(&mut self, stack: &[ReturnAddress]) -> Vec<Arc<[Frame]>> {
+        stack
+            .iter()
+            .enumerate()
+            .map(|(index, &address)| {
+                let frames = self.frames.resolve(address);
+                let younger = index.checked_sub(1).map(|i| stack[i].0 as u64);
+                match self.trace.recovered_callee(address.0 as u64, younger) {
+                    Some(callee) => std::iter::once(Frame::from(callee.clone()))
+                        .chain(frames.iter().cloned())
+                        .collect(),
+                    None => frames,
+                }
+            })
+            .collect()
+    }
+}
 
 /// The trace's symbols as a resolver for reports and exports. An address without a symbol (a
 /// trace cut short and not symbolized since) resolves to its module's path when a `MODULES`
 /// record holds it, as the process's own symbolizer names code it cannot read (so the C
 /// library's start below `main` is trimmed as in the process's reports), else to an unknown
 /// frame.
-pub fn resolver(trace: &Trace) -> HashMap<ReturnAddress, Vec<Frame>> {
+pub fn resolver(trace: &Trace) -> TraceResolver<'_> {
     resolver_for(trace, trace.stacks())
 }
 
 /// [`resolver`] for the addresses of `stacks` only (a live trace's new stacks).
-pub fn resolver_for(trace: &Trace, stacks: &[Vec<u64>]) -> HashMap<ReturnAddress, Vec<Frame>> {
+pub fn resolver_for<'a>(trace: &'a Trace, stacks: &[Vec<u64>]) -> TraceResolver<'a> {
     // The latest list first: a module loaded later where an unloaded one was ran the later code.
     let modules: Vec<_> = trace.modules().iter().rev().flatten().collect();
     let mut resolver: HashMap<ReturnAddress, Vec<Frame>> = HashMap::new();
@@ -43,7 +76,22 @@ pub fn resolver_for(trace: &Trace, stacks: &[Vec<u64>]) -> HashMap<ReturnAddress
             resolver.insert(key, vec![frame]);
         }
     }
-    resolver
+    TraceResolver {
+        frames: resolver,
+        trace,
+    }
+}
+
+/// How many distinct return addresses of `trace`'s stacks have no symbol.
+pub fn unsymbolized(trace: &Trace) -> usize {
+    let symbols = trace.symbols();
+    let mut missing = std::collections::HashSet::new();
+    for &address in trace.stacks().iter().flatten() {
+        if !symbols.contains_key(&address) {
+            missing.insert(address);
+        }
+    }
+    missing.len()
 }
 
 /// The snapshot of `heap`: live blocks, and every stack of the trace with its allocated totals

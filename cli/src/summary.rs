@@ -368,6 +368,9 @@ impl Summary {
                 "cut short: no END record".to_owned()
             }
         )?;
+        if !self.closed {
+            writeln!(out, "note: {}", crate::common::NOT_CLOSED)?;
+        }
         if self.sample_interval != 0 {
             writeln!(
                 out,

@@ -139,9 +139,12 @@ fn memprof_reads_a_known_trace() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "memprof: warning: {}: at byte {}: the trace ends here, cut short; read up to there",
+            "memprof: warning: {}: at byte {}: the trace ends here, cut short; read up to there\n\
+             memprof: hint: 2 return addresses of this trace have no symbols (shown as their \
+             module, or ???): `memprof symbolize {}` names them from the binaries it lists",
             cut.display(),
-            offsets[2]
+            offsets[2],
+            cut.display()
         )
     );
     let summary = String::from_utf8_lossy(&output.stdout);

@@ -558,6 +558,23 @@ impl<'a> Records<'a> {
                         text: body.string()?,
                     },
                     kind::SYMBOL => decode_symbol(&mut body)?,
+                    kind::CALLEE => {
+                        let address = body.varint()?;
+                        let start = body.varint()?;
+                        let end = start.saturating_add(body.varint()?);
+                        let frame = SymbolFrame {
+                            function: body.opt_string()?,
+                            file: body.opt_string()?,
+                            line: body.u32()?,
+                            column: body.u32()?,
+                        };
+                        Record::Callee {
+                            address,
+                            start,
+                            end,
+                            frame,
+                        }
+                    }
                     kind::LABEL_SET => {
                         let id = body.u32()?;
                         // Each pair takes at least two bytes (two empty strings).

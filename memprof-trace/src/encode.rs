@@ -524,6 +524,20 @@ impl ChunkEncoder {
         self.sized(kind::SYMBOL, flags::SYMBOLS);
     }
 
+    /// The function the direct call before return address `address` went to: its code
+    /// `start..end` and its frame (`CALLEE`, version 1.4).
+    pub fn callee(&mut self, address: u64, start: u64, end: u64, frame: &SymbolFrame) {
+        self.body.clear();
+        put_varint(&mut self.body, address);
+        put_varint(&mut self.body, start);
+        put_varint(&mut self.body, end.saturating_sub(start));
+        put_opt_str(&mut self.body, frame.function.as_deref());
+        put_opt_str(&mut self.body, frame.file.as_deref());
+        put_varint(&mut self.body, u64::from(frame.line));
+        put_varint(&mut self.body, u64::from(frame.column));
+        self.sized(kind::CALLEE, flags::SYMBOLS);
+    }
+
     /// The process's memory by what holds it (`MEMORY`), written with the end record.
     pub fn memory(&mut self, parts: &crate::records::MemoryParts) {
         self.body.clear();

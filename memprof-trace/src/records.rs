@@ -20,7 +20,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MPTRACE";
 pub const MAJOR: u16 = 1;
 
 /// The minor version this codec writes.
-pub const MINOR: u16 = 3;
+pub const MINOR: u16 = 4;
 
 /// The first 4 bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MPCK";
@@ -79,6 +79,9 @@ pub mod kind {
     pub const MEMORY: u8 = 0x4B;
     /// glibc's chunk flags of the allocations of the next `EVENTS` record; version 1.3.
     pub const BLOCK_FLAGS: u8 = 0x4C;
+    /// The function a return address's direct call went to, whose frame a tail call may have
+    /// left off the stack; version 1.4.
+    pub const CALLEE: u8 = 0x4D;
 }
 
 /// What glibc's `malloc` says of a block in the header of its chunk, as the trace recorded it
@@ -511,6 +514,19 @@ pub enum Record {
         address: u64,
         /// Its frames.
         frames: Vec<SymbolFrame>,
+    },
+    /// The function the direct call before a return address went to (`CALLEE`, version 1.4):
+    /// when the next-younger frame of a stack lies outside its code, the function's frame was
+    /// left off the stack by a tail call, and a reader adds `frame` before the address's own.
+    Callee {
+        /// The return address.
+        address: u64,
+        /// The function's code, as addresses of the recording: `start..end`.
+        start: u64,
+        /// See `start`.
+        end: u64,
+        /// The function, at the line of its first instruction.
+        frame: SymbolFrame,
     },
     /// The trace was closed: nothing follows.
     End {

@@ -111,6 +111,8 @@ pub struct Trace {
     stack_labels: HashMap<u32, u32>,
     threads: HashMap<u32, (u64, String)>,
     symbols: HashMap<u64, Vec<SymbolFrame>>,
+    /// The function each return address's direct call went to: its code and frame (1.4).
+    callees: HashMap<u64, (u64, u64, SymbolFrame)>,
     modules: Vec<Vec<ModuleEntry>>,
     end: Option<(u64, u64)>,
     /// The `MEMORY` record, when there is one.
@@ -182,6 +184,7 @@ impl Trace {
             stack_labels: HashMap::new(),
             threads: HashMap::new(),
             symbols: HashMap::new(),
+            callees: HashMap::new(),
             modules: Vec::new(),
             end: None,
             memory: None,
@@ -336,6 +339,14 @@ impl Trace {
             Record::Symbol { address, frames } => {
                 self.symbols.insert(address, frames);
             }
+            Record::Callee {
+                address,
+                start,
+                end,
+                frame,
+            } => {
+                self.callees.insert(address, (start, end, frame));
+            }
             Record::Modules(modules) => self.modules.push(modules),
             Record::End { events, lost } => self.end = Some((events, lost)),
             Record::Memory(parts) => self.memory = Some(parts),
@@ -427,6 +438,23 @@ impl Trace {
     /// innermost first.
     pub fn symbols(&self) -> &HashMap<u64, Vec<SymbolFrame>> {
         &self.symbols
+    }
+
+    /// The functions the direct calls before return addresses went to (`CALLEE` records): each
+    /// address's callee's code `start..end` and frame.
+    pub fn callees(&self) -> &HashMap<u64, (u64, u64, SymbolFrame)> {
+        &self.callees
+    }
+
+    /// The frame of a function left off a stack by a tail call, to add before the frames of
+    /// return address `address`: the function its direct call went to, when the next-younger
+    /// return address of the stack (`younger`, `None` for the innermost) lies outside its code.
+    /// The rule the recording process's own reports follow (its symbolizer's "frames recovered
+    /// from direct calls").
+    pub fn recovered_callee(&self, address: u64, younger: Option<u64>) -> Option<&SymbolFrame> {
+        let pc = younger?.wrapping_sub(1);
+        let (start, end, frame) = self.callees.get(&address)?;
+        (!(*start..*end).contains(&pc)).then_some(frame)
     }
 
     /// Calls `visit` with every event in time order (merged across threads; at equal times in

@@ -99,8 +99,18 @@ pub fn write_symbolized(
         let mut compressor = Compressor::new(3).map_err(|e| fail(0, e))?;
         let mut encoder = ChunkEncoder::new(0);
         let mut bytes = Vec::new();
-        for (address, frames) in symbols {
-            encoder.symbol(*address, frames);
+        // The trace's own records of the direct calls' callees (nothing recomputes them from the
+        // binaries) go with the new symbols, in the chunks that replace the old ones.
+        let mut callees: Vec<_> = trace.callees().iter().collect();
+        callees.sort_unstable_by_key(|(address, _)| **address);
+        for i in 0..symbols.len() + callees.len() {
+            match symbols.get(i) {
+                Some((address, frames)) => encoder.symbol(*address, frames),
+                None => {
+                    let (address, (start, end, frame)) = callees[i - symbols.len()];
+                    encoder.callee(*address, *start, *end, frame);
+                }
+            }
             if encoder.len() >= 1 << 20 {
                 bytes.clear();
                 let result = encoder

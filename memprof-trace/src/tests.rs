@@ -266,7 +266,7 @@ fn mapping_records_round_trip_and_leave_event_times_alone() {
     events.free(150, 0x10);
     let (header, chunks) = decode(&trace(&[events], Some(3))).unwrap();
     assert_eq!(header.minor, MINOR);
-    assert_eq!(MINOR, 3);
+    assert_eq!(MINOR, 4);
     let (chunk, records) = &chunks[0];
     assert_eq!(
         (chunk.first_time, chunk.last_time, chunk.events),
@@ -454,4 +454,38 @@ fn a_reader_that_does_not_know_block_flags_skips_them() {
             ..
         }]
     ));
+}
+
+#[test]
+fn callee_records_round_trip_and_name_tail_called_frames() {
+    let frame = SymbolFrame {
+        function: Some("app::grow".into()),
+        file: Some("src/main.rs".into()),
+        line: 12,
+        column: 1,
+    };
+    let mut symbols = ChunkEncoder::new(0);
+    symbols.stack(0, [0x1010u64, 0x2010].into_iter());
+    symbols.callee(0x2010, 0x1800, 0x1840, &frame);
+    let bytes = trace(&[symbols], Some(3));
+    let (_, chunks) = decode(&bytes).unwrap();
+    assert_eq!(
+        chunks[0].1[1],
+        Record::Callee {
+            address: 0x2010,
+            start: 0x1800,
+            end: 0x1840,
+            frame: frame.clone(),
+        }
+    );
+    assert_eq!(chunks[0].0.flags & flags::SYMBOLS, flags::SYMBOLS);
+    // Read as a trace: the callee is added where the younger frame lies outside its code.
+    let path = std::env::temp_dir().join(format!("memprof-trace-callee-{}", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let trace = Trace::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(trace.recovered_callee(0x2010, Some(0x1010)), Some(&frame));
+    assert_eq!(trace.recovered_callee(0x2010, Some(0x1811)), None);
+    assert_eq!(trace.recovered_callee(0x2010, None), None);
+    assert_eq!(trace.recovered_callee(0x1010, Some(0x5000)), None);
 }

@@ -2,6 +2,11 @@
 //! dense id from 1 (0 is the empty set), up to [`MAX_SETS`]; past that, new sets are dropped
 //! and counted.
 //!
+//! A key or value longer than [`MAX_TEXT`] bytes is cut to that (at a character boundary), and a
+//! set keeps at most [`MAX_PAIRS`] pairs, where the set is made: so every report, export and
+//! trace shows the same labels, and a trace's definition of a set always fits in one chunk. The
+//! first cut is said once on stderr.
+//!
 //! Off the allocation path: interning runs where code sets labels, inside the reentrancy guard
 //! (its own allocations are not recorded), under one lock that nothing holds while it waits for
 //! anything else. Merging a set over another (nested labels) is cached by the pair of ids, so
@@ -16,6 +21,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// The most distinct label sets the table keeps.
 pub(crate) const MAX_SETS: u32 = 1 << 16;
+
+/// The most bytes of a label's key or value; longer ones are cut.
+pub(crate) const MAX_TEXT: usize = 64 << 10;
+
+/// The most pairs of one set; a set of more keeps the first this many by key (when nested
+/// labels are merged, the inner ones first).
+pub(crate) const MAX_PAIRS: usize = 64;
 
 /// Merged pairs of sets remembered; the cache starts over past this.
 const MAX_MERGED: usize = 1 << 16;
@@ -69,12 +81,14 @@ impl LabelSets {
     /// set, or when the table is full. A pair with an empty key or an empty value is refused (left
     /// out): pprof has no label with an empty value, and every output shows the same labels.
     /// Inside the reentrancy guard.
+    /// A key or value above [`MAX_TEXT`] bytes is cut, pairs past [`MAX_PAIRS`] are left out.
     pub(crate) fn intern(&self, pairs: &[(&str, &str)]) -> u32 {
         let mut sorted: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
         for &(key, value) in pairs {
             if key.is_empty() || value.is_empty() {
                 continue;
             }
+            let (key, value) = (cut(key), cut(value));
             match sorted.iter_mut().find(|(k, _)| &**k == key) {
                 Some(pair) => pair.1 = value.into(),
                 None => sorted.push((key.into(), value.into())),
@@ -89,6 +103,7 @@ impl LabelSets {
             return 0;
         }
         pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        keep_at_most(&mut pairs);
         let pairs: Pairs = pairs.into();
         self.with(|inner| inner.id(pairs, &self.dropped))
     }
@@ -108,6 +123,12 @@ impl LabelSets {
                 .filter(|(k, _)| i.iter().all(|(ik, _)| ik != k))
                 .cloned()
                 .collect();
+            // The inner pairs first, so that a set cut to its bound keeps them.
+            let outer_kept = MAX_PAIRS.saturating_sub(i.len());
+            if pairs.len() > outer_kept {
+                warn_cut();
+                pairs.truncate(outer_kept);
+            }
             pairs.extend(i.iter().cloned());
             pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             // A full table keeps the outer labels.
@@ -145,6 +166,39 @@ impl LabelSets {
     /// New sets refused because the table was full.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Relaxed)
+    }
+}
+
+/// `text` cut to [`MAX_TEXT`] bytes, at a character boundary.
+fn cut(text: &str) -> &str {
+    if text.len() <= MAX_TEXT {
+        return text;
+    }
+    warn_cut();
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Leaves out the pairs of `pairs` past [`MAX_PAIRS`].
+fn keep_at_most(pairs: &mut Vec<(Box<str>, Box<str>)>) {
+    if pairs.len() > MAX_PAIRS {
+        warn_cut();
+        pairs.truncate(MAX_PAIRS);
+    }
+}
+
+/// Says once that labels were cut to their bounds.
+fn warn_cut() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Relaxed) {
+        crate::config::warn(format_args!(
+            "labels cut: a key or value is kept to its first {} KiB, a set to {MAX_PAIRS} pairs \
+             (docs/labels.md)",
+            MAX_TEXT >> 10
+        ));
     }
 }
 
@@ -219,6 +273,25 @@ mod tests {
             merged
         );
         assert_eq!(table.all().len(), 4);
+    }
+
+    #[test]
+    fn long_values_and_many_pairs_are_cut_where_the_set_is_made() {
+        let table = LabelSets::new();
+        let long = "é".repeat(MAX_TEXT); // 2 bytes each: cut at a character boundary
+        let id = table.intern(&[("k", &long)]);
+        let pairs = table.pairs(id);
+        assert_eq!(pairs[0].1.len(), MAX_TEXT);
+        assert!(long.starts_with(&pairs[0].1));
+        let keys: Vec<String> = (0..MAX_PAIRS + 10).map(|i| format!("k{i:03}")).collect();
+        let many: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+        let id = table.intern(&many);
+        assert_eq!(table.pairs(id).len(), MAX_PAIRS);
+        // Merged over a full set, the inner pair stays.
+        let inner = table.intern(&[("zz", "inner")]);
+        let merged = table.pairs(table.merge(id, inner));
+        assert_eq!(merged.len(), MAX_PAIRS);
+        assert!(merged.contains(&("zz".to_owned(), "inner".to_owned())));
     }
 
     #[test]

@@ -20,7 +20,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the trace goes, once opened.
 pub(super) enum Destination {
+    /// A FIFO or a character device, written into.
     File(std::fs::File),
+    /// A regular file this process created, locked (`flock`) while it is written, so that
+    /// another process tracing to the same path writes elsewhere ([`in_use`]).
+    Created(std::fs::File),
     Tcp(TcpStream),
 }
 
@@ -28,7 +32,7 @@ impl Write for Destination {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let _waiting = Waiting::begin();
         let result = match self {
-            Destination::File(f) => f.write(bytes),
+            Destination::File(f) | Destination::Created(f) => f.write(bytes),
             Destination::Tcp(s) => s.write(bytes),
         };
         if let Err(error) = &result
@@ -43,7 +47,7 @@ impl Write for Destination {
     fn flush(&mut self) -> io::Result<()> {
         let _waiting = Waiting::begin();
         match self {
-            Destination::File(f) => f.flush(),
+            Destination::File(f) | Destination::Created(f) => f.flush(),
             Destination::Tcp(s) => s.flush(),
         }
     }
@@ -109,8 +113,11 @@ pub(super) fn connect(target: &str) -> io::Result<Destination> {
         return Err(last);
     }
     if !opens_existing(target) {
-        let file = memprof_files::Replacement::create(std::path::Path::new(target))?.commit()?;
-        return Ok(Destination::File(file));
+        let mut replacement = memprof_files::Replacement::create(std::path::Path::new(target))?;
+        // Locked before it is renamed into place: a process that finds the path locked knows a
+        // trace is being written there. A file system without locks is written all the same.
+        let _ = native::try_flock(replacement.file(), true);
+        return Ok(Destination::Created(replacement.commit()?));
     }
     let file = {
         let _waiting = Waiting::begin();
@@ -126,6 +133,47 @@ pub(super) fn connect(target: &str) -> io::Result<Destination> {
         )));
     }
     Ok(Destination::File(file))
+}
+
+impl Destination {
+    /// An error when the file this process created at `target` is no longer there: another
+    /// process renamed its own over it, or it was removed. The trace this process wrote is then
+    /// lost, and must not be reported as written. Other destinations: `Ok`.
+    pub(super) fn check_still_at(&self, target: &str) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Destination::Created(file) = self else {
+            return Ok(());
+        };
+        let ours = file.metadata()?;
+        match std::fs::symlink_metadata(target) {
+            Ok(there) if (there.dev(), there.ino()) == (ours.dev(), ours.ino()) => Ok(()),
+            Ok(_) => Err(io::Error::other(format!(
+                "{target} was replaced by another process's file while this process wrote its \
+                 trace there; this process's trace is lost (name each process's trace with %p)"
+            ))),
+            Err(error) => Err(io::Error::other(format!(
+                "{target} was removed while this process wrote its trace there ({error}); \
+                 this process's trace is lost"
+            ))),
+        }
+    }
+}
+
+/// Whether a regular file at `target` is being written as a trace by another process now (it
+/// holds the file's lock, taken by [`connect`]).
+pub(super) fn in_use(target: &str) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(target)
+    else {
+        return false;
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    native::try_flock(&file, false).is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Opens the FIFO or device at `target` for writing, not following a link, with `flags` more.

@@ -38,8 +38,19 @@ const PARTLY_EVERY: u64 = 200;
 /// zstd's level for event chunks: fast, and most of what higher levels give on these payloads.
 const LEVEL: i32 = 1;
 
-/// Bytes of symbols per chunk.
-const SYMBOL_CHUNK: usize = 1 << 20;
+/// Bytes of definitions or symbols per chunk: past this, the records that follow go into a new
+/// chunk. Every record the sink writes is far below the format's limit on a chunk
+/// (`MAX_CHUNK_BYTES`, 16 MiB) less this, so no record ever ends the trace: a stack has at most
+/// `MAX_STACK_DEPTH` frames, a label set at most 64 pairs of 64 KiB (`labels::sets`), a marker
+/// label at most [`LABEL_BYTES`], a symbol at most [`SYMBOL_FRAMES`] frames of names cut to
+/// [`SYMBOL_NAME`], a module list is split into records of about this size.
+const DEFS_CHUNK: usize = 1 << 20;
+
+/// The most frames (inlined ones and their function) a `SYMBOL` record gives one address.
+const SYMBOL_FRAMES: usize = 128;
+
+/// The most bytes of a function's or file's name in a `SYMBOL` record.
+const SYMBOL_NAME: usize = 16 << 10;
 
 /// Most marker labels kept to give a label used again its id, and most bytes of their text; past
 /// either, they are forgotten (a label used again is given a new id, defined again).
@@ -115,6 +126,8 @@ pub(super) struct Sink {
     chunk: ChunkEncoder,
     defs: ChunkEncoder,
     bytes: Vec<u8>,
+    /// Chunks of definitions completed while a buffer is read, written after it.
+    sealed: Vec<u8>,
     /// Kept from chunk to chunk.
     compressor: Compressor,
     /// Stack ids defined so far, as a bit set.
@@ -162,6 +175,7 @@ impl Sink {
             chunk: ChunkEncoder::new(0),
             defs: ChunkEncoder::new(0),
             bytes: Vec::new(),
+            sealed: Vec::new(),
             compressor: Compressor::new(LEVEL)?,
             stacks: Vec::new(),
             stack_list: Vec::new(),
@@ -187,6 +201,8 @@ impl Sink {
     pub(super) fn open(&mut self, destination: Destination) -> io::Result<()> {
         let mut out = io::BufWriter::with_capacity(1 << 20, destination);
         self.header.write_to(&mut out)?;
+        // At once: a trace whose process ends before the writer's first round still has it.
+        out.flush()?;
         self.out = Some(out);
         Ok(())
     }
@@ -203,7 +219,10 @@ impl Sink {
         self.chunk.memory(&crate::breakdown::trace_parts());
         self.chunk.end(self.events, lost);
         self.write_chunk(false)?;
-        self.out.as_mut().expect("open").flush()?;
+        let out = self.out.as_mut().expect("open");
+        out.flush()?;
+        // Never said to be written when another process's file took its place.
+        out.get_ref().check_still_at(&self.target)?;
         Ok(PathBuf::from(&self.target))
     }
 
@@ -216,13 +235,34 @@ impl Sink {
         self.defs.reset(0);
         for (id, text) in &labels {
             self.defs.label(*id, text);
+            self.room()?;
         }
-        self.write_chunk(true)
+        if !self.defs.is_empty() {
+            self.write_chunk(true)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the chunk of definitions begun when it holds [`DEFS_CHUNK`] bytes, and begins
+    /// another.
+    fn room(&mut self) -> io::Result<()> {
+        if self.defs.len() >= DEFS_CHUNK {
+            self.write_chunk(true)?;
+            self.defs.reset(0);
+        }
+        Ok(())
     }
 
     /// Writes the buffers handed over (and, when `closing`, those being filled), in each
     /// thread's order.
     pub(super) fn drain(&mut self, closing: bool) -> io::Result<()> {
+        // The module list first, at the first round: a process that ends without closing its
+        // trace (`_exit`, a signal) leaves a trace whose stacks can be named.
+        if self.modules.is_none() {
+            self.defs.reset(0);
+            self.define_modules()?;
+            self.write_chunk(true)?;
+        }
         // Labels are written each round, so that few wait for the writer.
         self.define_labels()?;
         self.rounds += 1;
@@ -232,7 +272,8 @@ impl Sink {
             self.rounds.is_multiple_of(PARTLY_EVERY),
         );
         if ready.is_empty() {
-            return Ok(());
+            // What this round wrote (the modules, labels), out now: a cheap call when nothing.
+            return self.out.as_mut().expect("open").flush();
         }
         match &mut self.calibration {
             Some(calibration) => calibration.refine(),
@@ -285,16 +326,20 @@ impl Sink {
             self.defs.thread(thread, tid, &name);
         }
         if self.modules.is_none() {
-            self.define_modules();
+            self.define_modules()?;
         }
         self.chunk.reset(thread);
         let mut new_stack = false;
-        let (chunk, defs, stacks, stack_list, label_sets) = (
+        let mut failed = None;
+        self.sealed.clear();
+        let (chunk, defs, stacks, stack_list, label_sets, compressor, sealed) = (
             &mut self.chunk,
             &mut self.defs,
             &mut self.stacks,
             &mut self.stack_list,
             &mut self.label_sets,
+            &mut self.compressor,
+            &mut self.sealed,
         );
         // A copy at hand: its fields stay in registers through the loop.
         let calibration = self
@@ -317,6 +362,13 @@ impl Sink {
                 defs.stack(id, scratch.iter().map(|f| f.0 as u64));
                 define_labels(defs, label_sets, id);
                 stack_list.push(id);
+                // A buffer's definitions go into as many chunks as they need.
+                if defs.len() >= DEFS_CHUNK {
+                    if let Err(error) = defs.finish(Some(compressor), sealed) {
+                        failed.get_or_insert(error);
+                    }
+                    defs.reset(0);
+                }
             }
         };
         let end = buffer.read(|event| {
@@ -365,16 +417,26 @@ impl Sink {
         // the list goes first.
         if new_stack && self.modules != Some(modules::generation()) {
             let stacks_defined = std::mem::replace(&mut self.defs, ChunkEncoder::new(0));
-            self.define_modules();
+            self.define_modules()?;
             if !self.defs.is_empty() {
                 self.write_chunk(true)?;
             }
             self.defs = stacks_defined;
         }
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        if !self.sealed.is_empty() {
+            self.out
+                .as_mut()
+                .expect("a sink writes once open")
+                .write_all(&self.sealed)?;
+        }
         // A marker's label was given its id before the marker was appended: read after the
         // buffer, the new labels hold the ids of its markers.
         for (id, text) in new_labels() {
             self.defs.label(id, &text);
+            self.room()?;
         }
         if !self.defs.is_empty() {
             self.write_chunk(true)?;
@@ -388,10 +450,10 @@ impl Sink {
     }
 
     /// Adds a `MODULES` record to the definitions when the loader's list changed since the last.
-    fn define_modules(&mut self) {
+    fn define_modules(&mut self) -> io::Result<()> {
         let now = modules::generation();
         if self.modules == Some(now) && now.is_some() {
-            return;
+            return Ok(());
         }
         let (generation, loaded) = modules::listed();
         let entries: Vec<ModuleEntry> = loaded
@@ -415,8 +477,23 @@ impl Sink {
                 }
             })
             .collect();
-        self.defs.modules(&entries);
+        // A list too long for one chunk goes into several records, which together list the
+        // modules (readers look an address up in every list).
+        let mut start = 0;
+        let mut bytes = 0;
+        for (i, entry) in entries.iter().enumerate() {
+            let size = 32 + entry.path.len() + entry.build_id.len() + 20 * entry.text.len();
+            if i > start && bytes + size > DEFS_CHUNK {
+                self.defs.modules(&entries[start..i]);
+                self.room()?;
+                start = i;
+                bytes = 0;
+            }
+            bytes += size;
+        }
+        self.defs.modules(&entries[start..]);
         self.modules = Some(generation);
+        Ok(())
     }
 
     /// Writes the frames of the return addresses of the stacks defined and not symbolized yet:
@@ -453,14 +530,32 @@ impl Sink {
                     break;
                 }
                 pending.pop();
-                resolved.push((address, symbolizer.resolve(ReturnAddress(address as usize))));
+                let address_of = ReturnAddress(address as usize);
+                resolved.push((
+                    address,
+                    symbolizer.resolve(address_of),
+                    symbolizer.direct_callee(address_of),
+                ));
             }
         });
         self.defs.reset(0);
-        for (address, frames) in resolved {
-            let frames: Vec<SymbolFrame> = frames.iter().cloned().map(SymbolFrame::from).collect();
+        for (address, frames, callee) in resolved {
+            let frames: Vec<SymbolFrame> = frames
+                .iter()
+                .take(SYMBOL_FRAMES)
+                .cloned()
+                .map(SymbolFrame::from)
+                .map(bounded)
+                .collect();
             self.defs.symbol(address, &frames);
-            if self.defs.len() >= SYMBOL_CHUNK {
+            // The function a tail call may have left off the stack: readers add it where the
+            // younger frame is outside its code.
+            if let Some((function, frame)) = callee {
+                let frame = bounded(SymbolFrame::from(frame));
+                self.defs
+                    .callee(address, function.start as u64, function.end as u64, &frame);
+            }
+            if self.defs.len() >= DEFS_CHUNK {
                 self.write_chunk(true)?;
                 self.defs.reset(0);
             }
@@ -470,6 +565,20 @@ impl Sink {
         }
         Ok(())
     }
+}
+
+/// `frame` with its names cut to [`SYMBOL_NAME`] bytes.
+fn bounded(mut frame: SymbolFrame) -> SymbolFrame {
+    for name in [&mut frame.function, &mut frame.file].into_iter().flatten() {
+        if name.len() > SYMBOL_NAME {
+            let mut end = SYMBOL_NAME;
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            name.truncate(end);
+        }
+    }
+    frame
 }
 
 /// Defines the label set of stack `id` when it has one (a `LABEL_SET` record the first time the

@@ -16,7 +16,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::destination::{Destination, Waiting, check_reader, connect, opens_existing};
+use super::destination::{Destination, Waiting, check_reader, connect, in_use, opens_existing};
 use super::sink::Sink;
 use crate::config::warn;
 use crate::guard::Guard;
@@ -36,6 +36,13 @@ const POLL: Duration = Duration::from_millis(5);
 /// background, before it goes back to the buffers (checked after each address; the first address
 /// of a module also reads the module's debug information, however long that takes).
 const SYMBOL_BUDGET: Duration = Duration::from_millis(10);
+
+/// How old the trace is before the writer symbolizes in the background: reading a module's debug
+/// information first takes the writer from the buffers for as long as that lasts, so a process
+/// that ends soon without closing its trace (`_exit`, a signal) would lose the events of every
+/// buffer that filled meanwhile. The same bound as the writing out of buffers not full
+/// (`sink::PARTLY_EVERY`).
+const SYMBOLS_AFTER: Duration = Duration::from_secs(1);
 
 /// Stack of the writer thread: symbolizing at close needs more than a small stack.
 const WRITER_STACK: usize = 2 << 20;
@@ -108,9 +115,19 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         config.stack_depth as u32,
         config.stack_skip as u32,
     );
-    let target = expand(spec, now);
+    let mut target = expand(spec, now);
+    // A path without `%p` that another process writes its trace to now (a parent whose child
+    // inherited `MEMPROF_TRACE`, or the other way round): this process writes beside it.
+    if !spec.contains("%p") && !opens_existing(&target) && in_use(&target) {
+        let own = format!("{target}.{}", std::process::id());
+        warn(format_args!(
+            "MEMPROF_TRACE: {target} is being written by another process (the path has no %p); \
+             this process writes its trace to {own}"
+        ));
+        target = own;
+    }
     let _ = TARGET.set(target.clone());
-    let sink = match Sink::new(target, header, origin, config.trace_symbols) {
+    let sink = match Sink::new(target.clone(), header, origin, config.trace_symbols) {
         Ok(sink) => sink,
         Err(error) => {
             warn(format_args!(
@@ -119,7 +136,29 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
             return false;
         }
     };
-    *STATE.lock().unwrap_or_else(PoisonError::into_inner) = State::Pending(Box::new(sink));
+    let mut sink = Box::new(sink);
+    // A new file is made now, its header written: a process that ends at once (`_exit`, a
+    // signal) before the writer's first round leaves a trace that reads as one, not an empty
+    // file. FIFOs and TCP peers, whose opening may wait, are the writer thread's to open.
+    let state = if opens_existing(&target) {
+        State::Pending(sink)
+    } else {
+        match connect(&target).and_then(|destination| sink.open(destination)) {
+            Ok(()) => {
+                OPENED.store(true, Ordering::Release);
+                State::Open(sink)
+            }
+            Err(error) => {
+                warn(format_args!(
+                    "MEMPROF_TRACE: cannot write {target}: {error}; no trace"
+                ));
+                *STATE.lock().unwrap_or_else(PoisonError::into_inner) = State::Closed;
+                PHASE.store(DONE, Ordering::Release);
+                return false;
+            }
+        }
+    };
+    *STATE.lock().unwrap_or_else(PoisonError::into_inner) = state;
     PHASE.store(RUNNING, Ordering::Release);
     if let Err(error) = native::spawn(c"memprof-trace", WRITER_STACK, writer_thread) {
         warn(format_args!(
@@ -166,8 +205,11 @@ fn writer_thread() {
     // Its writes into a FIFO whose reader went away fail with `EPIPE`, and the signal stays
     // pending on this thread, never delivered.
     native::block_sigpipe();
+    // The first round at once: the module list reaches the file before the program may end.
+    let mut first = true;
+    let started = std::time::Instant::now();
     loop {
-        if !CLOSING.load(Ordering::Acquire) {
+        if !CLOSING.load(Ordering::Acquire) && !std::mem::take(&mut first) {
             std::thread::sleep(POLL);
         }
         if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) == DONE {
@@ -204,9 +246,13 @@ fn writer_thread() {
                 answer(result.map(Some));
                 return;
             }
-            State::Open(sink) => sink
-                .drain(false)
-                .and_then(|()| sink.symbols(Some(SYMBOL_BUDGET))),
+            State::Open(sink) => sink.drain(false).and_then(|()| {
+                if started.elapsed() >= SYMBOLS_AFTER {
+                    sink.symbols(Some(SYMBOL_BUDGET))
+                } else {
+                    Ok(())
+                }
+            }),
         };
         if let Err(error) = result {
             fail(&mut state, &error);

@@ -121,6 +121,8 @@ pub fn replay(bytes: &[u8], until: Option<&str>) -> Replay {
                 Record::Symbol { address, frames } => {
                     replay.symbols.insert(address, frames);
                 }
+                // The callees of direct calls (1.4), checked by tests/trace_tail_call_frames.rs.
+                Record::Callee { .. } => {}
                 Record::Modules(modules) => replay.modules.push(modules),
                 Record::Thread { thread, tid, name } => {
                     replay.threads.insert(thread, (tid, name));
