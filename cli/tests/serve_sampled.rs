@@ -306,6 +306,13 @@ fn the_api_gives_the_reports_estimates_and_says_so() {
         assert_marked(&server.json(query), query);
     }
     let timeline = server.json("/api/timeline?points=50");
+    // Its peak is the recorded heap's, its figures estimated (rounded once).
+    let peak = &timeline["peak"];
+    assert_eq!(peak["time_ns"], summary["peak"]["time_ns"], "{timeline}");
+    assert!(
+        peak["bytes"].as_u64().unwrap().abs_diff(total(&at_peak).1) <= 3,
+        "{timeline}"
+    );
     let last = timeline["points"]
         .as_array()
         .unwrap()

@@ -70,16 +70,14 @@ pub fn timeline(
                 .unwrap_or(&[])
             {
                 if sampled {
-                    if peak.time > 0 || peak.bytes > 0 {
-                        if recorded.is_none_or(|r| peak.bytes > r) {
-                            recorded = Some(peak.bytes);
-                            let (bytes, blocks) = peak.weighed;
-                            highest = Some((
-                                peak.time,
-                                bytes.max(0.0).round() as u64,
-                                blocks.max(0.0).round() as u64,
-                            ));
-                        }
+                    if peak.bytes > 0 && recorded.is_none_or(|r| peak.bytes > r) {
+                        recorded = Some(peak.bytes);
+                        let (bytes, blocks) = peak.weighed;
+                        highest = Some((
+                            peak.time,
+                            bytes.max(0.0).round() as u64,
+                            blocks.max(0.0).round() as u64,
+                        ));
                     }
                 } else if highest.is_none_or(|h| peak.bytes > h.1) {
                     highest = Some((peak.time, peak.bytes, peak.blocks));
