@@ -89,6 +89,7 @@ fn index_schema() {
         "src/serve/index/pass.rs",
         "src/serve/index/build.rs",
         "src/serve/index/bins.rs",
+        "src/serve/index/scan.rs",
         "src/serve/state.rs",
         "src/serve/cache.rs",
     ] {

@@ -41,9 +41,15 @@ fn known_trace() -> Vec<u8> {
 /// `leaked` bytes, `net::buffer`'s of `kept` bytes, and `app::temp`'s second block (20 bytes)
 /// never freed when `temp_kept`.
 fn run_trace(leaked: u64, kept: u64, temp_kept: bool) -> Vec<u8> {
+    sampled_trace(leaked, kept, temp_kept, 0)
+}
+
+/// [`run_trace`] as recorded sampling one allocation per `interval` bytes on average (0: every
+/// allocation recorded).
+fn sampled_trace(leaked: u64, kept: u64, temp_kept: bool, interval: u64) -> Vec<u8> {
     let mut out = Vec::new();
     Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
-        .with_settings(0, 5, 0)
+        .with_settings(interval, 5, 0)
         .write_to(&mut out)
         .unwrap();
     let chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
@@ -684,6 +690,52 @@ fn marked_trace(count: u32) -> Vec<u8> {
     symbols.end(1_000 * u64::from(count + 1), 0);
     chunk(&mut symbols, &mut out);
     out
+}
+
+/// A sampled trace: the page says its figures are estimates, names the interval, and marks the
+/// figures of the call-site table `≈`; the same trace recorded whole has no such mark.
+#[test]
+fn the_viewer_marks_a_sampled_traces_estimates() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-sampled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for interval in [4096, 0] {
+        let trace = dir.join(format!("sampled-{interval}.mptrace"));
+        std::fs::write(&trace, sampled_trace(1000, 300, false, interval)).unwrap();
+        let server = Server::start(&trace);
+        let dom = dump_dom(
+            chromium,
+            &dir.join(format!("profile-{interval}")),
+            &server.url("/?view=sites"),
+        );
+        assert_ready(&dom);
+        let file = dom.file.display();
+        let note = "≈ sampled: one allocation per 4,096 bytes on average recorded";
+        assert_eq!(dom.html.contains(note), interval != 0, "{file}");
+        let table = dom
+            .html
+            .split_once("<table id=\"sites\"")
+            .and_then(|(_, rest)| rest.split_once("</table>"))
+            .map(|(table, _)| table)
+            .expect("the page has a call-site table");
+        // `app::leaky`'s 2,000 bytes allocated, estimated from 2 blocks of 1,000 bytes.
+        let (blocks, bytes) = memprof_trace::weight(1000, 4096);
+        let leaky = format!("≈{:.2} KiB", (2.0 * bytes).round() / 1024.0);
+        assert_eq!(table.contains(&leaky), interval != 0, "{leaky}: {file}");
+        assert_eq!(
+            table.contains(&format!(">≈{}<", (2.0 * blocks).round())),
+            interval != 0,
+            "{file}"
+        );
+        assert_eq!(table.contains('≈'), interval != 0, "{file}");
+    }
 }
 
 /// More markers than the summary lists: the page asks for them all once, and offers each of

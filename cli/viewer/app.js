@@ -49,6 +49,19 @@ function fmtCount(n) {
   return n.toLocaleString("en-US");
 }
 
+// Under sampling the figures of blocks and bytes are estimates, as memprof report's: marked ≈.
+function isEstimated() {
+  return Boolean(summary && summary.estimated);
+}
+
+function estBytes(n) {
+  return n === null || n === undefined ? "—" : `${isEstimated() ? "≈" : ""}${fmtBytes(n)}`;
+}
+
+function estCount(n) {
+  return n === null || n === undefined ? "—" : `${isEstimated() ? "≈" : ""}${fmtCount(n)}`;
+}
+
 function fmtDuration(ns) {
   if (ns === null || ns === undefined) return "—";
   const v = Math.abs(ns);
@@ -311,11 +324,16 @@ function drawSummary() {
   document.getElementById("summary").replaceChildren(
     el("span", { class: "path", text: s.path }),
     el("span", { text: `${fmtCount(s.events)} events over ${fmtDuration(s.duration_ns)}` }),
-    el("span", { text: `peak ${fmtBytes(s.peak.bytes)} in ${fmtCount(s.peak.blocks)} blocks at ${fmtSeconds(s.peak.time_ns)}` }),
-    el("span", { text: `at end ${fmtBytes(s.end.bytes)} in ${fmtCount(s.end.blocks)} blocks` }),
-    el("span", { text: `${fmtCount(s.totals.allocations)} allocations (${fmtBytes(s.totals.allocated_bytes)}), ${fmtCount(s.totals.frees)} frees, ${fmtCount(s.totals.temporary)} temporary` }),
-    el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}${s.sample_interval ? `, sampled every ${fmtBytes(s.sample_interval)}: the figures count the samples, not estimates (memprof report and summary estimate)` : ""}` }),
+    el("span", { text: `peak ${estBytes(s.peak.bytes)} in ${estCount(s.peak.blocks)} blocks at ${fmtSeconds(s.peak.time_ns)}` }),
+    el("span", { text: `at end ${estBytes(s.end.bytes)} in ${estCount(s.end.blocks)} blocks` }),
+    el("span", { text: `${estCount(s.totals.allocations)} allocations (${estBytes(s.totals.allocated_bytes)}), ${estCount(s.totals.frees)} frees, ${estCount(s.totals.temporary)} temporary` }),
+    el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}` }),
   );
+  if (s.estimated) {
+    const recorded = s.recorded ? ` from ${fmtCount(s.recorded.allocations)} recorded allocations` : "";
+    document.getElementById("summary").append(el("span", { class: "estimated",
+      text: `≈ sampled: one allocation per ${fmtCount(s.sample_interval)} bytes on average recorded; the figures marked ≈ are estimates${recorded}, as memprof report's` }));
+  }
   if (s.complete === false || s.live) {
     document.getElementById("summary").append(el("span", { class: "live", text: "still arriving, or cut short: followed every 2 s" }));
   }
@@ -524,7 +542,7 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
     const g = svg("g", { class: "peak" });
     g.append(svg("circle", { cx: x, cy: y, r: 4 }));
     const label = svg("text", { x: x + (x > (x0 + x1) / 2 ? -6 : 6), y: Math.max(y0 + 10, y - 6), "text-anchor": x > (x0 + x1) / 2 ? "end" : "start" });
-    label.textContent = `peak ${fmtBytes(data.peak.bytes)}`;
+    label.textContent = `peak ${estBytes(data.peak.bytes)}`;
     g.append(label);
     root.append(g);
   }
@@ -549,8 +567,8 @@ function drawLive(container, data, { height = 220, interactive = false, selectio
     const t = tOf(xIn(event));
     const p = points.length ? nearest(t) : null;
     tooltip(event, p && describe ? describe(p) : p
-      ? [fmtSeconds(p.t_ns), `live ${fmtBytes(p.live_bytes)} in ${fmtCount(p.live_blocks)} blocks`,
-        `${fmtCount(p.allocs)} allocations (${fmtBytes(p.alloc_bytes)})`, `${fmtCount(p.frees)} frees (${fmtBytes(p.free_bytes)})`]
+      ? [fmtSeconds(p.t_ns), `live ${estBytes(p.live_bytes)} in ${estCount(p.live_blocks)} blocks`,
+        `${estCount(p.allocs)} allocations (${estBytes(p.alloc_bytes)})`, `${estCount(p.frees)} frees (${estBytes(p.free_bytes)})`]
       : [fmtSeconds(t)]);
   });
   overlay.addEventListener("pointerleave", () => tooltip(null));
@@ -691,13 +709,13 @@ function siteRow(s) {
   const row = el("tr", { "data-site": s.id, tabindex: 0 });
   row.append(siteCell(s));
   const cells = [
-    [fmtCount(s.allocations), null],
-    [fmtBytes(s.allocated_bytes), s.allocated_bytes],
-    [fmtBytes(s.freed_bytes), `${fmtCount(s.freed_bytes)} bytes in ${fmtCount(s.frees)} frees`],
-    [fmtBytes(s.live_bytes), `${fmtCount(s.live_bytes)} bytes in ${fmtCount(s.live_blocks)} blocks`],
-    [fmtBytes(s.leaked_bytes), `${fmtCount(s.leaked_bytes)} bytes in ${fmtCount(s.leaked_blocks)} blocks`],
-    [fmtBytes(s.peak_bytes), s.peak_bytes],
-    [fmtCount(s.temporary), null],
+    [estCount(s.allocations), null],
+    [estBytes(s.allocated_bytes), s.allocated_bytes],
+    [estBytes(s.freed_bytes), `${estCount(s.freed_bytes)} bytes in ${estCount(s.frees)} frees`],
+    [estBytes(s.live_bytes), `${estCount(s.live_bytes)} bytes in ${estCount(s.live_blocks)} blocks`],
+    [estBytes(s.leaked_bytes), `${estCount(s.leaked_bytes)} bytes in ${estCount(s.leaked_blocks)} blocks`],
+    [estBytes(s.peak_bytes), s.peak_bytes],
+    [estCount(s.temporary), null],
     // 0 (or none) when no block of the range was freed.
     s.mean_lifetime_ns ? [fmtDuration(s.mean_lifetime_ns), `${fmtCount(s.mean_lifetime_ns)} ns`] : ["—", "none freed"],
   ];
@@ -785,8 +803,8 @@ async function drawSite() {
       const hidden = (n, what) => (n ? [el("p", { class: "hidden-frames", text: `${n} frame${n === 1 ? "" : "s"} of ${what} not shown` })] : []);
       const frames = el("ol", { class: "frames" }, ...stack.frames.map(item));
       return el("div", { class: "stack" },
-        el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${fmtBytes(stack.bytes)} in ${fmtCount(stack.blocks)} blocks live at ${at}` +
-          (stack.allocations !== undefined ? `; ${fmtCount(stack.allocations)} allocations (${fmtBytes(stack.allocated_bytes)}) in the range` : "") }),
+        el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${estBytes(stack.bytes)} in ${estCount(stack.blocks)} blocks live at ${at}` +
+          (stack.allocations !== undefined ? `; ${estCount(stack.allocations)} allocations (${estBytes(stack.allocated_bytes)}) in the range` : "") }),
         ...hidden(stack.hidden_above, "memprof, the allocator and std below the collection operation"),
         frames, ...hidden(stack.hidden_below, "the runtime below the program"));
     }));
@@ -845,7 +863,7 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
         : `hsl(${(h % 55)}, ${70 + (h % 20)}%, ${55 + (h % 12)}%)`;
     g.append(svg("rect", { x: x.toFixed(2), y, width: Math.max(0.5, w - 0.5).toFixed(2), height: rowHeight - 1, fill: color, rx: 2 }));
     const title = svg("title");
-    title.textContent = `${node.name}: ${fmtBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
+    title.textContent = `${node.name}: ${estBytes(node.value)} (${((node.value / total) * 100).toFixed(1)}%)`;
     g.append(title);
     if (w > charWidth * 3) {
       const text = svg("text", { x: (x + 4).toFixed(2), y: y + rowHeight - 5 });
@@ -855,7 +873,7 @@ function drawFlame(container, tree, { zoom = [], onZoom = null, palette = "warm"
       g.append(text);
     }
     g.addEventListener("click", () => onZoom && onZoom(path));
-    g.addEventListener("mousemove", (event) => tooltip(event, [node.name, `${fmtBytes(node.value)} (${fmtCount(node.value)} bytes)`,
+    g.addEventListener("mousemove", (event) => tooltip(event, [node.name, `${estBytes(node.value)} (${estCount(node.value)} bytes)`,
       `${((node.value / total) * 100).toFixed(2)}% of all, ${((node.value / (focus.value || 1)) * 100).toFixed(2)}% of the zoomed frame`]));
     g.addEventListener("mouseleave", () => tooltip(null));
     root.append(g);
@@ -914,7 +932,7 @@ async function drawFlameView() {
     }
     const zoom = zoomPath();
     const focus = drawFlame(container, tree, { zoom, onZoom: (path) => navigate({ zoom: path.length ? JSON.stringify(path) : null }) });
-    caption.textContent = `${fmtBytes(tree.value)} ${describe}${focus !== tree ? `; showing ${focus.name} (${fmtBytes(focus.value)})` : ""}`;
+    caption.textContent = `${estBytes(tree.value)} ${describe}${focus !== tree ? `; showing ${focus.name} (${estBytes(focus.value)})` : ""}`;
     reset.hidden = focus === tree;
     container.dataset.rendered = "1";
   });
@@ -986,11 +1004,11 @@ async function drawDiff() {
         ? el("tr", { class: cls, "data-from-site": s.from_id ?? "", "data-to-site": s.to_id ?? "" }, siteCell(s, crossId(s)))
         : el("tr", { class: cls, "data-site": s.id }, siteCell(s));
       row.append(
-        el("td", { text: fmtBytes(s.from_bytes), title: exact(s.from_bytes, "bytes") }),
-        el("td", { text: fmtBytes(s.to_bytes), title: exact(s.to_bytes, "bytes") }),
-        el("td", { class: "delta", text: sign(s.delta_bytes) + fmtBytes(s.delta_bytes), title: sign(s.delta_bytes) + exact(s.delta_bytes, "bytes") }),
-        el("td", { text: fmtCount(s.from_blocks) }), el("td", { text: fmtCount(s.to_blocks) }),
-        el("td", { class: "delta", text: sign(s.delta_blocks) + fmtCount(s.delta_blocks) }));
+        el("td", { text: estBytes(s.from_bytes), title: exact(s.from_bytes, "bytes") }),
+        el("td", { text: estBytes(s.to_bytes), title: exact(s.to_bytes, "bytes") }),
+        el("td", { class: "delta", text: sign(s.delta_bytes) + estBytes(s.delta_bytes), title: sign(s.delta_bytes) + exact(s.delta_bytes, "bytes") }),
+        el("td", { text: estCount(s.from_blocks) }), el("td", { text: estCount(s.to_blocks) }),
+        el("td", { class: "delta", text: sign(s.delta_blocks) + estCount(s.delta_blocks) }));
       return row;
     }));
     if (!sites.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "empty", text: "no call site changed" })));
@@ -999,8 +1017,8 @@ async function drawDiff() {
     const listed = data.total_sites > sites.length ? ` ${fmtCount(sites.length)} of the ${fmtCount(data.total_sites)} call sites that changed are listed: the largest growths and shrinkages.` : "";
     caption.textContent = cross
       ? `A: ${sideName(fromTrace, from)} (${fmtSeconds(data.from_ns)}); B: ${sideName(toTrace, to)} (${fmtSeconds(data.to_ns)}). ` +
-        `Call sites matched by their code (each frame's function, file and line): +${fmtBytes(grew)} grew, ${fmtBytes(shrank)} shrank from A to B.${listed}`
-      : `Live at ${from} (${fmtSeconds(data.from_ns)}) against live at ${to} (${fmtSeconds(data.to_ns)}): +${fmtBytes(grew)} grew, ${fmtBytes(shrank)} shrank.${listed}`;
+        `Call sites matched by their code (each frame's function, file and line): +${estBytes(grew)} grew, ${estBytes(shrank)} shrank from A to B.${listed}`
+      : `Live at ${from} (${fmtSeconds(data.from_ns)}) against live at ${to} (${fmtSeconds(data.to_ns)}): +${estBytes(grew)} grew, ${estBytes(shrank)} shrank.${listed}`;
     if (cross) return;
     if (data.flame && data.flame.value) drawFlame(flame, data.flame, { palette: "growth" });
     else flame.replaceChildren(el("p", { class: "empty", text: "nothing grew" }));
@@ -1115,8 +1133,8 @@ async function drawLabels() {
       const pairs = Object.entries(set.labels).map(([k, v]) => `${k}=${v}`).join(", ");
       return el("tr", {},
         el("td", { class: "text", text: pairs || "(no labels)" }),
-        el("td", { text: fmtBytes(set.live_bytes) }), el("td", { text: fmtCount(set.live_blocks) }),
-        el("td", { text: fmtBytes(set.allocated_bytes) }), el("td", { text: fmtCount(set.allocated_blocks) }));
+        el("td", { text: estBytes(set.live_bytes) }), el("td", { text: estCount(set.live_blocks) }),
+        el("td", { text: estBytes(set.allocated_bytes) }), el("td", { text: estCount(set.allocated_blocks) }));
     }));
     if (!data.label_sets.length) body.append(el("tr", {}, el("td", { colspan: 5, class: "empty", text: "nothing allocated" })));
   });

@@ -143,7 +143,7 @@ fn consistent(cached: &Cached, stacks: usize) -> bool {
     let index = &cached.index;
     let classes = cached.classes.len();
     // The live heap at a marker has the classes that allocated before it.
-    let per_class = |v: &Vec<(u64, u64)>| v.len() <= classes;
+    let per_class = |v: &Vec<(f64, f64)>| v.len() <= classes;
     cached
         .classes
         .iter()

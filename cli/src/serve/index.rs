@@ -20,5 +20,5 @@ mod scan;
 
 pub use bins::{BinFilter, edges as bin_edges};
 pub use build::IndexBuilder;
-pub use model::{Agg, Cell, Classes, Edges, Live, Point, Totals};
+pub use model::{Agg, Cell, Classes, Edges, Live, Point, Tally, Totals, Weighed};
 pub use scan::{ChunkFilter, Scan, Selection};

@@ -35,7 +35,7 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
         }
     };
     let mut follow = Follow::new(&trace);
-    let mut builder = IndexBuilder::new();
+    let mut builder = IndexBuilder::new(trace.header().sample_interval);
     let mut state = State::new(trace, builder.snapshot(), builder.classes().clone());
     state.live = Some(LiveFigures::default());
     if let Ok(mut current) = shared.write() {

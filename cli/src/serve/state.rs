@@ -365,7 +365,7 @@ impl State {
         } else {
             crate::common::bar(trace.events(), "indexing")
         };
-        let mut builder = IndexBuilder::new();
+        let mut builder = IndexBuilder::new(trace.header().sample_interval);
         trace.visit(&mut builder, &mut |done| progress.set_position(done))?;
         progress.finish_and_clear();
         let (index, classes) = builder.finish();

@@ -1,11 +1,12 @@
 //! A query of the API resolved against the trace, as the endpoints share it: its moments and
 //! filters ([`Query`], the group filters applied), and the view that answers it ([`View`]: the
 //! index, or a scan of the trace made for the query through the state's [`Replays`] and kept for
-//! the next ones).
+//! the next ones). Its figures are whole numbers ([`Rounding`]): under sampling, the reports'
+//! estimates, rounded per stack as they round them.
 //!
 //! [`Replays`]: super::state::Replays
 
-use super::index::{Agg, BinFilter, Cell, Live, Point, Scan, Selection};
+use super::index::{Agg, BinFilter, Cell, Classes, Live, Point, Scan, Selection, Tally, Weighed};
 use super::query::{ApiError, At, Filters, Groups, Params, marker, moment};
 use super::state::State;
 use std::sync::Arc;
@@ -120,6 +121,93 @@ impl Query {
     }
 }
 
+/// How the per-class sums of the index and scans become the figures answered: exact counts as
+/// they are; under sampling, the sums of the weighted blocks rounded per stack, as the reports
+/// round their estimates (a stack's classes, one per thread, share its rounded sum, each getting
+/// its own sum rounded down or up).
+#[derive(Clone, Copy, Debug)]
+pub struct Rounding<'a> {
+    pub classes: &'a Classes,
+    /// The trace's sampling interval (0: every allocation recorded).
+    pub sample_interval: u64,
+}
+
+impl<'a> Rounding<'a> {
+    /// The rounding of `state`'s figures.
+    pub fn of(state: &'a State) -> Rounding<'a> {
+        Rounding {
+            classes: &state.classes,
+            sample_interval: state.trace.header().sample_interval,
+        }
+    }
+
+    /// Per class, `values` as whole numbers.
+    pub fn whole(&self, values: &[f64]) -> Vec<u64> {
+        let value = |c: usize| values[c].max(0.0);
+        if self.sample_interval == 0 {
+            // Sums of whole numbers, exact.
+            return (0..values.len()).map(|c| value(c).round() as u64).collect();
+        }
+        let stack = |c: usize| self.classes.list.get(c).map_or(u32::MAX, |p| p.0);
+        let mut order: Vec<usize> = (0..values.len()).collect();
+        order.sort_unstable_by_key(|&c| (stack(c), c));
+        let mut out = vec![0u64; values.len()];
+        for run in order.chunk_by(|&a, &b| stack(a) == stack(b)) {
+            if let &[c] = run {
+                out[c] = value(c).round() as u64;
+                continue;
+            }
+            let target = run.iter().map(|&c| value(c)).sum::<f64>().round() as u64;
+            let mut given = 0;
+            for &c in run {
+                out[c] = value(c).floor() as u64;
+                given += out[c];
+            }
+            let mut by_fraction = run.to_vec();
+            by_fraction.sort_by(|&a, &b| value(b).fract().total_cmp(&value(a).fract()));
+            for &c in by_fraction
+                .iter()
+                .take(target.saturating_sub(given) as usize)
+            {
+                out[c] += 1;
+            }
+        }
+        out
+    }
+
+    /// Per class, live bytes and blocks as whole numbers.
+    pub fn live(&self, live: &[Weighed]) -> Vec<Live> {
+        let bytes = self.whole(&live.iter().map(|l| l.0).collect::<Vec<_>>());
+        let blocks = self.whole(&live.iter().map(|l| l.1).collect::<Vec<_>>());
+        bytes.into_iter().zip(blocks).collect()
+    }
+
+    /// Per class, counters as whole numbers.
+    pub fn cells(&self, tallies: &[Tally]) -> Vec<Cell> {
+        let field = |f: fn(&Tally) -> f64| self.whole(&tallies.iter().map(f).collect::<Vec<_>>());
+        let allocs = field(|t| t.allocs);
+        let alloc_bytes = field(|t| t.alloc_bytes);
+        let frees = field(|t| t.frees);
+        let free_bytes = field(|t| t.free_bytes);
+        let temporary = field(|t| t.temporary);
+        let temporary_bytes = field(|t| t.temporary_bytes);
+        tallies
+            .iter()
+            .enumerate()
+            .map(|(c, t)| Cell {
+                allocs: allocs[c],
+                alloc_bytes: alloc_bytes[c],
+                frees: frees[c],
+                free_bytes: free_bytes[c],
+                temporary: temporary[c],
+                temporary_bytes: temporary_bytes[c],
+                life_count: t.life_count,
+                life_sum: t.life_sum,
+            })
+            .collect()
+    }
+}
+
 /// The aggregates that answer a query: the index (with the classes not selected masked), or a
 /// scan made for it.
 pub struct View<'a> {
@@ -128,6 +216,8 @@ pub struct View<'a> {
     pub last_time: u64,
     /// With the index: a scan to the moments it does not hold.
     pub extra: Option<Arc<Agg>>,
+    /// How its sums become the figures answered.
+    pub rounding: Rounding<'a>,
 }
 
 pub enum ViewAgg<'a> {
@@ -163,6 +253,11 @@ impl View<'_> {
 
     /// Live per class at a moment the view answers.
     pub fn live(&self, at: &At, classes: usize) -> Vec<Live> {
+        self.rounding.live(&self.live_sums(at, classes))
+    }
+
+    /// [`View::live`] as summed, before rounding.
+    fn live_sums(&self, at: &At, classes: usize) -> Vec<Weighed> {
         let agg = self.agg();
         let point = match at {
             At::Time(t) => Point::Time(*t),
@@ -194,10 +289,10 @@ impl View<'_> {
                 .cloned()
                 .unwrap_or_default(),
         };
-        live.resize(classes, (0, 0));
+        live.resize(classes, (0.0, 0.0));
         for (class, entry) in live.iter_mut().enumerate() {
             if self.masked(class) {
-                *entry = (0, 0);
+                *entry = (0.0, 0.0);
             }
         }
         live
@@ -227,10 +322,10 @@ impl View<'_> {
         let mut sums = self.agg().sum(first, last, classes);
         for (class, cell) in sums.iter_mut().enumerate() {
             if self.masked(class) {
-                *cell = Cell::default();
+                *cell = Tally::default();
             }
         }
-        sums
+        self.rounding.cells(&sums)
     }
 }
 
@@ -303,6 +398,7 @@ pub fn view<'a>(
             mask: q.classes.clone(),
             last_time,
             extra,
+            rounding: Rounding::of(state),
         });
     }
     let mut edges: Vec<u64> = timeline_edges.map(<[u64]>::to_vec).unwrap_or_default();
@@ -331,6 +427,7 @@ pub fn view<'a>(
         mask: None,
         last_time,
         extra: None,
+        rounding: Rounding::of(state),
     })
 }
 
@@ -362,10 +459,11 @@ fn scan(
     selection: Selection,
     points: Vec<Point>,
 ) -> Result<Arc<Agg>, ApiError> {
+    let interval = state.trace.header().sample_interval;
     state.replays.scan(key, || {
         let mut scan = match edges {
-            Some(edges) => Scan::new(&state.classes, edges, selection, points),
-            None => Scan::points_only(&state.classes, selection, points),
+            Some(edges) => Scan::new(&state.classes, edges, selection, points, interval),
+            None => Scan::points_only(&state.classes, selection, points, interval),
         };
         state
             .trace

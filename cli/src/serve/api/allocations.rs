@@ -52,6 +52,9 @@ struct Collect<'a> {
     /// The best `keep` by (key, seq), the worst on top.
     best: BinaryHeap<(u64, u64, Kept)>,
     total: u64,
+    /// The trace's sampling interval, and the blocks the allocations counted stand for.
+    sample_interval: u64,
+    weighed: f64,
 }
 
 /// An allocation in the heap (ordered by the key and seq before it only).
@@ -97,6 +100,7 @@ impl Collect<'_> {
             return;
         }
         self.total += 1;
+        self.weighed += memprof_trace::weight(allocation.size, self.sample_interval).0;
         if self.keep == 0 {
             return;
         }
@@ -205,6 +209,8 @@ pub fn allocations(state: &State, params: &Params) -> Result<Value, ApiError> {
         pending: HashMap::new(),
         best: BinaryHeap::new(),
         total: 0,
+        sample_interval: state.trace.header().sample_interval,
+        weighed: 0.0,
     };
     state
         .replays
@@ -239,5 +245,13 @@ pub fn allocations(state: &State, params: &Params) -> Result<Value, ApiError> {
             })
         })
         .collect();
-    Ok(json!({ "total_count": collect.total, "allocations": listed }))
+    // Under sampling, the allocations are those recorded: each stands for more, as the other
+    // answers estimate.
+    let estimated_count = match collect.sample_interval {
+        0 => collect.total,
+        _ => collect.weighed.round() as u64,
+    };
+    Ok(json!({ "total_count": collect.total, "allocations": listed,
+               "sample_interval": collect.sample_interval,
+               "estimated_count": estimated_count }))
 }

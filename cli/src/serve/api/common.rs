@@ -102,3 +102,14 @@ pub fn markers(
         .collect();
     (listed, all.iter().filter(within).count())
 }
+
+/// Marks `answer` (a JSON object) as estimated or not: `estimated` (whether its blocks and bytes
+/// are estimates, the trace being sampled) and `sample_interval` (bytes per sample on average; 0:
+/// every allocation recorded).
+pub fn mark_estimates(state: &State, answer: &mut Value) {
+    let interval = state.index.totals.sample_interval;
+    if let Value::Object(members) = answer {
+        members.insert("estimated".into(), (interval != 0).into());
+        members.insert("sample_interval".into(), interval.into());
+    }
+}

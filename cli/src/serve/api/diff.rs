@@ -1,7 +1,7 @@
 //! `/api/diff`: what grew and shrank per site between two moments, and the growth's flame
 //! graph.
 
-use super::common::{MAX_LIMIT, with_raw};
+use super::common::{MAX_LIMIT, mark_estimates, with_raw};
 use super::flame::tree;
 use crate::serve::index::Live;
 use crate::serve::query::{ApiError, At, Params, marker, moment};
@@ -96,12 +96,13 @@ pub fn diff(traces: &[&State], trace: usize, params: &Params) -> Result<Vec<u8>,
     let growth = (0..classes).map(|c| (c, b[c].0.saturating_sub(a[c].0)));
     let totals = &state.index.totals;
     let flame = tree(state, growth).to_json();
-    let answer = json!({
+    let mut answer = json!({
         "from_ns": from.time(totals),
         "to_ns": to.time(totals),
         "total_sites": total_sites,
         "sites": sites,
     });
+    mark_estimates(state, &mut answer);
     Ok(with_raw(&answer, "flame", &flame))
 }
 
@@ -246,6 +247,9 @@ fn between(
         "to_ns": to.time(&b.index.totals),
         "total_sites": total_sites,
         "sites": sites,
+        "estimated": a.index.totals.sample_interval != 0 || b.index.totals.sample_interval != 0,
+        "from_sample_interval": a.index.totals.sample_interval,
+        "to_sample_interval": b.index.totals.sample_interval,
     });
     Ok(serde_json::to_vec(&answer).unwrap_or_default())
 }

@@ -100,6 +100,7 @@ pub(super) fn live_heap(
         stop_events,
         stop_time,
         allocated: vec![(0u64, 0u64); trace.stacks().len()],
+        estimated: vec![(0.0, 0.0); trace.stacks().len()],
         at_moment: None,
         moment_time: None,
         open: 0,
@@ -139,8 +140,9 @@ pub(super) fn live_heap(
         live: blocks,
         allocated: export.allocated,
         live_bytes: bytes,
-        sample_interval: 0,
-        estimated: Vec::new(),
+        // Under sampling, the snapshot estimates from these, as a report of the trace does.
+        sample_interval: trace.header().sample_interval,
+        estimated: export.estimated,
         mappings: Default::default(),
     };
     Ok((heap, time))
@@ -157,6 +159,8 @@ struct Export<'a> {
     stop_time: u64,
     /// Blocks and bytes allocated per stack, of the blocks that pass the filters.
     allocated: Vec<(u64, u64)>,
+    /// The same weighted under sampling ([`memprof_trace::weight`]).
+    estimated: Vec<(f64, f64)>,
     /// After the moment: the blocks live there, and how each ended (`None` while it lives).
     at_moment: Option<HashMap<u64, LiveAt>>,
     /// The time of the last event before the moment, once passed.
@@ -193,6 +197,12 @@ impl Export<'_> {
         if let Some(entry) = self.allocated.get_mut(block.stack as usize) {
             entry.0 += 1;
             entry.1 += block.size;
+        }
+        let interval = self.state.trace.header().sample_interval;
+        if let Some(entry) = self.estimated.get_mut(block.stack as usize) {
+            let (blocks, bytes) = memprof_trace::weight(block.size, interval);
+            entry.0 += blocks;
+            entry.1 += bytes;
         }
     }
 }

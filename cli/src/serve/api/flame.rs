@@ -159,7 +159,8 @@ pub fn tree<'a>(state: &'a State, values: impl Iterator<Item = (usize, u64)>) ->
     Flame { nodes }
 }
 
-/// `/api/flame`: the tree's JSON, or its text with `format=text`.
+/// `/api/flame`: the tree's JSON, or its text with `format=text`; under sampling, the root has
+/// `estimated` and `sample_interval` members (the text a first line saying so).
 pub fn flame(state: &State, params: &Params) -> Result<String, ApiError> {
     let text = match params.get("format") {
         None | Some("json") => false,
@@ -198,5 +199,18 @@ pub fn flame(state: &State, params: &Params) -> Result<String, ApiError> {
         }
     };
     let tree = tree(state, values.into_iter().enumerate());
-    Ok(if text { tree.to_text() } else { tree.to_json() })
+    let interval = state.index.totals.sample_interval;
+    Ok(match (text, interval) {
+        (true, 0) => tree.to_text(),
+        (false, 0) => tree.to_json(),
+        // Under sampling, marked as the estimates they are.
+        (true, _) => format!(
+            "≈ estimated from allocations sampled one per {interval} bytes on average\n{}",
+            tree.to_text()
+        ),
+        (false, _) => format!(
+            "{{\"estimated\":true,\"sample_interval\":{interval},{}",
+            &tree.to_json()[1..]
+        ),
+    })
 }

@@ -40,5 +40,7 @@ pub fn labels(state: &State, params: &Params) -> Result<Value, ApiError> {
             })
         })
         .collect();
-    Ok(json!({"time_ns": time, "label_sets": label_sets}))
+    let mut answer = json!({"time_ns": time, "label_sets": label_sets});
+    super::common::mark_estimates(state, &mut answer);
+    Ok(answer)
 }

@@ -1,6 +1,6 @@
 //! `/api/sites`, the table of call sites, and `/api/site/ID`, one of them.
 
-use super::common::MAX_LIMIT;
+use super::common::{MAX_LIMIT, mark_estimates};
 use super::timeline::timeline;
 use crate::serve::index::{Cell, Live};
 use crate::serve::query::{ApiError, At, Params};
@@ -157,13 +157,13 @@ pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
         .take(limit as usize)
         .map(|(_, id)| site_json(state, id, &rows[id]))
         .collect();
-    Ok(
-        json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
+    let mut answer = json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
         (true, false) => "index",
         (true, true) => "index+scan",
         _ => "scan",
-    }, "sites": page }),
-    )
+    }, "sites": page });
+    mark_estimates(state, &mut answer);
+    Ok(answer)
 }
 
 pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError> {
@@ -224,5 +224,6 @@ pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError>
     if let Value::Object(members) = &mut answer {
         info.names(members);
     }
+    mark_estimates(state, &mut answer);
     Ok(answer)
 }

@@ -1,13 +1,65 @@
 //! `/api/summary`: the trace as a whole.
 
 use super::common::{MARKERS_LISTED, markers, width};
-use crate::serve::index::bin_edges;
+use crate::serve::index::{Cell, Live, Point, bin_edges};
 use crate::serve::state::State;
+use crate::serve::view::Rounding;
 use serde_json::{Value, json};
+
+/// The figures of the whole trace: live at the peak and at the end, and what was allocated,
+/// freed and temporary. Without sampling, as recorded; under sampling, the reports' estimates
+/// (each stack's rounded, summed).
+struct Figures {
+    peak: Live,
+    end: Live,
+    allocations: u64,
+    allocated_bytes: u64,
+    frees: u64,
+    temporary: u64,
+}
+
+fn figures(state: &State) -> Figures {
+    let index = &state.index;
+    let totals = &index.totals;
+    if totals.sample_interval == 0 {
+        return Figures {
+            peak: totals.peak,
+            end: totals.end,
+            allocations: totals.allocations,
+            allocated_bytes: totals.allocated_bytes,
+            frees: totals.frees,
+            temporary: totals.temporary,
+        };
+    }
+    let rounding = Rounding::of(state);
+    let classes = state.classes.list.len();
+    let sum = |live: Vec<Live>| {
+        live.iter()
+            .fold((0u64, 0u64), |s, l| (s.0 + l.0, s.1 + l.1))
+    };
+    let at_peak = index
+        .points
+        .get(&Point::Events(totals.peak_events))
+        .cloned()
+        .unwrap_or_default();
+    let mut all = Cell::default();
+    for cell in rounding.cells(&index.sum(0, usize::MAX, classes)) {
+        all.add(&cell);
+    }
+    Figures {
+        peak: sum(rounding.live(&at_peak)),
+        end: sum(rounding.live(&index.end)),
+        allocations: all.allocs,
+        allocated_bytes: all.alloc_bytes,
+        frees: all.frees,
+        temporary: all.temporary,
+    }
+}
 
 pub fn summary(state: &State) -> Value {
     let trace = &state.trace;
     let totals = &state.index.totals;
+    let figures = figures(state);
     let mut threads: Vec<(u32, &str)> = trace
         .threads()
         .iter()
@@ -21,18 +73,28 @@ pub fn summary(state: &State) -> Value {
         "events": trace.events(),
         "duration_ns": totals.last_time,
         "sample_interval": trace.header().sample_interval,
+        "estimated": totals.sample_interval != 0,
         "threads": threads.iter().map(|(id, name)| json!({"id": id, "name": name})).collect::<Vec<_>>(),
         "markers": listed,
         "markers_total": total,
-        "peak": {"time_ns": totals.peak_time, "bytes": totals.peak.0, "blocks": totals.peak.1},
-        "end": {"bytes": totals.end.0, "blocks": totals.end.1},
+        "peak": {"time_ns": totals.peak_time, "bytes": figures.peak.0, "blocks": figures.peak.1},
+        "end": {"bytes": figures.end.0, "blocks": figures.end.1},
         "totals": {
+            "allocations": figures.allocations,
+            "reallocs": totals.reallocs,
+            "frees": figures.frees,
+            "allocated_bytes": figures.allocated_bytes,
+            "temporary": figures.temporary,
+            "mappings": totals.mappings,
+        },
+        "recorded": {
             "allocations": totals.allocations,
             "reallocs": totals.reallocs,
             "frees": totals.frees,
             "allocated_bytes": totals.allocated_bytes,
             "temporary": totals.temporary,
-            "mappings": totals.mappings,
+            "peak": {"bytes": totals.peak.0, "blocks": totals.peak.1},
+            "end": {"bytes": totals.end.0, "blocks": totals.end.1},
         },
         "bucket_ns": width(&state.index),
         "index_edges": {"size": sizes, "life_ns": lives},

@@ -1,10 +1,10 @@
 //! `/api/timeline`, and a site's timeline.
 
 use super::common::{MARKERS_LISTED, MAX_POINTS, MIN_INDEX_POINTS, markers, width};
-use crate::serve::index::Cell;
+use crate::serve::index::Tally;
 use crate::serve::query::{ApiError, At, Filters, Params};
 use crate::serve::state::State;
-use crate::serve::view::{Query, View, ViewAgg, filtered, view};
+use crate::serve::view::{Query, Rounding, View, ViewAgg, filtered, view};
 use serde_json::{Value, json};
 
 fn points_param(params: &Params) -> Result<u64, ApiError> {
@@ -57,16 +57,29 @@ pub fn timeline(
             .min(last_time.max(agg.edges.end(end.saturating_sub(1))))
     });
     // The exact peak within the range when the index holds it (no filter); else the highest
-    // point drawn.
+    // point drawn. Under sampling, the highest of the blocks recorded (as the reports find the
+    // peak), its figures estimated.
     let mut exact = false;
+    let sampled = totals.sample_interval != 0;
     if agg_view.is_whole_index() && mask.is_none() {
+        let mut recorded: Option<u64> = None;
         for &(start, end) in &groups {
             for peak in index
                 .peaks
                 .get(start..=end.min(index.peaks.len().saturating_sub(1)))
                 .unwrap_or(&[])
             {
-                if highest.is_none_or(|h| peak.bytes > h.1) {
+                if sampled {
+                    if peak.bytes > 0 && recorded.is_none_or(|r| peak.bytes > r) {
+                        recorded = Some(peak.bytes);
+                        let (bytes, blocks) = peak.weighed;
+                        highest = Some((
+                            peak.time,
+                            bytes.max(0.0).round() as u64,
+                            blocks.max(0.0).round() as u64,
+                        ));
+                    }
+                } else if highest.is_none_or(|h| peak.bytes > h.1) {
                     highest = Some((peak.time, peak.bytes, peak.blocks));
                 }
             }
@@ -83,6 +96,8 @@ pub fn timeline(
         "markers": listed,
         "markers_total": total,
         "peak": {"time_ns": pt, "bytes": pb, "blocks": pk, "exact": exact},
+        "estimated": sampled,
+        "sample_interval": totals.sample_interval,
     }))
 }
 
@@ -130,6 +145,7 @@ fn drawn_by<'a>(
                 mask: None,
                 last_time,
                 extra: None,
+                rounding: Rounding::of(state),
             },
             groups,
         )
@@ -168,6 +184,7 @@ fn drawn_by<'a>(
                 mask: None,
                 last_time,
                 extra: None,
+                rounding: Rounding::of(state),
             },
             groups,
         )
@@ -175,8 +192,8 @@ fn drawn_by<'a>(
     Ok((agg_view, groups))
 }
 
-/// The points of a timeline: per group of buckets, the live heap at its end and its counters;
-/// and the highest point (time, bytes, blocks).
+/// The points of a timeline: per group of buckets, the live heap at its end and its counters
+/// (under sampling, estimates rounded per point); and the highest point (time, bytes, blocks).
 fn drawn_points(
     agg_view: &View,
     mask: &Option<Vec<bool>>,
@@ -186,7 +203,7 @@ fn drawn_points(
     let agg = agg_view.agg();
     let last_bucket = groups.last().map_or(0, |g| g.1);
     // Per bucket up to the last: the selected classes' counters.
-    let mut per = vec![Cell::default(); last_bucket + 1];
+    let mut per = vec![Tally::default(); last_bucket + 1];
     for (class, cells) in agg.cells.iter().enumerate() {
         if agg_view.is_index() && mask.as_ref().is_some_and(|m| !m[class]) {
             continue;
@@ -198,32 +215,33 @@ fn drawn_points(
             per[*bucket as usize].add(cell);
         }
     }
-    let (mut bytes, mut blocks) = (0i128, 0i128);
+    let (mut bytes, mut blocks) = (0.0f64, 0.0f64);
     let mut out = Vec::with_capacity(groups.len());
     let mut cursor = 0;
     let mut highest: Option<(u64, u64, u64)> = None;
     for &(start, end) in groups {
         while cursor < start {
-            bytes += i128::from(per[cursor].alloc_bytes) - i128::from(per[cursor].free_bytes);
-            blocks += i128::from(per[cursor].allocs) - i128::from(per[cursor].frees);
+            bytes += per[cursor].alloc_bytes - per[cursor].free_bytes;
+            blocks += per[cursor].allocs - per[cursor].frees;
             cursor += 1;
         }
-        let mut sum = Cell::default();
+        let mut sum = Tally::default();
         for cell in &per[start..=end] {
             sum.add(cell);
-            bytes += i128::from(cell.alloc_bytes) - i128::from(cell.free_bytes);
-            blocks += i128::from(cell.allocs) - i128::from(cell.frees);
+            bytes += cell.alloc_bytes - cell.free_bytes;
+            blocks += cell.allocs - cell.frees;
         }
         cursor = end + 1;
         let t = agg.edges.end(end).min(last_time.max(agg.edges.end(start)));
-        let (b, k) = (bytes.max(0) as u64, blocks.max(0) as u64);
+        let whole = |x: f64| x.max(0.0).round() as u64;
+        let (b, k) = (whole(bytes), whole(blocks));
         if highest.is_none_or(|h| b > h.1) {
             highest = Some((t, b, k));
         }
         out.push(json!({
             "t_ns": t, "live_bytes": b, "live_blocks": k,
-            "allocs": sum.allocs, "frees": sum.frees,
-            "alloc_bytes": sum.alloc_bytes, "free_bytes": sum.free_bytes,
+            "allocs": whole(sum.allocs), "frees": whole(sum.frees),
+            "alloc_bytes": whole(sum.alloc_bytes), "free_bytes": whole(sum.free_bytes),
         }));
     }
     (out, highest)

@@ -9,7 +9,7 @@
 //! bound on an edge is aligned whichever side it closes: `size_min=1024` and `size_max=1024`
 //! both are, as are `size_max=1023` and `size_min=1025`.
 
-use super::model::{Agg, Bin, BinCell, BinTotals, Cell, Live, NEVER, Point};
+use super::model::{Agg, Bin, BinCell, BinTotals, NEVER, Point, Tally, Weighed};
 use std::collections::HashMap;
 
 /// The size bin of `size`.
@@ -136,8 +136,8 @@ pub fn edges() -> (Vec<u64>, Vec<u64>) {
     (sizes, lives)
 }
 
-/// Adds the counters `counters` of bin `bin` into a [`Cell`].
-fn add_to(counters: &BinCell, bin: Bin, cell: &mut Cell) {
+/// Adds the counters `counters` of bin `bin` into a [`Tally`].
+fn add_to(counters: &BinCell, bin: Bin, cell: &mut Tally) {
     cell.allocs += counters.allocs;
     cell.alloc_bytes += counters.alloc_bytes;
     cell.frees += counters.frees;
@@ -147,7 +147,7 @@ fn add_to(counters: &BinCell, bin: Bin, cell: &mut Cell) {
         cell.temporary_bytes += counters.alloc_bytes;
     }
     if bin.life != NEVER {
-        cell.life_count += counters.allocs;
+        cell.life_count += counters.life_count;
     }
     cell.life_sum = cell.life_sum.saturating_add(counters.life_sum);
 }
@@ -158,15 +158,15 @@ impl Agg {
     pub fn filtered(&self, filter: &BinFilter) -> Agg {
         let classes = self.cells.len();
         let mut cells = Vec::with_capacity(classes);
-        let mut end = vec![(0u64, 0u64); classes];
+        let mut end = vec![(0.0f64, 0.0f64); classes];
         for (class, bins) in self.bins.iter().enumerate() {
-            let mut out: Vec<(u32, Cell)> = Vec::new();
+            let mut out: Vec<(u32, Tally)> = Vec::new();
             for &(bucket, bin, counters) in bins {
                 if !filter.passes(bin) {
                     continue;
                 }
                 if out.last().is_none_or(|(b, _)| *b != bucket) {
-                    out.push((bucket, Cell::default()));
+                    out.push((bucket, Tally::default()));
                 }
                 let cell = &mut out.last_mut().expect("a cell").1;
                 add_to(&counters, bin, cell);
@@ -177,7 +177,7 @@ impl Agg {
             }
             cells.push(out);
         }
-        let mut peak = vec![(0u64, 0u64); classes];
+        let mut peak = vec![(0.0f64, 0.0f64); classes];
         for &(class, bin, (bytes, blocks)) in &self.bin_totals.peak {
             if filter.passes(bin) {
                 peak[class as usize].0 += bytes;
@@ -193,27 +193,27 @@ impl Agg {
             }
         }
         let markers = &self.bin_totals.marker_labels;
-        let mut steps: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
+        let mut steps: HashMap<u32, Vec<Weighed>> = HashMap::new();
         for &(class, bin, marker, bytes, blocks) in &self.bin_totals.marker_steps {
             if filter.passes(bin) {
                 let at = &mut steps
                     .entry(class)
-                    .or_insert_with(|| vec![(0, 0); markers.len() + 1])[marker as usize];
+                    .or_insert_with(|| vec![(0.0, 0.0); markers.len() + 1])[marker as usize];
                 at.0 += bytes;
                 at.1 += blocks;
             }
         }
-        let mut marker_live: HashMap<u32, Vec<Live>> = markers
+        let mut marker_live: HashMap<u32, Vec<Weighed>> = markers
             .iter()
-            .map(|&label| (label, vec![(0, 0); classes]))
+            .map(|&label| (label, vec![(0.0, 0.0); classes]))
             .collect();
         for (class, steps) in steps {
-            let (mut bytes, mut blocks) = (0i64, 0i64);
+            let (mut bytes, mut blocks) = (0.0f64, 0.0f64);
             for (&label, step) in markers.iter().zip(steps) {
                 bytes += step.0;
                 blocks += step.1;
                 marker_live.get_mut(&label).expect("a marker")[class as usize] =
-                    (bytes.max(0) as u64, blocks.max(0) as u64);
+                    (bytes.max(0.0), blocks.max(0.0));
             }
         }
         let mut points = HashMap::new();

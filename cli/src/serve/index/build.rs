@@ -4,7 +4,9 @@
 //! live bytes within each bucket, and the counters split by bin ([`super::bins`]).
 
 use super::bins;
-use super::model::{Agg, Bin, BinCell, BinTotals, BucketPeak, Classes, Edges, Live, NEVER, Point};
+use super::model::{
+    Agg, Bin, BinCell, BinTotals, BucketPeak, Classes, Edges, Live, NEVER, Point, Weighed,
+};
 use super::pass::{Pass, Pending};
 use memprof_trace::{AddressHasher, Block, Event, Mapping, Timed, Visitor};
 use std::collections::HashMap;
@@ -14,7 +16,7 @@ use std::hash::BuildHasherDefault;
 const INDEX_BUCKETS: usize = 4096;
 /// Cells the index keeps before it halves its resolution (72 bytes each).
 const INDEX_CELLS: usize = 3 << 20;
-/// Cells split by size and lifetime the index keeps before it halves its resolution (48 bytes
+/// Cells split by size and lifetime the index keeps before it halves its resolution (56 bytes
 /// each).
 const INDEX_BINS: usize = 4 << 20;
 /// Marker labels whose heap the index keeps.
@@ -58,11 +60,11 @@ struct ByBin {
     /// in, and this small map stays in the cache.
     hot_cells: ByKey<BinCell>,
     hot_bucket: u32,
-    peak: ByKey<Live>,
+    peak: ByKey<Weighed>,
     first_last: ByKey<(u64, u64)>,
     marker_events: Vec<u64>,
     marker_labels: Vec<u32>,
-    marker_steps: HashMap<(u64, u32), (i64, i64)>,
+    marker_steps: HashMap<(u64, u32), Weighed>,
 }
 
 impl ByBin {
@@ -92,18 +94,26 @@ impl ByBin {
         self.cells.len() + self.hot_cells.len()
     }
 
-    /// Counts a block that ended: freed in bucket `freed.0` after `freed.1` ns, or never; the
-    /// peak so far is after `peak_events` events.
-    fn count(&mut self, block: &Pending, bin: Bin, freed: Option<(u32, u64)>, peak_events: u64) {
+    /// Counts a block that ended, weighing `(bytes, blocks)`: freed in bucket `freed.0` after
+    /// `freed.1` ns, or never; the peak so far is after `peak_events` events.
+    fn count(
+        &mut self,
+        block: &Pending,
+        (bytes, blocks): Weighed,
+        bin: Bin,
+        freed: Option<(u32, u64)>,
+        peak_events: u64,
+    ) {
         let class = block.class;
         let cell = self.cell(class, block.bucket, bin);
-        cell.allocs += 1;
-        cell.alloc_bytes += block.size;
+        cell.allocs += blocks;
+        cell.alloc_bytes += bytes;
         if let Some((bucket, life)) = freed {
+            cell.life_count += 1;
             cell.life_sum = cell.life_sum.saturating_add(life);
             let cell = self.cell(class, bucket, bin);
-            cell.frees += 1;
-            cell.free_bytes += block.size;
+            cell.frees += blocks;
+            cell.free_bytes += bytes;
         }
         let key = bin.key(class);
         let span = self.first_last.entry(key).or_insert((u64::MAX, 0));
@@ -113,20 +123,20 @@ impl ByBin {
         // the peak moves, so that what it holds at the end is the blocks live at the last.
         if block.events <= peak_events {
             let live = self.peak.entry(key).or_default();
-            live.0 += block.size;
-            live.1 += 1;
+            live.0 += bytes;
+            live.1 += blocks;
         }
         // Live at the markers kept after its allocation, up to now.
         let from = self.marker_events.partition_point(|&e| e < block.events) as u32;
         let to = self.marker_events.len() as u32;
         if from < to {
             let step = self.marker_steps.entry((key, from)).or_default();
-            step.0 += block.size as i64;
-            step.1 += 1;
+            step.0 += bytes;
+            step.1 += blocks;
             if freed.is_some() {
                 let step = self.marker_steps.entry((key, to)).or_default();
-                step.0 -= block.size as i64;
-                step.1 -= 1;
+                step.0 -= bytes;
+                step.1 -= blocks;
             }
         }
     }
@@ -157,7 +167,7 @@ impl ByBin {
     /// Sets the index's counters by bin, sorted, and its figures by bin at the peak and markers.
     fn finish(&mut self, agg: &mut Agg) {
         let classes = agg.cells.len();
-        let mut peak: Vec<(u32, Bin, Live)> = self
+        let mut peak: Vec<(u32, Bin, Weighed)> = self
             .peak
             .drain()
             .map(|(key, live)| {
@@ -175,10 +185,10 @@ impl ByBin {
             })
             .collect();
         first_last.sort_unstable_by_key(|&(class, bin, _, _)| (class, bin));
-        let mut marker_steps: Vec<(u32, Bin, u32, i64, i64)> = self
+        let mut marker_steps: Vec<(u32, Bin, u32, f64, f64)> = self
             .marker_steps
             .drain()
-            .filter(|(_, step)| *step != (0, 0))
+            .filter(|(_, step)| *step != (0.0, 0.0))
             .map(|((key, marker), (bytes, blocks))| {
                 let (class, bin) = Bin::of_key(key);
                 (class, bin, marker, bytes, blocks)
@@ -220,10 +230,12 @@ pub struct IndexBuilder {
     /// second).
     cell_limit: usize,
     pub(super) bin_limit: usize,
-    /// The running heap, per class and whole, and the peak's copy.
-    current: Vec<Live>,
+    /// The running heap per class (weighted), whole (recorded, which finds the peak as the
+    /// reports find it; and weighted), and the peak's copy.
+    current: Vec<Weighed>,
     now: Live,
-    peak_live: Vec<Live>,
+    now_weighed: Weighed,
+    peak_live: Vec<Weighed>,
     /// The classes whose heap changed since the peak.
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
@@ -231,22 +243,18 @@ pub struct IndexBuilder {
     by_bin: ByBin,
 }
 
-impl Default for IndexBuilder {
-    fn default() -> Self {
-        IndexBuilder::new()
-    }
-}
-
 impl IndexBuilder {
-    /// The index of a whole trace, before its first event.
-    pub fn new() -> IndexBuilder {
+    /// The index of a whole trace sampled every `sample_interval` bytes (0: every allocation
+    /// recorded), before its first event.
+    pub fn new(sample_interval: u64) -> IndexBuilder {
         IndexBuilder {
-            pass: Pass::new(Edges::Uniform(1024), 0, &[]),
+            pass: Pass::new(Edges::Uniform(1024), 0, &[], sample_interval),
             classes: Classes::default(),
             cell_limit: INDEX_CELLS,
             bin_limit: INDEX_BINS,
             current: Vec::new(),
             now: (0, 0),
+            now_weighed: (0.0, 0.0),
             peak_live: Vec::new(),
             dirty: Vec::new(),
             is_dirty: Vec::new(),
@@ -346,6 +354,7 @@ impl IndexBuilder {
                 bytes,
                 blocks,
                 time,
+                weighed: self.now_weighed,
             };
         }
         let totals = &mut agg.totals;
@@ -366,12 +375,15 @@ impl IndexBuilder {
         let life = timed.time.saturating_sub(block.time);
         let is_temporary = temporary.unwrap_or(false);
         let class = block.class;
+        let weight = self.pass.weight(block.size);
         let c = &mut self.current[class as usize];
-        c.0 -= block.size;
-        c.1 -= 1;
+        c.0 -= weight.0;
+        c.1 -= weight.1;
         self.touch(class);
         self.now.0 -= block.size;
         self.now.1 -= 1;
+        self.now_weighed.0 -= weight.0;
+        self.now_weighed.1 -= weight.1;
         self.pass.count_end(&block, bucket, life, is_temporary);
         let bin = Bin {
             size: bins::size_bin(block.size),
@@ -380,7 +392,7 @@ impl IndexBuilder {
         };
         let peak_events = self.pass.agg.totals.peak_events;
         self.by_bin
-            .count(&block, bin, Some((bucket, life)), peak_events);
+            .count(&block, weight, bin, Some((bucket, life)), peak_events);
     }
 
     /// Counts a block still live by its bin, as never freed.
@@ -391,7 +403,8 @@ impl IndexBuilder {
             temporary: false,
         };
         let peak_events = self.pass.agg.totals.peak_events;
-        self.by_bin.count(block, bin, None, peak_events);
+        let weight = self.pass.weight(block.size);
+        self.by_bin.count(block, weight, bin, None, peak_events);
     }
 
     /// The index as [`IndexBuilder::finish`] would give it if the events ended here, the pass
@@ -405,6 +418,7 @@ impl IndexBuilder {
             bin_limit: self.bin_limit,
             current: self.current.clone(),
             now: self.now,
+            now_weighed: self.now_weighed,
             peak_live: self.peak_live.clone(),
             dirty: self.dirty.clone(),
             is_dirty: self.is_dirty.clone(),
@@ -460,8 +474,8 @@ impl Visitor for IndexBuilder {
         let class = self.classes.intern(stack, timed.thread);
         if class as usize == self.pass.agg.cells.len() {
             self.pass.agg.cells.push(Vec::new());
-            self.current.push((0, 0));
-            self.peak_live.push((0, 0));
+            self.current.push((0.0, 0.0));
+            self.peak_live.push((0.0, 0.0));
             self.is_dirty.push(false);
             self.pass.agg.first_last.push((u64::MAX, 0));
         }
@@ -481,12 +495,15 @@ impl Visitor for IndexBuilder {
             },
         );
         self.pass.count_allocation(class, bucket, size, timed.time);
+        let weight = self.pass.weight(size);
         let c = &mut self.current[class as usize];
-        c.0 += size;
-        c.1 += 1;
+        c.0 += weight.0;
+        c.1 += weight.1;
         self.touch(class);
         self.now.0 += size;
         self.now.1 += 1;
+        self.now_weighed.0 += weight.0;
+        self.now_weighed.1 += weight.1;
         self.track_peak(timed.time, bucket as usize);
     }
 

@@ -1,14 +1,70 @@
-//! What the index and a scan are made of: per-class counters over time buckets ([`Cell`]), the
+//! What the index and a scan are made of: per-class counters over time buckets ([`Tally`]), the
 //! buckets' ends ([`Edges`]), the classes they count ([`Classes`]), the whole-run figures
 //! ([`Totals`]), the index's counters split by bin ([`Bin`], [`BinCell`], [`BinTotals`];
 //! numbered and filtered in [`super::bins`]) and the aggregates of one pass ([`Agg`]) with the
 //! lookups that answer from them.
+//!
+//! Blocks and bytes count as what each recorded block stands for ([`weight`]): itself without
+//! sampling, so that the sums are whole numbers, exact; under sampling, the estimate the reports
+//! make, summed as `f64` and rounded per stack when answered ([`Cell`], [`Live`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// Counters of one class within one bucket. Allocation-side counters (`allocs` to `life_*`)
 /// belong to the bucket of the allocation; `frees` and `free_bytes` to the bucket of the free.
+/// Blocks and bytes are weighted ([`weight`]); `life_count` and `life_sum` count the recorded
+/// blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Blocks allocated.
+    pub allocs: f64,
+    /// Bytes allocated.
+    pub alloc_bytes: f64,
+    /// Blocks freed.
+    pub frees: f64,
+    /// Bytes freed.
+    pub free_bytes: f64,
+    /// Allocations freed by their thread before it allocated or freed anything else.
+    pub temporary: f64,
+    /// Bytes of those.
+    pub temporary_bytes: f64,
+    /// Allocations freed (their lifetime known).
+    pub life_count: u64,
+    /// Sum of their lifetimes, ns.
+    pub life_sum: u64,
+}
+
+impl Tally {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Tally) {
+        self.allocs += other.allocs;
+        self.alloc_bytes += other.alloc_bytes;
+        self.frees += other.frees;
+        self.free_bytes += other.free_bytes;
+        self.temporary += other.temporary;
+        self.temporary_bytes += other.temporary_bytes;
+        self.life_count += other.life_count;
+        self.life_sum = self.life_sum.saturating_add(other.life_sum);
+    }
+}
+
+/// Live bytes and blocks as counted, weighted ([`weight`]).
+pub type Weighed = (f64, f64);
+
+/// What one recorded block of `size` bytes counts for, `(bytes, blocks)`: itself when `interval`
+/// is 0 (every allocation recorded), else what it stands for under sampling one allocation per
+/// `interval` bytes on average, as the reports weigh it ([`memprof_trace::weight`]).
+#[inline]
+pub fn weight(size: u64, interval: u64) -> Weighed {
+    if interval == 0 {
+        return (size as f64, 1.0);
+    }
+    let (blocks, bytes) = memprof_trace::weight(size, interval);
+    (bytes, blocks)
+}
+
+/// Counters of one class over some buckets as answered: whole numbers ([`Tally`] rounded).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cell {
     /// Blocks allocated.
@@ -43,7 +99,7 @@ impl Cell {
     }
 }
 
-/// Live bytes and blocks.
+/// Live bytes and blocks as answered: whole numbers.
 pub type Live = (u64, u64);
 
 /// Where the buckets end.
@@ -131,18 +187,22 @@ impl Classes {
     }
 }
 
-/// A global figure of one bucket of the index: the highest live bytes reached within it.
+/// A global figure of one bucket of the index: the highest live bytes reached within it (of the
+/// blocks recorded, as the reports find the peak).
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct BucketPeak {
-    /// Live bytes at the highest.
+    /// Live bytes at the highest, recorded.
     pub bytes: u64,
-    /// Live blocks then.
+    /// Live blocks then, recorded.
     pub blocks: u64,
     /// When.
     pub time: u64,
+    /// Live bytes and blocks then, weighted ([`weight`]).
+    pub weighed: Weighed,
 }
 
-/// Whole-run figures the index keeps besides its buckets.
+/// Whole-run figures the index keeps besides its buckets: of the events and blocks recorded (under
+/// sampling, the samples; their estimates are the buckets' and the live heaps').
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Totals {
     /// Allocation events (a reallocation's new block too).
@@ -173,6 +233,9 @@ pub struct Totals {
     pub mappings: u64,
     /// Whether the trace holds glibc's chunk flags of any block (format 1.3, `BLOCK_FLAGS`).
     pub chunk_flags: bool,
+    /// The trace's sampling interval (0: every allocation recorded), which the blocks and bytes
+    /// of the buckets and live heaps are weighted by ([`weight`]).
+    pub sample_interval: u64,
 }
 
 /// Aggregates of one pass.
@@ -183,16 +246,16 @@ pub struct Agg {
     /// Buckets in use.
     pub buckets: usize,
     /// Per class, its non-empty buckets in order: (bucket, counters).
-    pub cells: Vec<Vec<(u32, Cell)>>,
+    pub cells: Vec<Vec<(u32, Tally)>>,
     /// The index's highest live bytes within each bucket (empty for a scan).
     pub peaks: Vec<BucketPeak>,
     /// Live per class at each point asked for (a scan) or captured (the index: the peak, then
     /// the first marker of each label, by label id in `marker_live`).
-    pub points: HashMap<Point, Vec<Live>>,
+    pub points: HashMap<Point, Vec<Weighed>>,
     /// The index's live per class at the first marker of each label.
-    pub marker_live: HashMap<u32, Vec<Live>>,
+    pub marker_live: HashMap<u32, Vec<Weighed>>,
     /// Live per class at the end.
-    pub end: Vec<Live>,
+    pub end: Vec<Weighed>,
     /// Whole-run figures (the index's; a scan's count only what it selects).
     pub totals: Totals,
     /// Per class, the times of its first and last allocation counted (`(u64::MAX, 0)`: none).
@@ -206,25 +269,25 @@ pub struct Agg {
 
 impl Agg {
     /// Live per class after bucket `last` (a prefix sum of the cells).
-    pub fn live_through(&self, last: usize, classes: usize) -> Vec<Live> {
-        let mut live = vec![(0u64, 0u64); classes];
+    pub fn live_through(&self, last: usize, classes: usize) -> Vec<Weighed> {
+        let mut live = vec![(0.0, 0.0); classes];
         for (class, cells) in self.cells.iter().enumerate() {
-            let (mut bytes, mut blocks) = (0i128, 0i128);
+            let (mut bytes, mut blocks) = (0.0f64, 0.0f64);
             for (bucket, cell) in cells {
                 if *bucket as usize > last {
                     break;
                 }
-                bytes += i128::from(cell.alloc_bytes) - i128::from(cell.free_bytes);
-                blocks += i128::from(cell.allocs) - i128::from(cell.frees);
+                bytes += cell.alloc_bytes - cell.free_bytes;
+                blocks += cell.allocs - cell.frees;
             }
-            live[class] = (bytes.max(0) as u64, blocks.max(0) as u64);
+            live[class] = (bytes.max(0.0), blocks.max(0.0));
         }
         live
     }
 
     /// Per class, the counters summed over buckets `first..=last`.
-    pub fn sum(&self, first: usize, last: usize, classes: usize) -> Vec<Cell> {
-        let mut sums = vec![Cell::default(); classes];
+    pub fn sum(&self, first: usize, last: usize, classes: usize) -> Vec<Tally> {
+        let mut sums = vec![Tally::default(); classes];
         for (class, cells) in self.cells.iter().enumerate() {
             let start = cells.partition_point(|(b, _)| (*b as usize) < first);
             for (bucket, cell) in &cells[start..] {
@@ -287,17 +350,20 @@ impl Bin {
 }
 
 /// Counters of one class, bucket and bin. `allocs` to `life_sum` belong to the bucket of the
-/// allocation, `frees` and `free_bytes` to that of the free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// allocation, `frees` and `free_bytes` to that of the free. Blocks and bytes are weighted
+/// ([`weight`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BinCell {
     /// Blocks allocated.
-    pub allocs: u64,
+    pub allocs: f64,
     /// Bytes allocated.
-    pub alloc_bytes: u64,
+    pub alloc_bytes: f64,
     /// Blocks freed.
-    pub frees: u64,
+    pub frees: f64,
     /// Bytes freed.
-    pub free_bytes: u64,
+    pub free_bytes: f64,
+    /// Blocks allocated that were freed, as recorded (their lifetimes are summed).
+    pub life_count: u64,
     /// Sum of the lifetimes of the blocks allocated, ns.
     pub life_sum: u64,
 }
@@ -309,6 +375,7 @@ impl BinCell {
         self.alloc_bytes += other.alloc_bytes;
         self.frees += other.frees;
         self.free_bytes += other.free_bytes;
+        self.life_count += other.life_count;
         self.life_sum = self.life_sum.saturating_add(other.life_sum);
     }
 }
@@ -317,7 +384,7 @@ impl BinCell {
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct BinTotals {
     /// Live at the peak, per class and bin (entries only where some live).
-    pub peak: Vec<(u32, Bin, Live)>,
+    pub peak: Vec<(u32, Bin, Weighed)>,
     /// Times of the first and last allocation, per class and bin.
     pub first_last: Vec<(u32, Bin, u64, u64)>,
     /// The labels whose first marker the index keeps the live heap at, in order of the run.
@@ -325,5 +392,5 @@ pub struct BinTotals {
     /// Live at those markers as differences: a block live at markers `i..j` of
     /// `marker_labels` counts `+` at `i` and `-` at `j` (when `j` is one): the live heap at
     /// marker `m` is the sum of the entries at `0..=m`. Per class, bin and marker.
-    pub marker_steps: Vec<(u32, Bin, u32, i64, i64)>,
+    pub marker_steps: Vec<(u32, Bin, u32, f64, f64)>,
 }

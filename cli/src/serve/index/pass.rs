@@ -3,7 +3,7 @@
 //! and of a class's counters in a bucket. Each of the two passes holds one and adds its own
 //! figures ([`super::build`], [`super::scan`]).
 
-use super::model::{Agg, BinTotals, Cell, Edges, Point, Totals};
+use super::model::{Agg, BinTotals, Edges, Point, Tally, Totals, Weighed, weight};
 use memprof_trace::{AddressHasher, Timed};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -33,11 +33,17 @@ pub(super) struct Pass {
 
 impl Pass {
     /// A pass over buckets ending at `edges`, counting `classes` classes from the start (more
-    /// as they are found), and keeping the live heap per class at `points`.
-    pub(super) fn new(edges: Edges, classes: usize, points: &[Point]) -> Pass {
+    /// as they are found), keeping the live heap per class at `points`, and weighing the blocks
+    /// of a trace sampled every `sample_interval` bytes (0: none).
+    pub(super) fn new(
+        edges: Edges,
+        classes: usize,
+        points: &[Point],
+        sample_interval: u64,
+    ) -> Pass {
         let mut at = HashMap::new();
         for point in points {
-            at.insert(*point, vec![(0, 0); classes]);
+            at.insert(*point, vec![(0.0, 0.0); classes]);
         }
         Pass {
             agg: Agg {
@@ -48,7 +54,10 @@ impl Pass {
                 points: at,
                 marker_live: HashMap::new(),
                 end: Vec::new(),
-                totals: Totals::default(),
+                totals: Totals {
+                    sample_interval,
+                    ..Totals::default()
+                },
                 first_last: vec![(u64::MAX, 0); classes],
                 bins: Vec::new(),
                 bin_totals: BinTotals::default(),
@@ -67,21 +76,27 @@ impl Pass {
         }
     }
 
+    /// What a recorded block of `size` bytes counts for, `(bytes, blocks)`.
+    #[inline]
+    pub(super) fn weight(&self, size: u64) -> Weighed {
+        weight(size, self.agg.totals.sample_interval)
+    }
+
     /// The counters of `class` in `bucket`, made when new.
-    pub(super) fn cell(&mut self, class: u32, bucket: u32) -> &mut Cell {
+    pub(super) fn cell(&mut self, class: u32, bucket: u32) -> &mut Tally {
         let cells = &mut self.agg.cells[class as usize];
         let at = match cells.last() {
             Some((b, _)) if *b == bucket => cells.len() - 1,
             Some((b, _)) if *b > bucket => match cells.binary_search_by_key(&bucket, |(b, _)| *b) {
                 Ok(at) => at,
                 Err(at) => {
-                    cells.insert(at, (bucket, Cell::default()));
+                    cells.insert(at, (bucket, Tally::default()));
                     self.cell_count += 1;
                     at
                 }
             },
             _ => {
-                cells.push((bucket, Cell::default()));
+                cells.push((bucket, Tally::default()));
                 self.cell_count += 1;
                 cells.len() - 1
             }
@@ -115,23 +130,25 @@ impl Pass {
             entry.0 = entry.0.min(time);
             entry.1 = entry.1.max(time);
         }
+        let (bytes, blocks) = self.weight(size);
         let cell = self.cell(class, bucket);
-        cell.allocs += 1;
-        cell.alloc_bytes += size;
+        cell.allocs += blocks;
+        cell.alloc_bytes += bytes;
     }
 
     /// Counts a block's end: its free in `bucket`, its lifetime `life` (and whether it was
     /// temporary) in the bucket of its allocation.
     pub(super) fn count_end(&mut self, block: &Pending, bucket: u32, life: u64, temporary: bool) {
+        let (bytes, blocks) = self.weight(block.size);
         let cell = self.cell(block.class, bucket);
-        cell.frees += 1;
-        cell.free_bytes += block.size;
+        cell.frees += blocks;
+        cell.free_bytes += bytes;
         let cell = self.cell(block.class, block.bucket);
         cell.life_count += 1;
         cell.life_sum = cell.life_sum.saturating_add(life);
         if temporary {
-            cell.temporary += 1;
-            cell.temporary_bytes += block.size;
+            cell.temporary += blocks;
+            cell.temporary_bytes += bytes;
             self.agg.totals.temporary += 1;
         }
     }

@@ -102,15 +102,22 @@ pub struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
-    /// A scan with its bucket edges (sorted), its selection and the moments to keep.
+    /// A scan with its bucket edges (sorted), its selection and the moments to keep, of a trace
+    /// sampled every `sample_interval` bytes (0: every allocation recorded).
     pub fn new(
         classes: &'a Classes,
         edges: Vec<u64>,
         selection: Selection,
         points: Vec<Point>,
+        sample_interval: u64,
     ) -> Scan<'a> {
         Scan {
-            pass: Pass::new(Edges::Explicit(edges), classes.list.len(), &points),
+            pass: Pass::new(
+                Edges::Explicit(edges),
+                classes.list.len(),
+                &points,
+                sample_interval,
+            ),
             classes,
             selection,
             points,
@@ -119,8 +126,13 @@ impl<'a> Scan<'a> {
     }
 
     /// A scan for the live heap at `points` only: it stops after the last of them.
-    pub fn points_only(classes: &'a Classes, selection: Selection, points: Vec<Point>) -> Scan<'a> {
-        let mut scan = Scan::new(classes, Vec::new(), selection, points);
+    pub fn points_only(
+        classes: &'a Classes,
+        selection: Selection,
+        points: Vec<Point>,
+        sample_interval: u64,
+    ) -> Scan<'a> {
+        let mut scan = Scan::new(classes, Vec::new(), selection, points, sample_interval);
         scan.stop_early = true;
         scan
     }
@@ -136,12 +148,13 @@ impl<'a> Scan<'a> {
 
     /// Counts a block live at the points `live` tells.
     fn count_at_points(&mut self, block: &Pending, live: impl Fn(&Point) -> bool) {
+        let (bytes, blocks) = self.pass.weight(block.size);
         for point in &self.points {
             if live(point) {
                 let entry = &mut self.pass.agg.points.get_mut(point).expect("a point")
                     [block.class as usize];
-                entry.0 += block.size;
-                entry.1 += 1;
+                entry.0 += bytes;
+                entry.1 += blocks;
             }
         }
     }
@@ -179,15 +192,16 @@ impl<'a> Scan<'a> {
     /// count.
     pub fn finish(mut self) -> (Agg, &'a Classes) {
         self.pass.shrink();
-        let mut end = vec![(0u64, 0u64); self.classes.list.len()];
+        let mut end = vec![(0.0f64, 0.0f64); self.classes.list.len()];
         for block in self.pass.take_live() {
             if !self.selection.outcome(None, false, None) {
                 continue;
             }
             self.count_allocation(&block);
+            let (bytes, blocks) = self.pass.weight(block.size);
             let e = &mut end[block.class as usize];
-            e.0 += block.size;
-            e.1 += 1;
+            e.0 += bytes;
+            e.1 += blocks;
             let totals = &mut self.pass.agg.totals;
             totals.end.0 += block.size;
             totals.end.1 += 1;

@@ -198,7 +198,7 @@ fn the_index_by_bin_answers_as_a_scan_does() {
         let path = dir.join(format!("synthetic-{seed}.mptrace"));
         synthetic_trace(&path, seed, 20_000);
         let trace = Trace::open(&path).unwrap();
-        let mut builder = IndexBuilder::new();
+        let mut builder = IndexBuilder::new(0);
         builder.bin_limit = bin_limit;
         trace.visit(&mut builder, &mut |_| {}).unwrap();
         let (index, classes) = builder.finish();
@@ -241,7 +241,7 @@ fn the_index_by_bin_answers_as_a_scan_does() {
                 address: None,
                 chunk: Default::default(),
             };
-            let mut scan = Scan::new(&classes, edges.clone(), selection, points.clone());
+            let mut scan = Scan::new(&classes, edges.clone(), selection, points.clone(), 0);
             trace.visit(&mut scan, &mut |_| {}).unwrap();
             let (scan, _) = scan.finish();
             let got = index.filtered(&filter);
@@ -280,7 +280,7 @@ fn what_the_bins_cost() {
     let path = std::env::var("MEMPROF_BINS_TRACE").expect("MEMPROF_BINS_TRACE=TRACE");
     let trace = Trace::open(&path).unwrap();
     let start = std::time::Instant::now();
-    let mut builder = IndexBuilder::new();
+    let mut builder = IndexBuilder::new(0);
     trace.visit(&mut builder, &mut |_| {}).unwrap();
     let (index, classes) = builder.finish();
     let built = start.elapsed();
