@@ -2,8 +2,9 @@
 //! in optimized builds above all: `grow` ends in `Vec::reserve`, which an optimized build turns
 //! into a jump to `RawVec`'s out-of-line growth function, leaving no frame of `grow` on the stack
 //! when the allocator runs. Its caller's return address follows `call grow`, which is how memprof
-//! recovers it. Checked in the report's context and in the folded export (one call-site model for
-//! every export). `scripts/test.sh` runs it in release builds with both unwinders.
+//! recovers it. Checked in the context of one stack, in the report's groups (`log_allocations`
+//! and the other reports group stacks the same way) and in the folded export (one call-site model
+//! for every export). `scripts/test.sh` runs it in release builds with both unwinders.
 
 use std::hint::black_box;
 
@@ -58,8 +59,9 @@ fn tail_call_frames() {
         panic!("one block of {GROWN} bytes expected: {stacks:?}");
     };
     let options = memprof::ReportOptions::default().min_bytes(0).depth(8);
-    let (context, folded) = memprof::with_symbolizer(|symbolizer| {
+    let (context, report, folded) = memprof::with_symbolizer(|symbolizer| {
         let context = memprof::context_of(&snapshot.stack(*stack).frames, symbolizer, &options);
+        let report = memprof::Report::live(&snapshot, symbolizer, &options);
         let mut folded = Vec::new();
         let export = memprof::ExportOptions::default();
         memprof::export::write(
@@ -70,7 +72,7 @@ fn tail_call_frames() {
             &mut folded,
         )
         .unwrap();
-        (context, String::from_utf8(folded).unwrap())
+        (context, report, String::from_utf8(folded).unwrap())
     });
     // Std's frames first, then `grow`, then its caller.
     let own: Vec<&str> = context
@@ -83,6 +85,13 @@ fn tail_call_frames() {
         Some(&["tail_call_frames::grow", "tail_call_frames::build"][..]),
         "{context:#?}"
     );
+    // The report's group of the block has the same context.
+    let group = report
+        .groups
+        .iter()
+        .find(|g| g.bytes >= GROWN && g.context.iter().any(|f| f.contains("build")))
+        .unwrap_or_else(|| panic!("no group of `build` in {:#?}", report.groups));
+    assert_eq!(group.context, context, "{:#?}", report.groups);
     // The folded export's line of the block: `build;grow;...` (outermost first) with its bytes.
     let line = folded
         .lines()

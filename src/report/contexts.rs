@@ -1,7 +1,9 @@
 //! Contexts as ids: the grouping under every report, in memory bounded by what is distinct.
 //!
 //! A report over a million stacks must not hold a million lists of strings. Each return address
-//! is resolved once per report; each distinct frame string is made once and numbered; a stack's
+//! is resolved once per report with the address younger than it in the stack (the frames of an
+//! address may depend on it: a function the caller tail-called is recovered when the younger
+//! frame lies outside it, [`Resolve::resolve_stack`]); each distinct frame string is made once and numbered; a stack's
 //! context is the short list of those numbers (4 bytes a frame), and stacks whose lists are equal
 //! are one group. Strings are made again only for the groups a report keeps, once the threshold
 //! has left the others out.
@@ -27,8 +29,9 @@ pub(crate) struct Contexts<'r> {
     resolver: &'r mut dyn Resolve,
     skip: usize,
     depth: usize,
-    /// Per return address: what it resolved to.
-    addresses: HashMap<ReturnAddress, Resolved>,
+    /// Per return address and the address younger than it in the stack (none for the innermost):
+    /// what it resolved to.
+    addresses: HashMap<(ReturnAddress, Option<ReturnAddress>), Resolved>,
     /// Frame strings by number.
     names: Vec<Arc<str>>,
     /// Numbers by frame string.
@@ -53,9 +56,20 @@ impl<'r> Contexts<'r> {
     /// The context of a stack (return addresses, innermost first), as numbers: what
     /// [`super::context_of`] gives, each string replaced by its number.
     pub(crate) fn key(&mut self, stack: &[ReturnAddress]) -> ContextKey {
-        for &address in stack {
-            if !self.addresses.contains_key(&address) {
-                let resolved = self.resolver.resolve(address);
+        let pairs = || {
+            let younger = std::iter::once(None).chain(stack.iter().copied().map(Some));
+            stack.iter().copied().zip(younger)
+        };
+        for pair in pairs() {
+            if !self.addresses.contains_key(&pair) {
+                let resolved = match pair {
+                    (address, None) => self.resolver.resolve(address),
+                    (address, Some(younger)) => self
+                        .resolver
+                        .resolve_stack(&[younger, address])
+                        .pop()
+                        .unwrap_or_else(|| self.resolver.resolve(address)),
+                };
                 let numbers = resolved
                     .iter()
                     .map(|frame| {
@@ -67,13 +81,13 @@ impl<'r> Contexts<'r> {
                         })
                     })
                     .collect();
-                self.addresses.insert(address, (resolved, numbers));
+                self.addresses.insert(pair, (resolved, numbers));
             }
         }
         let mut expanded: Vec<&Frame> = Vec::new();
         self.expanded.clear();
-        for address in stack {
-            let (resolved, numbers) = &self.addresses[address];
+        for pair in pairs() {
+            let (resolved, numbers) = &self.addresses[&pair];
             expanded.extend(resolved.iter());
             self.expanded.extend_from_slice(numbers);
         }
