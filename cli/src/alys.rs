@@ -2,10 +2,12 @@
 //! `{id, time, kind, addr, size, stack}` objects, `realloc` events with `prev_addr` and
 //! `prev_size`), written as the events are replayed. `id` is the allocation's, kept through its
 //! reallocations and given again at its free; `time` is seconds since the trace started; `stack`
-//! holds the trace's symbols, innermost first, an inlined call as a frame of its own.
+//! holds the trace's symbols, innermost first, an inlined call as a frame of its own, and a
+//! function a tail call left off the stack as the reports name it (the trace's `CALLEE` records).
 
 use crate::Failure;
-use memprof::{Frame, ReturnAddress};
+use crate::moment::TraceResolver;
+use memprof::{Resolve, ReturnAddress};
 use memprof_trace::{Accumulated, Block, Event, Timed, Trace, Visitor};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -16,7 +18,7 @@ use std::ops::ControlFlow;
 pub fn write(trace: &Trace, until: Option<u64>, out: &mut dyn Write) -> Result<(), Failure> {
     let mut alys = Alys {
         trace,
-        symbols: crate::moment::resolver(trace).frames,
+        resolver: crate::moment::resolver(trace),
         stacks: HashMap::new(),
         ids: HashMap::new(),
         moving: HashMap::new(),
@@ -36,7 +38,7 @@ pub fn write(trace: &Trace, until: Option<u64>, out: &mut dyn Write) -> Result<(
 /// The replay's visitor that writes each event as it comes.
 struct Alys<'a> {
     trace: &'a Trace,
-    symbols: HashMap<ReturnAddress, Vec<Frame>>,
+    resolver: TraceResolver<'a>,
     /// Each stack's frames as written, once made.
     stacks: HashMap<u32, Value>,
     /// The id of each live block, by address.
@@ -54,30 +56,37 @@ struct Alys<'a> {
 
 impl Alys<'_> {
     fn stack_of(&mut self, stack: u32) -> Value {
-        let (trace, symbols) = (self.trace, &self.symbols);
-        self.stacks
-            .entry(stack)
-            .or_insert_with(|| {
-                let mut frames = Vec::new();
-                for &address in &trace.stacks()[stack as usize] {
-                    let resolved = symbols.get(&ReturnAddress(address as usize));
-                    match resolved {
-                        Some(resolved) if !resolved.is_empty() => {
-                            for frame in resolved {
-                                frames.push(json!({
-                                    "ip": address,
-                                    "line": frame.line,
-                                    "file": frame.file,
-                                    "name": frame.function,
-                                }));
-                            }
-                        }
-                        _ => frames.push(json!({"ip": address})),
-                    }
-                }
-                Value::Array(frames)
-            })
-            .clone()
+        if let Some(known) = self.stacks.get(&stack) {
+            return known.clone();
+        }
+        let addresses: Vec<ReturnAddress> = self.trace.stacks()[stack as usize]
+            .iter()
+            .map(|&a| ReturnAddress(a as usize))
+            .collect();
+        let resolved = self.resolver.resolve_stack(&addresses);
+        let mut frames = Vec::new();
+        for (address, resolved) in addresses.iter().zip(resolved) {
+            let symbolized = self
+                .resolver
+                .frames
+                .get(address)
+                .is_some_and(|f| !f.is_empty());
+            if !symbolized {
+                frames.push(json!({"ip": address.0}));
+                continue;
+            }
+            for frame in resolved.iter() {
+                frames.push(json!({
+                    "ip": address.0,
+                    "line": frame.line,
+                    "file": frame.file,
+                    "name": frame.function,
+                }));
+            }
+        }
+        let value = Value::Array(frames);
+        self.stacks.insert(stack, value.clone());
+        value
     }
 
     fn put(&mut self, value: Value) {
