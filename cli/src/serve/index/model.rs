@@ -11,33 +11,33 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// Counters of one class within one bucket. Allocation-side counters (`allocs` to `life_*`)
-/// belong to the bucket of the allocation; `frees` and `free_bytes` to the bucket of the free.
-/// Blocks and bytes are weighted ([`weight`]); `life_count` and `life_sum` count the recorded
-/// blocks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Tally {
+/// Counters of one class within one bucket (or over some buckets), blocks and bytes counted as
+/// `T`. Allocation-side counters (`allocs` to `life_*`) belong to the bucket of the allocation;
+/// `frees` and `free_bytes` to the bucket of the free. `life_count` and `life_sum` count the
+/// recorded blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts<T> {
     /// Blocks allocated.
-    pub allocs: f64,
+    pub allocs: T,
     /// Bytes allocated.
-    pub alloc_bytes: f64,
+    pub alloc_bytes: T,
     /// Blocks freed.
-    pub frees: f64,
+    pub frees: T,
     /// Bytes freed.
-    pub free_bytes: f64,
+    pub free_bytes: T,
     /// Allocations freed by their thread before it allocated or freed anything else.
-    pub temporary: f64,
+    pub temporary: T,
     /// Bytes of those.
-    pub temporary_bytes: f64,
+    pub temporary_bytes: T,
     /// Allocations freed (their lifetime known).
     pub life_count: u64,
     /// Sum of their lifetimes, ns.
     pub life_sum: u64,
 }
 
-impl Tally {
+impl<T: std::ops::AddAssign + Copy> Counts<T> {
     /// Adds `other` into `self`.
-    pub fn add(&mut self, other: &Tally) {
+    pub fn add(&mut self, other: &Counts<T>) {
         self.allocs += other.allocs;
         self.alloc_bytes += other.alloc_bytes;
         self.frees += other.frees;
@@ -48,6 +48,12 @@ impl Tally {
         self.life_sum = self.life_sum.saturating_add(other.life_sum);
     }
 }
+
+/// The counters as counted: blocks and bytes weighted ([`weight`]).
+pub type Tally = Counts<f64>;
+
+/// The counters as answered: whole numbers ([`Tally`] rounded).
+pub type Cell = Counts<u64>;
 
 /// Live bytes and blocks as counted, weighted ([`weight`]).
 pub type Weighed = (f64, f64);
@@ -62,41 +68,6 @@ pub fn weight(size: u64, interval: u64) -> Weighed {
     }
     let (blocks, bytes) = memprof_trace::weight(size, interval);
     (bytes, blocks)
-}
-
-/// Counters of one class over some buckets as answered: whole numbers ([`Tally`] rounded).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cell {
-    /// Blocks allocated.
-    pub allocs: u64,
-    /// Bytes allocated.
-    pub alloc_bytes: u64,
-    /// Blocks freed.
-    pub frees: u64,
-    /// Bytes freed.
-    pub free_bytes: u64,
-    /// Allocations freed by their thread before it allocated or freed anything else.
-    pub temporary: u64,
-    /// Bytes of those.
-    pub temporary_bytes: u64,
-    /// Allocations freed (their lifetime known).
-    pub life_count: u64,
-    /// Sum of their lifetimes, ns.
-    pub life_sum: u64,
-}
-
-impl Cell {
-    /// Adds `other` into `self`.
-    pub fn add(&mut self, other: &Cell) {
-        self.allocs += other.allocs;
-        self.alloc_bytes += other.alloc_bytes;
-        self.frees += other.frees;
-        self.free_bytes += other.free_bytes;
-        self.temporary += other.temporary;
-        self.temporary_bytes += other.temporary_bytes;
-        self.life_count += other.life_count;
-        self.life_sum = self.life_sum.saturating_add(other.life_sum);
-    }
 }
 
 /// Live bytes and blocks as answered: whole numbers.
