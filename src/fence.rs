@@ -53,6 +53,13 @@ fn settle() -> u8 {
     }
 }
 
+/// Settles the mode now. The profiler's start calls it before it starts any thread: registering
+/// for expedited barriers costs a process that has a second thread a wait of the kernel's (an RCU
+/// grace period, ten milliseconds), and one that has not nothing.
+pub(crate) fn settle_early() {
+    let _ = mode();
+}
+
 /// The frequent side: stores `value` in `flag`, ordered before the loads that follow as a full
 /// fence would order it, provided the rare side calls [`heavy`] between its store and its loads.
 #[inline(always)]

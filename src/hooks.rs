@@ -32,6 +32,7 @@ pub(crate) struct Doors;
 
 impl record::Start for Doors {
     fn start(config: &'static Config, settings: Settings) {
+        crate::fence::settle_early();
         TABLE.set_sample_interval(config.sample_interval.unwrap_or(settings.sample_interval));
         // The outputs written at exit may show the heap at its peak, which the table keeps only
         // when told before the first block.

@@ -45,6 +45,37 @@ pub(crate) fn spawn(name: &CStr, stack: usize, body: fn()) -> Result<(), i32> {
     Ok(())
 }
 
+/// Sleeps while `word` holds `value` (or until woken by [`wake`]; it may also return early, so
+/// the caller looks again): a Linux futex, which allocates nothing.
+#[cfg(feature = "preload")]
+pub(crate) fn wait_while(word: &std::sync::atomic::AtomicU32, value: u32) {
+    // SAFETY: `FUTEX_WAIT_PRIVATE` reads the aligned 32-bit word `word` points to, which lives
+    // through the call; a null timeout waits without a limit.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            value,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes every thread sleeping in [`wait_while`] on `word`: a system call, no lock.
+#[cfg(feature = "preload")]
+pub(crate) fn wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: `FUTEX_WAKE_PRIVATE` only uses `word`'s address as a key.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
 /// Registers `f` to run at exit (also through `std::process::exit`); `false` when it cannot.
 pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
     // SAFETY: `f` is an `extern "C" fn()`; the caller's functions never unwind.

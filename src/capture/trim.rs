@@ -16,8 +16,12 @@
 //! after its runtime's) never pays for it, and in an unoptimized build reading and demangling a
 //! large table takes much longer than the walks it shortens. Walks before it go their full
 //! length (to the end of the stack or the margin), as they do without a table, and a walk that
-//! reached the margin before it is walked again with it. The preloaded library reads it when it
-//! starts ([`start`]), from its constructor, where no lock of the C library is held. From the first such
+//! reached the margin before it is walked again with it. Under the preloaded library, the
+//! allocation path may run inside the C library while it holds a lock (the loader's, during
+//! `dlopen`), where reading could deadlock: there the walk that makes the read due only asks for
+//! it, and a thread started with the profiler ([`start`]), which waits for that and nothing else,
+//! reads it; walks go their full length until it is read, and none is walked again. A program
+//! that never makes the read due never pays for it. From the first such
 //! frame on, a walk counts down the frames it still wants (`depth + skip`, that one included),
 //! without looking at any more bits: a frame's cost on the way down stays what it was without the
 //! table. It ends there, or at the margin.
@@ -39,6 +43,8 @@ use crate::frames;
 use crate::modules;
 use std::ops::Range;
 use std::sync::OnceLock;
+#[cfg(feature = "preload")]
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Bytes of code per bit, as a power of two: functions start 16-byte aligned on x86-64 and
@@ -147,12 +153,47 @@ pub(crate) fn count_outside() {
     OUTSIDE.store(true, Ordering::Relaxed);
 }
 
-/// What the profiler's start does here: the preloaded library ([`count_outside`]) reads the
-/// symbol table now, from its constructor; a Rust program leaves it to [`read_when_due`].
-/// Call it inside the reentrancy guard.
+/// What the profiler's start does here: under the preloaded library ([`count_outside`]), starts
+/// the thread that reads the symbol table once a walk asks for it ([`reader_thread`]), or reads
+/// it now when that thread cannot start (the library starts from its constructor, where no lock
+/// of the C library is held); a Rust program leaves it to [`read_when_due`]. Call it inside the
+/// reentrancy guard.
 pub(crate) fn start() {
-    if OUTSIDE.load(Ordering::Relaxed) {
+    #[cfg(feature = "preload")]
+    if OUTSIDE.load(Ordering::Relaxed)
+        && crate::native::spawn(c"memprof-symbols", READER_STACK, reader_thread).is_err()
+    {
         read_once();
+    }
+}
+
+/// Stack of [`reader_thread`]: reading and demangling the table needs little of it.
+#[cfg(feature = "preload")]
+const READER_STACK: usize = 512 << 10;
+
+/// Set to 1 by the first walk that makes the read due under the preloaded library ([`ask`]); a
+/// futex [`reader_thread`] sleeps on.
+#[cfg(feature = "preload")]
+static ASKED: AtomicU32 = AtomicU32::new(0);
+
+/// Under the preloaded library: waits until a walk asks for the symbol table ([`ask`]), reads
+/// it, and ends. Runs inside the reentrancy guard, so what it allocates is not recorded; waiting
+/// allocates nothing, so a program that never asks leaves nothing of memprof's live.
+#[cfg(feature = "preload")]
+fn reader_thread() {
+    let _guard = crate::guard::Guard::enter();
+    while ASKED.load(Ordering::Acquire) == 0 {
+        crate::native::wait_while(&ASKED, 0);
+    }
+    read_once();
+}
+
+/// Asks [`reader_thread`] for the symbol table, from the allocation path: a store and, the
+/// first time, a wake of a futex (a system call); it never allocates, locks or waits.
+#[cfg(feature = "preload")]
+fn ask() {
+    if ASKED.load(Ordering::Relaxed) == 0 && ASKED.swap(1, Ordering::AcqRel) == 0 {
+        crate::native::wake(&ASKED);
     }
 }
 
@@ -160,7 +201,8 @@ pub(crate) fn start() {
 /// walk filled its buffer (reached the margin): reads the symbol table when it is due (see the
 /// module's documentation). Returns whether it was read by this call and tells something, so
 /// that a walk that reached the margin is made again with it. Never waits for another thread:
-/// walks on other threads while one reads go their full length.
+/// walks on other threads while one reads go their full length. Under the preloaded library it
+/// only asks for the read ([`ask`]), and returns `false`.
 #[inline(always)]
 pub(crate) fn read_when_due(reached_margin: bool) -> bool {
     PENDING.load(Ordering::Relaxed) && count_walk(reached_margin)
@@ -171,7 +213,15 @@ pub(crate) fn read_when_due(reached_margin: bool) -> bool {
 #[inline(never)]
 fn count_walk(reached_margin: bool) -> bool {
     let walks = WALKS.fetch_add(1, Ordering::Relaxed) + 1;
-    (reached_margin || walks >= WALKS_BEFORE_READING) && read_once()
+    if !(reached_margin || walks >= WALKS_BEFORE_READING) {
+        return false;
+    }
+    #[cfg(feature = "preload")]
+    if OUTSIDE.load(Ordering::Relaxed) {
+        ask();
+        return false;
+    }
+    read_once()
 }
 
 /// Reads which code of memprof's own module reports show, from its symbol table, unless another
