@@ -107,12 +107,87 @@ struct Counting<'a> {
     peak: (f64, f64),
     /// Events up to and with the peak.
     peak_events: u64,
+    /// The blocks live per stack at the peak, when this replay can tell them ([`AtPeak`]).
+    at_peak: Option<AtPeak>,
     progress: ProgressBar,
+}
+
+/// The blocks and bytes live per stack at the peak, followed through the one replay rather than
+/// found by a second replay to the peak: the counts per stack now, their copy as they were at the
+/// latest peak, and the changes since that peak, applied to the copy (or the copy made again from
+/// the counts, when that is less work) at each new peak. For a trace recorded whole only, where
+/// the counts are whole numbers; and given up (`Counting::at_peak` cleared, the second replay
+/// made) when the changes since the peak outnumber [`AtPeak::limit`], so that its memory stays
+/// below the live heap's.
+struct AtPeak {
+    now: Vec<(u64, u64)>,
+    peak: Vec<(u64, u64)>,
+    /// (stack, size, whether allocated) since the latest peak.
+    since: Vec<(u32, u64, bool)>,
+    limit: usize,
+}
+
+impl AtPeak {
+    /// Changes kept at least; more while the heap's blocks are more.
+    const LEAST: usize = 1 << 20;
+
+    fn new(stacks: usize) -> AtPeak {
+        AtPeak {
+            now: vec![(0, 0); stacks],
+            peak: vec![(0, 0); stacks],
+            since: Vec::new(),
+            limit: Self::LEAST,
+        }
+    }
+
+    /// A block of `stack` and `size` allocated (`true`) or freed; `false` once the changes
+    /// since the peak are too many to keep.
+    fn change(&mut self, stack: u32, size: u64, allocated: bool) -> bool {
+        let entry = &mut self.now[stack as usize];
+        if allocated {
+            entry.0 += 1;
+            entry.1 += size;
+        } else {
+            entry.0 -= 1;
+            entry.1 -= size;
+        }
+        self.since.push((stack, size, allocated));
+        self.since.len() <= self.limit
+    }
+
+    /// The heap is at a new peak, with `live` blocks.
+    fn peaked(&mut self, live: u64) {
+        if self.since.len() >= self.now.len() {
+            self.peak.copy_from_slice(&self.now);
+        } else {
+            for &(stack, size, allocated) in &self.since {
+                let entry = &mut self.peak[stack as usize];
+                if allocated {
+                    entry.0 += 1;
+                    entry.1 += size;
+                } else {
+                    entry.0 -= 1;
+                    entry.1 -= size;
+                }
+            }
+        }
+        self.since.clear();
+        self.limit = self.limit.max(2 * live as usize);
+    }
 }
 
 impl Counting<'_> {
     fn weight(&self, block: &Block) -> (f64, f64) {
         weight(block.size, self.summary.sample_interval)
+    }
+
+    /// Follows a block allocated or freed in [`Counting::at_peak`].
+    fn follow(&mut self, block: &Block, allocated: bool) {
+        if let Some(at_peak) = &mut self.at_peak
+            && !at_peak.change(block.stack, block.size, allocated)
+        {
+            self.at_peak = None;
+        }
     }
 }
 
@@ -125,10 +200,12 @@ impl Visitor for Counting<'_> {
         site[1] += bytes;
         self.live.0 += blocks;
         self.live.1 += bytes;
+        self.follow(block, true);
         if let Some(replaced) = replaced {
             let (blocks, bytes) = self.weight(replaced);
             self.live.0 -= blocks;
             self.live.1 -= bytes;
+            self.follow(replaced, false);
         }
     }
 
@@ -141,6 +218,7 @@ impl Visitor for Counting<'_> {
         self.frees += blocks;
         self.live.0 -= blocks;
         self.live.1 -= bytes;
+        self.follow(block, false);
         let lifetime = timed.time.saturating_sub(block.time);
         let bucket = BUCKETS
             .iter()
@@ -178,6 +256,9 @@ impl Visitor for Counting<'_> {
             self.peak = self.live;
             summary.peak_time = timed.time;
             self.peak_events = state.events;
+            if let Some(at_peak) = &mut self.at_peak {
+                at_peak.peaked(self.live.0 as u64);
+            }
         }
         if state.events.is_multiple_of(65536) {
             self.progress.set_position(state.events);
@@ -209,14 +290,14 @@ fn totals(pairs: &[(u64, u64)]) -> (u64, u64) {
 
 impl Summary {
     /// One replay of `trace` to its end: the totals, per stack the allocations, bytes and
-    /// temporary allocations, the events up to the peak, and the blocks live at the end per
-    /// stack.
+    /// temporary allocations, the events up to the peak, the blocks live at the peak per stack
+    /// when the replay could follow them ([`AtPeak`]), and what was accumulated at the end.
     #[allow(clippy::type_complexity)]
     fn count(
         trace: &Trace,
         top: usize,
         bar: &dyn Fn(u64, &str) -> ProgressBar,
-    ) -> Result<(Summary, Vec<[u64; 3]>, u64, Accumulated), Failure> {
+    ) -> Result<(Summary, Vec<[u64; 3]>, u64, Option<AtPeak>, Accumulated), Failure> {
         let header = trace.header();
         let mut summary = Summary {
             path: trace.path().display().to_string(),
@@ -238,6 +319,7 @@ impl Summary {
             live: (0.0, 0.0),
             peak: (0.0, 0.0),
             peak_events: 0,
+            at_peak: (header.sample_interval == 0).then(|| AtPeak::new(stacks)),
             progress: bar(trace.events(), "summary"),
         };
         let end = trace.visit(&mut counting, &mut |_| {})?;
@@ -245,6 +327,7 @@ impl Summary {
         let Counting {
             per_stack,
             peak_events,
+            at_peak,
             frees,
             lifetimes,
             ..
@@ -262,7 +345,7 @@ impl Summary {
         summary.lifetimes = lifetimes.map(|v| v.round() as u64);
         let leaked = live_per_stack(&end.heap.live, stacks, summary.sample_interval);
         (summary.leaked_blocks, summary.leaked_bytes) = totals(&leaked);
-        Ok((summary, per_stack, peak_events, end))
+        Ok((summary, per_stack, peak_events, at_peak, end))
     }
 
     /// One line for `trace`: its process, allocations and what was live at its end.
@@ -295,7 +378,7 @@ impl Summary {
         bar: &dyn Fn(u64, &str) -> ProgressBar,
     ) -> Result<Summary, Failure> {
         let stacks = trace.stacks().len();
-        let (mut summary, per_stack, peak_events, end) = Summary::count(trace, top, bar)?;
+        let (mut summary, per_stack, peak_events, at_peak, end) = Summary::count(trace, top, bar)?;
         summary.mapped_end = end.heap.mappings.bytes();
         summary.mappings_end = end.heap.mappings.len() as u64;
         let mut mapped_per_stack = vec![(0u64, 0u64); stacks];
@@ -307,10 +390,14 @@ impl Summary {
         }
         drop(end);
 
-        let (at_peak, _) = crate::common::replay(trace, &Moment::Events(peak_events))?;
-        let peak_per_stack = live_per_stack(&at_peak.live, stacks, summary.sample_interval);
+        let peak_per_stack = match at_peak {
+            Some(at_peak) => at_peak.peak,
+            None => {
+                let (heap, _) = crate::common::replay(trace, &Moment::Events(peak_events))?;
+                live_per_stack(&heap.live, stacks, summary.sample_interval)
+            }
+        };
         (summary.peak_blocks, summary.peak_bytes) = totals(&peak_per_stack);
-        drop(at_peak);
 
         // Stacks grouped by the context a report prints for them.
         let mut resolver = crate::moment::resolver(trace);
@@ -565,5 +652,54 @@ fn percent(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AtPeak;
+
+    /// The counts per stack at each new peak by bytes are those of a naive copy made there,
+    /// whether the changes since the last peak are fewer than the stacks (applied to the copy)
+    /// or not (the copy made again).
+    #[test]
+    fn counts_at_the_peak_follow_the_changes() {
+        let stacks = 5;
+        let mut at_peak = AtPeak::new(stacks);
+        let mut naive = vec![(0u64, 0u64); stacks];
+        let mut live: Vec<(u32, u64)> = Vec::new();
+        let (mut bytes, mut peak_bytes) = (0u64, 0u64);
+        let mut expected = naive.clone();
+        let mut seed = 7u64;
+        for step in 0..2000u64 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = seed >> 33;
+            // Mostly allocations early, mostly frees late, so peaks come in runs and far apart.
+            let allocate = live.is_empty() || r % 100 < if step < 1000 { 70 } else { 35 };
+            if allocate {
+                let block = ((r % stacks as u64) as u32, 1 + r % 97);
+                live.push(block);
+                naive[block.0 as usize].0 += 1;
+                naive[block.0 as usize].1 += block.1;
+                bytes += block.1;
+                assert!(at_peak.change(block.0, block.1, true));
+            } else {
+                let block = live.swap_remove((r as usize) % live.len());
+                naive[block.0 as usize].0 -= 1;
+                naive[block.0 as usize].1 -= block.1;
+                bytes -= block.1;
+                assert!(at_peak.change(block.0, block.1, false));
+            }
+            if bytes > peak_bytes {
+                peak_bytes = bytes;
+                expected = naive.clone();
+                at_peak.peaked(live.len() as u64);
+            }
+        }
+        assert!(peak_bytes > 0);
+        assert_eq!(at_peak.peak, expected);
+        assert_eq!(at_peak.now, naive);
     }
 }
