@@ -12,7 +12,7 @@ Fails, naming the file, when
   - the library's API documentation lists more than MAX_PUBLIC items with every feature on
     (`--no-doc` skips this one, which runs rustdoc).
 
-Usage: scripts/check-structure [--no-doc]
+Usage: scripts/check-structure.py [--no-doc]
 """
 
 import os
