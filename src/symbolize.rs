@@ -231,6 +231,9 @@ impl Symbolizer {
         };
         let module_path = self.modules[index].path.clone();
         let probe = (pc - self.modules[index].bias) as u64;
+        if is_own_library(&self.modules[index]) {
+            return named_only(&self.modules[index], probe).into();
+        }
         let loader = self
             .loaders
             .entry(module_path.clone())
@@ -242,6 +245,35 @@ impl Symbolizer {
         })
         .into()
     }
+}
+
+/// Whether `module` is the preloaded library itself (feature `preload`): memprof's own code, in
+/// a module of its own. The frames of it a stack holds are its entries (`malloc` and the others),
+/// which every report trims by name, so they are named from the symbol table alone: its debug
+/// information is tens of megabytes, which a trace's writer or an at-exit report would otherwise
+/// map and parse into the program's memory to name them. A crate linked into the program shares
+/// the program's module, whose debug information names the program's frames: never this case.
+fn is_own_library(module: &Module) -> bool {
+    cfg!(feature = "preload") && module.contains(is_own_library as fn(&Module) -> bool as usize)
+}
+
+/// The frame of the code at `probe` in `module`, from its symbol table alone (read again for each
+/// address, which stays cheap: the preloaded library's frames on stacks are a handful of entries,
+/// and the answers are cached): the function's name, demangled, and the module as its file.
+fn named_only(module: &Module, probe: u64) -> Vec<Frame> {
+    let mut function = None;
+    modules::for_each_function(&module.path, true, |start, size, name| {
+        if function.is_none() && (start..start.saturating_add(size)).contains(&probe) {
+            let name = String::from_utf8_lossy(name);
+            function = Some(addr2line::demangle_auto(name, None).into_owned());
+        }
+    });
+    vec![Frame {
+        function,
+        file: Some(module.path.to_string_lossy().into_owned()),
+        line: 0,
+        column: 0,
+    }]
 }
 
 impl Symbolizer {
@@ -336,15 +368,19 @@ impl Symbolizer {
             .take_while(|&&(start, _)| start == probe)
             .map(|&(_, size)| size)
             .max()?;
-        let loader = self
-            .loaders
-            .entry(module.path.clone())
-            .or_insert_with(|| addr2line::Loader::new(&module.path).ok());
-        let module_name = module.path.to_string_lossy().into_owned();
-        let working_dir = self.working_dir.as_deref();
-        let frame = frames_at(loader.as_ref(), probe, &module_name, |file| {
-            display_path(working_dir, file)
-        })
+        let frame = if is_own_library(&module) {
+            named_only(&module, probe)
+        } else {
+            let loader = self
+                .loaders
+                .entry(module.path.clone())
+                .or_insert_with(|| addr2line::Loader::new(&module.path).ok());
+            let module_name = module.path.to_string_lossy().into_owned();
+            let working_dir = self.working_dir.as_deref();
+            frames_at(loader.as_ref(), probe, &module_name, |file| {
+                display_path(working_dir, file)
+            })
+        }
         .pop()
         .filter(|frame| frame.function.is_some())?;
         Some(Callee {
