@@ -25,6 +25,8 @@ need_command c++ g++
 need_package libc6-dev
 need_command python3 python3
 need_command git git
+# scripts/preload-overhead.py --real and --trace-memory run ripgrep under the preloaded library.
+need_command rg ripgrep
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
