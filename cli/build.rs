@@ -1,10 +1,12 @@
 //! Embeds the viewer's page: every file of `viewer/` becomes an entry of `VIEWER_FILES` (its
 //! name, its bytes, its content type), so `memprof serve` serves whatever files the page is made
 //! of, from the binary, with nothing fetched at run time. And tells which build of the index
-//! wrote a cached index (`MEMPROF_INDEX_SCHEMA`).
+//! wrote a cached index (`MEMPROF_INDEX_SCHEMA`). With the `embedded-preload` feature (a
+//! default), builds the preloaded library and embeds it too, so that one `cargo install` gives
+//! `memprof run` everything it needs (`embedded_preload`).
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn content_type(name: &str) -> &'static str {
     match name.rsplit('.').next().unwrap_or("") {
@@ -76,6 +78,77 @@ fn main() {
         Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("viewer_files.rs");
     std::fs::write(out, code).expect("OUT_DIR is writable");
     index_schema();
+    embedded_preload();
+}
+
+/// Builds `libmemprof_preload.so` (release, without debug information: the library names its own
+/// frames from its symbol table) with the cargo that runs this script, in a target directory of
+/// its own beside this build's (a nested build in this one's would wait for its lock), and copies
+/// it to `OUT_DIR/libmemprof_preload.so` for `include_bytes!`, with `MEMPROF_PRELOAD_HASH` (a
+/// hash of its bytes, which names the copy `memprof run` writes to the user's cache). Without the
+/// feature the file is empty and the command looks for the library beside itself only.
+fn embedded_preload() {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let destination = out.join("libmemprof_preload.so");
+    let bytes = if std::env::var_os("CARGO_FEATURE_EMBEDDED_PRELOAD").is_some() {
+        build_preload(&out)
+    } else {
+        Vec::new()
+    };
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in &bytes {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    std::fs::write(&destination, &bytes).expect("OUT_DIR is writable");
+    println!("cargo::rustc-env=MEMPROF_PRELOAD_HASH={hash:016x}");
+}
+
+/// The nested build of [`embedded_preload`]; its bytes.
+fn build_preload(out: &Path) -> Vec<u8> {
+    let workspace = manifest_dir()
+        .parent()
+        .expect("the command's package is in the workspace")
+        .to_path_buf();
+    // What the library is built from: a change to any of it builds it again.
+    for part in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "src",
+        "preload",
+        "memprof-trace",
+        "http",
+        "files",
+    ] {
+        println!("cargo::rerun-if-changed={}", workspace.join(part).display());
+    }
+    // OUT_DIR is TARGET/[TRIPLE/]PROFILE/build/PACKAGE-HASH/out.
+    let target = out
+        .ancestors()
+        .nth(4)
+        .expect("OUT_DIR lies four levels inside the target directory")
+        .join("embedded-preload");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "-p", "memprof-preload", "--manifest-path"])
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        .env_remove("CARGO_TARGET_DIR")
+        // `cargo clippy` checks this build's own crates through a wrapper that compiles nothing
+        // to link: the library is built by rustc alone.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build the preloaded library: {e}"));
+    assert!(
+        status.success(),
+        "the preloaded library's build failed (build the command with \
+         `--no-default-features` to leave it out)"
+    );
+    let library = target.join("release").join("libmemprof_preload.so");
+    std::fs::read(&library).unwrap_or_else(|e| panic!("{}: {e}", library.display()))
 }
 
 /// `MEMPROF_INDEX_SCHEMA`: a hash of the sources that define the viewer's index (its model and

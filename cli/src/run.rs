@@ -2,6 +2,7 @@
 //! memprof built in records itself; any other is run with the preloaded library
 //! (`libmemprof_preload.so`, docs/preload.md) in `LD_PRELOAD`.
 
+mod embedded;
 mod traces;
 
 use crate::common::{bar, open, report_options};
@@ -36,7 +37,8 @@ pub struct RunOptions {
     /// Start with recording paused: `SIGUSR1` (or `MEMPROF_TOGGLE_SIGNAL`) starts it.
     #[arg(long)]
     paused: bool,
-    /// The preloaded library (default: `libmemprof_preload.so` beside this command).
+    /// The preloaded library (default: `libmemprof_preload.so` beside this command, else the one
+    /// the command carries, written to `~/.cache/memprof`).
     #[arg(long)]
     preload: Option<PathBuf>,
 }
@@ -363,7 +365,8 @@ fn find_executable(program: &Path) -> Option<PathBuf> {
         })
 }
 
-/// The preloaded library: `given`, or the one beside this command (or in `../lib` from it).
+/// The preloaded library: `given`, or the one beside this command (or in `../lib` from it), or
+/// the one it carries, written to the user's cache ([`embedded`]).
 fn preload_library(given: Option<&Path>) -> Result<PathBuf, Failure> {
     if let Some(given) = given {
         return match given.canonicalize() {
@@ -377,20 +380,25 @@ fn preload_library(given: Option<&Path>) -> Result<PathBuf, Failure> {
         .map_err(|e| Failure(format!("cannot find this command's own file: {e}"), 1))?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidates = [dir.join(LIBRARY), dir.join("../lib").join(LIBRARY)];
-    candidates
-        .iter()
-        .find(|c| c.is_file())
-        .map(|c| c.canonicalize().unwrap_or_else(|_| c.clone()))
-        .ok_or_else(|| {
-            Failure(
-                format!(
-                    "{LIBRARY} is not beside {} (nor in ../lib): build it with `cargo build \
-                     --release -p memprof-preload` and copy it there, or give --preload PATH",
-                    exe.display()
-                ),
-                1,
-            )
-        })
+    if let Some(beside) = candidates.iter().find(|c| c.is_file()) {
+        return Ok(beside.canonicalize().unwrap_or_else(|_| beside.clone()));
+    }
+    match embedded::library() {
+        Some(Ok(path)) => Ok(path),
+        Some(Err(e)) => Err(Failure(
+            format!("cannot write the preloaded library this command carries: {e}"),
+            1,
+        )),
+        None => Err(Failure(
+            format!(
+                "{LIBRARY} is not beside {} (nor in ../lib), and this build carries none (built \
+                 without the `embedded-preload` feature): build it with `cargo build --release \
+                 -p memprof-preload` and copy it there, or give --preload PATH",
+                exe.display()
+            ),
+            1,
+        )),
+    }
 }
 
 #[cfg(test)]

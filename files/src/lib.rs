@@ -43,6 +43,15 @@ pub fn check_replaceable(destination: &Path) -> io::Result<()> {
     }
 }
 
+/// Opens the file at `path` for reading without following a link there (a link is an error,
+/// `ELOOP`), nor blocking on a FIFO (`O_NONBLOCK`: check the kind before reading).
+pub fn open_no_follow(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// What a file that is not a regular file is, for messages.
 pub fn kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
