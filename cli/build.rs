@@ -83,7 +83,8 @@ fn main() {
 
 /// Builds `libmemprof_preload.so` (release, without debug information: the library names its own
 /// frames from its symbol table) with the cargo that runs this script, in a target directory of
-/// its own beside this build's (a nested build in this one's would wait for its lock), and copies
+/// its own, `target/embedded-preload` in the workspace (a nested build in this build's own would
+/// wait for its lock), and copies
 /// it to `OUT_DIR/libmemprof_preload.so` for `include_bytes!`, with `MEMPROF_PRELOAD_HASH` (a
 /// hash of its bytes, which names the copy `memprof run` writes to the user's cache). Without the
 /// feature the file is empty and the command looks for the library beside itself only.
@@ -91,7 +92,7 @@ fn embedded_preload() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let destination = out.join("libmemprof_preload.so");
     let bytes = if std::env::var_os("CARGO_FEATURE_EMBEDDED_PRELOAD").is_some() {
-        build_preload(&out)
+        build_preload()
     } else {
         Vec::new()
     };
@@ -104,7 +105,7 @@ fn embedded_preload() {
 }
 
 /// The nested build of [`embedded_preload`]; its bytes.
-fn build_preload(out: &Path) -> Vec<u8> {
+fn build_preload() -> Vec<u8> {
     let workspace = manifest_dir()
         .parent()
         .expect("the command's package is in the workspace")
@@ -122,12 +123,10 @@ fn build_preload(out: &Path) -> Vec<u8> {
     ] {
         println!("cargo::rerun-if-changed={}", workspace.join(part).display());
     }
-    // OUT_DIR is TARGET/[TRIPLE/]PROFILE/build/PACKAGE-HASH/out.
-    let target = out
-        .ancestors()
-        .nth(4)
-        .expect("OUT_DIR lies four levels inside the target directory")
-        .join("embedded-preload");
+    // One place per checkout, whatever target directory and flags this build has: the library
+    // carried is built the same way for every build of the command (debug, release, with frame
+    // pointers), once.
+    let target = workspace.join("target").join("embedded-preload");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = std::process::Command::new(cargo)
         .args(["build", "--release", "-p", "memprof-preload", "--manifest-path"])
@@ -137,6 +136,9 @@ fn build_preload(out: &Path) -> Vec<u8> {
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
         .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
         // `cargo clippy` checks this build's own crates through a wrapper that compiles nothing
         // to link: the library is built by rustc alone.
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
