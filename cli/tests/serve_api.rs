@@ -510,7 +510,14 @@ fn every_endpoint_and_filter_on_a_known_trace() {
         json!([{"id": 1, "bytes": 20, "blocks": 1, "allocations": 2, "allocated_bytes": 30,
                 "frames": [{"function": "app::temp", "file": "src/app.rs", "line": 20,
                             "std": false, "address": "0x2001"}],
-                "hidden_above": 0, "hidden_below": 0}])
+                "hidden_above": 0, "hidden_below": 0, "group": 0}])
+    );
+    assert_eq!(
+        site["groups"],
+        json!([{"stacks": [1], "bytes": 20, "blocks": 1, "allocations": 2, "allocated_bytes": 30,
+                "frames": [{"function": "app::temp", "file": "src/app.rs", "line": 20,
+                            "std": false, "address": "0x2001"}],
+                "hidden_above": [0, 0], "hidden_below": [0, 0]}])
     );
     let first = &site["timeline"]["points"][0];
     assert_eq!(

@@ -946,6 +946,103 @@ fn the_viewer_names_sites_by_the_programs_code() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A site whose stacks differ only in frames left out (`support::hidden_frames_trace`) opens as
+/// one stack, its figures summed, the stacks it merges counted; "show hidden frames" lists each
+/// of them with every frame, the ones left out marked, and keeps the choice in the URL.
+#[test]
+fn the_viewer_merges_stacks_that_differ_only_in_hidden_frames() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-hidden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("hidden.mptrace");
+    std::fs::write(&trace, support::hidden_frames_trace()).unwrap();
+    let server = Server::start(&trace);
+    let mut browser = Browser::open(
+        chromium,
+        &dir.join("profile-cdp"),
+        &server.url("/?view=sites"),
+    );
+    browser.wait_for("document.body.dataset.state === 'ready'");
+    let (x, y) = centre_of(
+        &mut browser,
+        "[...document.querySelectorAll('#sites tr[data-site]')].find(r => r.querySelector('.function').textContent === 'app::build')",
+    );
+    browser.click(x, y);
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && !document.getElementById('site').hidden \
+         && document.getElementById('site-stacks').textContent.includes('app::build')",
+    );
+    let headings =
+        browser.eval("[...document.querySelectorAll('#site-stacks h3')].map(h => h.textContent)");
+    assert_eq!(
+        headings,
+        json!([
+            "stack 1 of 1: 1.46 KiB in 3 blocks live at end; 4 allocations (1.95 KiB) in the range (3 stacks that differ only in frames not shown)"
+        ]),
+        "{}",
+        browser.eval("document.getElementById('site-stacks').innerHTML")
+    );
+    let shown = browser.eval(
+        "[...document.querySelectorAll('#site-stacks .frames li')].map(li => li.querySelector('.function').textContent)",
+    );
+    assert_eq!(
+        shown,
+        json!([
+            "alloc::vec::Vec<T>::with_capacity",
+            "app::build",
+            "app::main"
+        ])
+    );
+    let notes = browser.eval(
+        "[...document.querySelectorAll('#site-stacks .hidden-frames')].map(p => p.textContent)",
+    );
+    assert_eq!(
+        notes,
+        json!([
+            "4 to 5 frames of memprof, the allocator and std below the collection operation not shown",
+            "6 to 7 frames of the runtime below the program not shown"
+        ])
+    );
+
+    // Unfolded: the three stacks, every frame, the hidden ones marked.
+    let (x, y) = centre_of(&mut browser, "document.getElementById('site-hidden')");
+    browser.click(x, y);
+    browser.wait_for(
+        "document.body.dataset.state === 'ready' && document.querySelectorAll('#site-stacks .full-stack').length === 3",
+    );
+    let full = browser.eval(
+        "[...document.querySelectorAll('#site-stacks .full-stack')].map(s => [s.querySelector('h4').textContent, \
+         s.querySelectorAll('li').length, s.querySelectorAll('li.hidden.above').length, \
+         s.querySelectorAll('li.hidden.below').length])",
+    );
+    assert_eq!(
+        full,
+        json!([
+            ["stack 1: 1000 B in 1 blocks live at end", 14, 4, 7],
+            ["stack 5: 200 B in 1 blocks live at end", 15, 5, 7],
+            ["stack 6: 300 B in 1 blocks live at end", 13, 4, 6]
+        ]),
+        "{}",
+        browser.eval("document.getElementById('site-stacks').innerHTML")
+    );
+    let malloc = browser.eval(
+        "[...document.querySelectorAll('#site-stacks .full-stack li.hidden.above')].some(li => li.textContent.includes('memprof::hooks::c_abi::malloc'))",
+    );
+    assert_eq!(malloc, json!(true));
+    let search = browser.eval("location.search");
+    assert!(search.as_str().unwrap().contains("hidden=1"), "{search}");
+    drop(browser);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A row of a table of call sites: the site's function, the id text beside its location, and the
 /// other cells, each as (its tooltip, its text).
 type Row = (String, String, Vec<(String, String)>);

@@ -785,28 +785,46 @@ async function drawSite() {
   const title = panel.querySelector("#site-title");
   await guarded(stacks, async () => {
     const chart = panel.querySelector("#site-timeline");
-    const data = await api("site", `site/${encodeURIComponent(id)}`, apiParams(MOMENTS, { points: pointsFor(chart) }));
+    const unfold = state().get("hidden") === "1";
+    panel.querySelector("#site-hidden").checked = unfold;
+    const data = await api("site", `site/${encodeURIComponent(id)}`,
+      apiParams(MOMENTS, { points: pointsFor(chart), ...(unfold ? { hidden: "1" } : {}) }));
     if (!data) return;
     panel.dataset.site = data.id;
     title.textContent = `#${data.id} ${siteName(data)} ${siteLocation(data)}`;
     title.title = contextText(data);
     drawLive(chart, data.timeline, { height: 140, selection: false });
     const at = state().get("at") || "end";
-    stacks.replaceChildren(...data.stacks.map((stack, i) => {
+    // The site's stacks grouped by the frames shown: stacks that differ only in frames left out
+    // make one group, their figures summed. A server without groups answers one per stack.
+    const groups = data.groups || data.stacks.map((s) => ({ ...s, stacks: [s.id],
+      hidden_above: [s.hidden_above, s.hidden_above], hidden_below: [s.hidden_below, s.hidden_below] }));
+    const byId = new Map(data.stacks.map((s) => [s.id, s]));
+    const count = (range) => (range[0] === range[1] ? `${range[0]}` : `${range[0]} to ${range[1]}`);
+    stacks.replaceChildren(...groups.map((group, i) => {
       // The program's frames as the reports trim them: memprof's and the allocator's frames
       // above, and the runtime below the program, are counted, not listed. The site's own frame
       // is marked, the standard library's dimmed.
-      const own = stack.frames.findIndex((f) => !f.std);
+      const own = group.frames.findIndex((f) => !f.std);
       const item = (f, j) => el("li", { class: j === own ? "own" : f.std ? "std" : null },
         el("span", { class: "function", text: f.function || (f.address ? f.address : "??") }),
         el("span", { class: "location", title: frameText(f), text: frameLocation(f) }));
-      const hidden = (n, what) => (n ? [el("p", { class: "hidden-frames", text: `${n} frame${n === 1 ? "" : "s"} of ${what} not shown` })] : []);
-      const frames = el("ol", { class: "frames" }, ...stack.frames.map(item));
+      const hidden = (range, what) => (range[1] ? [el("p", { class: "hidden-frames",
+        text: `${count(range)} frame${range[1] === 1 ? "" : "s"} of ${what} not shown` })] : []);
+      const frames = el("ol", { class: "frames" }, ...group.frames.map(item));
+      const merged = group.stacks.length > 1 ? ` (${group.stacks.length} stacks that differ only in frames not shown)` : "";
+      // Unfolded: each stack of the group with every frame, those left out marked.
+      const full = unfold ? group.stacks.map((id) => byId.get(id)).filter((s) => s && s.all_frames).map((s) =>
+        el("div", { class: "full-stack" },
+          el("h4", { text: `stack ${s.id}: ${estBytes(s.bytes)} in ${estCount(s.blocks)} blocks live at ${at}` }),
+          el("ol", { class: "frames" }, ...s.all_frames.map((f) => el("li", { class: f.hidden ? `hidden ${f.hidden}` : f.std ? "std" : null },
+            el("span", { class: "function", text: f.function || f.address }),
+            el("span", { class: "location", title: frameText(f), text: frameLocation(f) })))))) : [];
       return el("div", { class: "stack" },
-        el("h3", { text: `stack ${i + 1} of ${data.stacks.length}: ${estBytes(stack.bytes)} in ${estCount(stack.blocks)} blocks live at ${at}` +
-          (stack.allocations !== undefined ? `; ${estCount(stack.allocations)} allocations (${estBytes(stack.allocated_bytes)}) in the range` : "") }),
-        ...hidden(stack.hidden_above, "memprof, the allocator and std below the collection operation"),
-        frames, ...hidden(stack.hidden_below, "the runtime below the program"));
+        el("h3", { text: `stack ${i + 1} of ${groups.length}: ${estBytes(group.bytes)} in ${estCount(group.blocks)} blocks live at ${at}` +
+          (group.allocations !== undefined ? `; ${estCount(group.allocations)} allocations (${estBytes(group.allocated_bytes)}) in the range` : "") + merged }),
+        ...hidden(group.hidden_above, "memprof, the allocator and std below the collection operation"),
+        frames, ...hidden(group.hidden_below, "the runtime below the program"), ...full);
     }));
     if (!data.stacks.length) stacks.append(el("p", { text: "no stack of this site matches the filters" }));
   });
@@ -1185,6 +1203,7 @@ async function start() {
     });
   }
   document.getElementById("close-site").addEventListener("click", () => navigate({ site: null }));
+  document.getElementById("site-hidden").addEventListener("change", (e) => navigate({ hidden: e.target.checked ? "1" : null }));
   document.getElementById("timeline-zoom").addEventListener("click", () => navigate({ tzoom: state().get("tzoom") === "1" ? null : "1" }));
   document.getElementById("what").addEventListener("change", (e) => navigate({ what: e.target.value, zoom: null }));
   document.getElementById("flame-reset").addEventListener("click", () => navigate({ zoom: null }));

@@ -116,6 +116,21 @@ const RUSTC: &str = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library";
 /// by 10, `load` shrank by 4000 and `build` by 500. The `build` stack has 14 frames: 4 above its
 /// context (memprof's, the allocator's, `RawVec`'s) and 7 below it (the runtime).
 pub fn named_trace() -> Vec<u8> {
+    named_trace_of(false)
+}
+
+/// [`named_trace`] with two more stacks of the `build` site that show the same frames as its
+/// first and differ only in frames left out: stack 5 has one more of memprof's frames above
+/// (`memprof::hooks::c_abi::malloc`, 5 above, 7 below), stack 6 another runtime below `main`
+/// (`__libc_start_call_main` at another address, no `_start`: 4 above, 6 below). Events after
+/// the others: 900 alloc 0xa600 200 bytes (stack 5), 1000 alloc 0xa700 300 bytes (stack 6), both
+/// never freed. Over the run the three stacks allocated 2000 bytes in 4 blocks, 1500 bytes in 3
+/// blocks live at the end.
+pub fn hidden_frames_trace() -> Vec<u8> {
+    named_trace_of(true)
+}
+
+fn named_trace_of(hidden_variants: bool) -> Vec<u8> {
     let mut out = Vec::new();
     Header::new(42, 1_700_000_000_000_000_000, "/bin/app".into())
         .with_settings(0, 5, 0)
@@ -234,13 +249,22 @@ pub fn named_trace() -> Vec<u8> {
             0x400,
             vec![frame("std::rt::init", &std_file("std/src/rt.rs"), 100)],
         ),
+        (
+            0x118,
+            vec![frame(
+                "memprof::hooks::c_abi::malloc",
+                "/src/memprof/src/hooks/c_abi.rs",
+                40,
+            )],
+        ),
+        (0x275, vec![frame("__libc_start_call_main", libc, 0)]),
     ];
     let above = [0x100, 0x110, 0x120];
     let below_main = [0x220, 0x230, 0x240, 0x250, 0x260, 0x270, 0x280];
     let stack = |top: &[u64], program: &[u64], below: &[u64]| -> Vec<u64> {
         [top, program, below].concat()
     };
-    let stacks = [
+    let mut stacks = vec![
         stack(
             &[0x100, 0x110, 0x120, 0x400],
             &[],
@@ -267,6 +291,18 @@ pub fn named_trace() -> Vec<u8> {
             &below_main,
         ),
     ];
+    if hidden_variants {
+        stacks.push(stack(
+            &[above[0], 0x118, above[1], above[2], 0x130],
+            &[0x200, 0x210],
+            &below_main,
+        ));
+        stacks.push(stack(
+            &[above[0], above[1], above[2], 0x130],
+            &[0x200, 0x210],
+            &[0x220, 0x230, 0x240, 0x250, 0x260, 0x275],
+        ));
+    }
     let mut definitions = ChunkEncoder::new(0);
     for (id, frames) in stacks.iter().enumerate() {
         definitions.stack(id as u32, frames.iter().copied());
@@ -284,6 +320,10 @@ pub fn named_trace() -> Vec<u8> {
     main.free(600, 0xa300);
     main.alloc(700, 0xa400, 3000, 3);
     main.alloc(800, 0xa500, 10, 4);
+    if hidden_variants {
+        main.alloc(900, 0xa600, 200, 5);
+        main.alloc(1000, 0xa700, 300, 6);
+    }
     chunk(&mut main, &mut out);
     let mut symbol_chunk = ChunkEncoder::new(0);
     for (address, frames) in &symbols {

@@ -4,10 +4,10 @@ use super::common::{MAX_LIMIT, mark_estimates};
 use super::timeline::timeline;
 use crate::serve::index::{Cell, Live};
 use crate::serve::query::{ApiError, At, Params};
-use crate::serve::state::State;
+use crate::serve::state::{FrameInfo, State};
 use crate::serve::view::{Query, View, view};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// One site's row.
 #[derive(Clone, Debug, Default)]
@@ -197,28 +197,67 @@ pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError>
         entry.1.0 += live[class].0;
         entry.1.1 += live[class].1;
     }
-    let stacks: Vec<Value> = per_stack
-        .iter()
-        .map(|(&stack, (cell, live))| {
-            let frames: Vec<Value> = state
-                .stack_frames(stack)
-                .map(|f| {
-                    let mut frame = f.json();
-                    frame["address"] = format!("{:#x}", f.address).into();
+    let unfold = match params.get("hidden") {
+        None | Some("0") | Some("false") => false,
+        Some("1") | Some("true") => true,
+        Some(other) => return Err(ApiError::bad(format!("hidden={other:?}: 1 or 0"))),
+    };
+    let frame_json = |f: &FrameInfo| {
+        let mut frame = f.json();
+        frame["address"] = format!("{:#x}", f.address).into();
+        frame
+    };
+    // The stacks grouped by the frames the page shows of them (function, file, line, whether
+    // std's): stacks that differ only in frames left out above or below make one group.
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of: HashMap<Vec<(&str, &str, u32, bool)>, usize> = HashMap::new();
+    let mut stacks: Vec<Value> = Vec::with_capacity(per_stack.len());
+    for (&stack, (cell, live)) in &per_stack {
+        let shown: Vec<&FrameInfo> = state.stack_frames(stack).collect();
+        let key = shown
+            .iter()
+            .map(|f| (f.function.as_str(), f.short_file(), f.line, f.std))
+            .collect();
+        let next = groups.len();
+        let group = *group_of.entry(key).or_insert(next);
+        if group == next {
+            groups.push(Group {
+                frames: shown.iter().map(|f| frame_json(f)).collect(),
+                ..Group::default()
+            });
+        }
+        let info = &state.stacks[stack as usize];
+        let (above, below) = (info.shown.start, info.frames - info.shown.end);
+        groups[group].add(stack, cell, live, above, below);
+        let mut entry = json!({"id": stack, "bytes": live.0, "blocks": live.1,
+               "allocations": cell.allocs, "allocated_bytes": cell.alloc_bytes,
+               "frames": shown.iter().map(|f| frame_json(f)).collect::<Vec<_>>(),
+               "hidden_above": above, "hidden_below": below, "group": group});
+        if unfold {
+            // Every frame of the stack, the ones left out marked by where they lie.
+            let all: Vec<Value> = all_frames(state, stack)
+                .enumerate()
+                .map(|(i, f)| {
+                    let mut frame = frame_json(f);
+                    let i = i as u32;
+                    if i < info.shown.start {
+                        frame["hidden"] = "above".into();
+                    } else if i >= info.shown.end {
+                        frame["hidden"] = "below".into();
+                    }
                     frame
                 })
                 .collect();
-            let info = &state.stacks[stack as usize];
-            json!({"id": stack, "bytes": live.0, "blocks": live.1,
-                   "allocations": cell.allocs, "allocated_bytes": cell.alloc_bytes,
-                   "frames": frames, "hidden_above": info.shown.start,
-                   "hidden_below": info.frames - info.shown.end})
-        })
-        .collect();
+            entry["all_frames"] = all.into();
+        }
+        stacks.push(entry);
+    }
+    let groups: Vec<Value> = groups.iter().map(Group::json).collect();
     let timeline = timeline(state, &q, params, Some(&only))?;
     let mut answer = json!({
         "id": id,
         "stacks": stacks,
+        "groups": groups,
         "timeline": timeline,
     });
     if let Value::Object(members) = &mut answer {
@@ -226,4 +265,53 @@ pub fn site(state: &State, id: &str, params: &Params) -> Result<Value, ApiError>
     }
     mark_estimates(state, &mut answer);
     Ok(answer)
+}
+
+/// The stacks of a site that show the same frames, their figures summed.
+#[derive(Default)]
+struct Group {
+    frames: Vec<Value>,
+    stacks: Vec<u32>,
+    cell: Cell,
+    live: Live,
+    /// The least and most frames left out above and below the shown ones, over its stacks.
+    above: Option<(u32, u32)>,
+    below: Option<(u32, u32)>,
+}
+
+impl Group {
+    fn add(&mut self, stack: u32, cell: &Cell, live: &Live, above: u32, below: u32) {
+        self.stacks.push(stack);
+        self.cell.add(cell);
+        self.live.0 += live.0;
+        self.live.1 += live.1;
+        let widen = |range: Option<(u32, u32)>, n: u32| {
+            Some(range.map_or((n, n), |(least, most)| (least.min(n), most.max(n))))
+        };
+        self.above = widen(self.above, above);
+        self.below = widen(self.below, below);
+    }
+
+    fn json(&self) -> Value {
+        let (above, below) = (
+            self.above.unwrap_or_default(),
+            self.below.unwrap_or_default(),
+        );
+        json!({"bytes": self.live.0, "blocks": self.live.1,
+               "allocations": self.cell.allocs, "allocated_bytes": self.cell.alloc_bytes,
+               "frames": self.frames, "stacks": self.stacks,
+               "hidden_above": [above.0, above.1], "hidden_below": [below.0, below.1]})
+    }
+}
+
+/// Every frame of a stack, innermost first, inlined calls expanded: the ones
+/// [`State::stack_frames`] shows and those it leaves out above and below them.
+fn all_frames(state: &State, stack: u32) -> impl Iterator<Item = &FrameInfo> {
+    state
+        .trace
+        .stacks()
+        .get(stack as usize)
+        .into_iter()
+        .flatten()
+        .flat_map(|a| state.frames.get(a).into_iter().flat_map(|f| f.iter()))
 }
