@@ -31,6 +31,16 @@ RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=tar
   cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'
 
+echo "== one cargo install gives memprof run everything it needs"
+# The release build above left the command's artifacts in the target directory; the install
+# reuses them. A fresh HOME: the carried library is written to its cache and preloaded.
+install_root=$(mktemp -d)
+cargo install --quiet --locked --path cli --root "$install_root" --target-dir "${CARGO_TARGET_DIR:-target}"
+HOME="$install_root/home" XDG_CACHE_HOME= "$install_root/bin/memprof" run \
+  --trace "$install_root/ls-%p.mptrace" -- /bin/ls / > /dev/null
+ls "$install_root"/home/.cache/memprof/libmemprof_preload-*.so
+rm -rf "$install_root"
+
 echo "== v0 symbol mangling (types from symbol names)"
 RUSTFLAGS="-C symbol-mangling-version=v0" CARGO_TARGET_DIR=target/v0 \
   cargo nextest run --no-fail-fast -E 'binary(types_counts) | binary(object_graph_memprof_example)'
