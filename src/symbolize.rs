@@ -247,14 +247,17 @@ impl Symbolizer {
     }
 }
 
-/// Whether `module` is the preloaded library itself (feature `preload`): memprof's own code, in
-/// a module of its own. The frames of it a stack holds are its entries (`malloc` and the others),
-/// which every report trims by name, so they are named from the symbol table alone: its debug
-/// information is tens of megabytes, which a trace's writer or an at-exit report would otherwise
-/// map and parse into the program's memory to name them. A crate linked into the program shares
-/// the program's module, whose debug information names the program's frames: never this case.
+/// Whether `module` is the preloaded library itself: memprof's own code, in a module of its own
+/// (its start said so, `capture::trim::count_outside`). The frames of it a stack holds are its
+/// entries (`malloc` and the others), which every report trims by name, so they are named from
+/// the symbol table alone: its debug information is tens of megabytes, which a trace's writer or
+/// an at-exit report would otherwise map and parse into the program's memory to name them. A
+/// crate linked into a program (or into a library of the program's) shares that module, whose
+/// debug information names the program's frames: never this case, even with the `preload`
+/// feature on.
 fn is_own_library(module: &Module) -> bool {
-    cfg!(feature = "preload") && module.contains(is_own_library as fn(&Module) -> bool as usize)
+    crate::capture::trim::counts_outside()
+        && module.contains(is_own_library as fn(&Module) -> bool as usize)
 }
 
 /// The frame of the code at `probe` in `module`, from its symbol table alone (read again for each

@@ -59,6 +59,10 @@ pub(crate) struct Shown {
     bits: Vec<u64>,
     /// Whether code outside the module counts as shown ([`count_outside`]).
     outside: bool,
+    /// Code outside the module in which a report hides nothing (modules of C alone: no C++ or
+    /// Rust symbol), sorted by start: a walk whose first frame shown lies there takes no margin
+    /// ([`OUTSIDE_MARGIN`]). Empty for the crate, and until the preloaded library reads it.
+    plain: Vec<Range<usize>>,
 }
 
 /// Set by [`count_outside`] before [`load`].
@@ -93,6 +97,7 @@ impl Shown {
             first: 0,
             bits: Vec::new(),
             outside: false,
+            plain: Vec::new(),
         }
     }
 
@@ -129,6 +134,7 @@ impl Shown {
             first,
             bits,
             outside: false,
+            plain: Vec::new(),
         }
     }
 
@@ -141,6 +147,21 @@ impl Shown {
             None => self.outside,
         }
     }
+
+    /// Frames a walk takes beyond the report's when the first frame a report shows is the call at
+    /// `address`: when code outside the module counts as shown, [`OUTSIDE_MARGIN`], unless
+    /// `address` is in code where a report hides nothing ([`Shown::plain`]).
+    #[inline(always)]
+    fn margin_after(&self, address: usize) -> usize {
+        if !self.outside {
+            return 0;
+        }
+        let at = self.plain.partition_point(|r| r.end <= address);
+        match self.plain.get(at) {
+            Some(r) if r.start <= address => 0,
+            _ => OUTSIDE_MARGIN,
+        }
+    }
 }
 
 /// Makes code outside memprof's own module count as shown, for the preloaded library: its module
@@ -151,6 +172,12 @@ impl Shown {
 #[cfg(feature = "preload")]
 pub(crate) fn count_outside() {
     OUTSIDE.store(true, Ordering::Relaxed);
+}
+
+/// Whether code outside memprof's own module counts as shown ([`count_outside`]): memprof runs as
+/// the preloaded library, a module of its own.
+pub(crate) fn counts_outside() -> bool {
+    OUTSIDE.load(Ordering::Relaxed)
 }
 
 /// What the profiler's start does here: under the preloaded library ([`count_outside`]), starts
@@ -264,7 +291,38 @@ fn read() -> Option<Shown> {
     }
     let mut shown = Shown::from_functions(code, functions);
     shown.outside = OUTSIDE.load(Ordering::Relaxed);
+    if shown.outside {
+        shown.plain = plain_code(own);
+    }
     Some(shown)
+}
+
+/// The code of the modules loaded now, other than the one holding `own`, whose functions a report
+/// never hides (see [`Shown::margin_after`]): modules whose symbol table (else dynamic symbols)
+/// names no C++ or Rust function (no `_Z` or `_R` name), so that neither C++'s `operator new` nor
+/// a standard library's frame can be among them; a module without symbols, whose frames a report
+/// cannot name either, is one. Modules loaded later are not: walks whose first shown frame is in
+/// one take the margin. Sorted by start. Reads each module's symbols: off the allocation path.
+fn plain_code(own: usize) -> Vec<Range<usize>> {
+    let mut plain = Vec::new();
+    for module in modules::loaded() {
+        if module.contains(own) || module.path.as_os_str().is_empty() {
+            continue;
+        }
+        let mut mangled = false;
+        let read = modules::for_each_function(&module.path, true, |_, _, name| {
+            mangled |= name.starts_with(b"_Z") || name.starts_with(b"_R");
+        });
+        // An unreadable file (the vDSO, a deleted one) says nothing: not counted plain.
+        if read.is_none() && std::fs::metadata(&module.path).is_err() {
+            continue;
+        }
+        if !mangled {
+            plain.extend(module.text.iter().cloned());
+        }
+    }
+    plain.sort_unstable_by_key(|r| r.start);
+    plain
 }
 
 /// The crates whose functions a report never shows ([`frames::is_shown_by_name`]): a name in
@@ -422,13 +480,9 @@ impl Budget {
     /// (yet), it never starts counting and a walk goes to its end.
     #[inline]
     pub(crate) fn new(want: usize) -> Budget {
-        let shown = SHOWN.get().unwrap_or(&NONE);
         Budget {
-            shown,
-            want: match shown.outside {
-                true => want.saturating_add(OUTSIDE_MARGIN),
-                false => want,
-            },
+            shown: SHOWN.get().unwrap_or(&NONE),
+            want,
         }
     }
 
@@ -447,10 +501,12 @@ impl Budget {
     #[inline(always)]
     pub(crate) fn end_after(&mut self, n: usize, return_address: usize) -> Option<usize> {
         // The call instruction, not the next one: a call that ends a function returns past it.
-        if self.want == 0 || !self.shown.contains(return_address.wrapping_sub(1)) {
+        let call = return_address.wrapping_sub(1);
+        if self.want == 0 || !self.shown.contains(call) {
             return None;
         }
-        let end = n.saturating_add(self.want - 1);
+        let want = self.want.saturating_add(self.shown.margin_after(call));
+        let end = n.saturating_add(want - 1);
         self.want = 0;
         Some(end)
     }
@@ -542,6 +598,54 @@ mod tests {
         // A stack that ends first is taken whole.
         assert_eq!(taken(5, &[shim, grow, build]), 3);
         assert_eq!(taken(2, &[shim, grow]), 2);
+    }
+
+    #[test]
+    fn outside_code_takes_the_margin_unless_plain() {
+        // Code outside the module counts as shown (the preloaded library); 0x5000..0x6000 is a
+        // module of C alone.
+        let shown: &'static Shown = Box::leak(Box::new(Shown {
+            outside: true,
+            plain: vec![0x5000..0x6000],
+            ..Shown::from_functions(0x1000..0x1100, [])
+        }));
+        let walk = |returns: &[usize]| {
+            let mut budget = Budget { shown, want: 2 };
+            let mut limit = returns.len();
+            for (n, &r) in returns.iter().enumerate() {
+                if let Some(end) = budget.end_after(n + 1, r) {
+                    limit = limit.min(end);
+                }
+            }
+            limit
+        };
+        let own = 0x1008;
+        // The first frame outside in plain code: the depth alone.
+        assert_eq!(
+            walk(&[own, 0x5010, 0x5020, 0x5030, 0x5040, 0x5050, 0x5060]),
+            3
+        );
+        // Elsewhere (C++, Rust, a module loaded since): the depth and the margin.
+        assert_eq!(
+            walk(&[own, 0x7010, 0x5020, 0x5030, 0x5040, 0x5050, 0x5060, 0x5070]),
+            3 + OUTSIDE_MARGIN
+        );
+        // Past the plain code's end, and at its start.
+        assert_eq!(shown.margin_after(0x6000), OUTSIDE_MARGIN);
+        assert_eq!(shown.margin_after(0x5000), 0);
+        assert_eq!(shown.margin_after(0x4fff), OUTSIDE_MARGIN);
+        // The crate (nothing outside counts): never a margin.
+        assert_eq!(sample().margin_after(0x5010), 0);
+    }
+
+    #[test]
+    fn the_c_library_is_plain_and_rust_code_is_not() {
+        // This test binary is Rust: its code is never plain; the C library is.
+        let plain = plain_code(0);
+        let own = plain_code as fn(usize) -> Vec<Range<usize>> as usize;
+        assert!(!plain.iter().any(|r| r.contains(&own)), "{plain:x?}");
+        let libc = libc::malloc as usize;
+        assert!(plain.iter().any(|r| r.contains(&libc)), "{plain:x?}");
     }
 
     #[test]
