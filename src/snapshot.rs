@@ -176,6 +176,7 @@ impl Snapshot {
             Snapshot::sampled(blocks, stacks, stats.peak_bytes, table.sample_interval());
         snapshot.stats.total_blocks = stats.total_blocks;
         snapshot.stats.total_bytes = stats.total_bytes;
+        snapshot.stats.peak_exact = stats.peak_exact;
         snapshot.label_sets = label_sets;
         if let Some(peak) = peak {
             // The heap is at (or above) its captured peak now: the peak is this very moment.
@@ -210,7 +211,10 @@ impl Snapshot {
     /// every stack with its allocated totals, the live counts from `blocks`, the heap's peak now.
     pub(crate) fn of_held_blocks(blocks: Vec<LiveBlock>) -> Snapshot {
         let stacks = stacks_of(&TABLE);
-        Snapshot::from_parts(blocks, stacks, TABLE.stats().peak_bytes)
+        let stats = TABLE.stats();
+        let mut snapshot = Snapshot::from_parts(blocks, stacks, stats.peak_bytes);
+        snapshot.stats.peak_exact = stats.peak_exact;
+        snapshot
     }
 
     /// [`Snapshot::from_parts`] for blocks sampled one per `sample_interval` bytes on average:
@@ -243,6 +247,8 @@ impl Snapshot {
             live_blocks,
             live_bytes,
             peak_bytes: peak_bytes.max(live_bytes),
+            // The figure given, taken as it is.
+            peak_exact: true,
             total_blocks: sum(|s| s.allocated_blocks),
             total_bytes: sum(|s| s.allocated_bytes),
         };

@@ -432,11 +432,24 @@ fn direct_call_target(at: usize, code: [u8; CALL_LEN]) -> Option<usize> {
     at.checked_add_signed(words * 4)
 }
 
-/// `file` relative to `working_dir` when under it.
+/// `file` as frames keep it: relative to `working_dir` when under it, else as the debug
+/// information names it (absolute). Two exceptions keep the path whole wherever the program ran:
+/// the sources of the standard library and of registry crates, which reports shorten to the same
+/// form by their own rule ([`crate::frames::short_path`]: `core/src/...`, `serde-1.0.0/src/...`),
+/// and a working directory of `/` (a service's), under which every path is and none is made
+/// relative.
 pub(crate) fn display_path(working_dir: Option<&Path>, file: &str) -> String {
+    if crate::frames::short_path(file).len() != file.len() {
+        return file.to_owned();
+    }
     let path = Path::new(file);
-    match working_dir.map(|dir| path.strip_prefix(dir)) {
-        Some(Ok(relative)) => relative.to_string_lossy().into_owned(),
+    match working_dir
+        .filter(|dir| dir.parent().is_some())
+        .map(|dir| path.strip_prefix(dir))
+    {
+        Some(Ok(relative)) if !relative.as_os_str().is_empty() => {
+            relative.to_string_lossy().into_owned()
+        }
         _ => file.to_owned(),
     }
 }
@@ -608,6 +621,44 @@ mod tests {
                 .any(|f| f.starts_with("src/symbolize.rs:") && f.contains("::marker'")),
             "{names:?}"
         );
+    }
+
+    /// Files under the working directory are shown relative to it, others whole; the standard
+    /// library's and registry crates' sources whole, for reports to shorten them the same way
+    /// from any directory; and nothing made relative to `/`.
+    #[test]
+    fn paths_are_relative_only_under_a_working_directory_other_than_the_root() {
+        let std_file = "/rustc/0123abcd/library/core/src/iter/traits/iterator.rs";
+        let registry_file =
+            "/home/u/.cargo/registry/src/index.crates.io-0123456789abcdef/serde-1.0.0/src/de.rs";
+        let cases = [
+            ("/home/u/app", "/home/u/app/src/main.rs", "src/main.rs"),
+            ("/home/u/app/src", "/home/u/app/src/main.rs", "main.rs"),
+            (
+                "/home/u/app2",
+                "/home/u/app/src/main.rs",
+                "/home/u/app/src/main.rs",
+            ),
+            ("/home/u/app", "/home/u/app", "/home/u/app"),
+            ("/", "/srv/app/src/main.rs", "/srv/app/src/main.rs"),
+            ("/", std_file, std_file),
+            ("/home/u", registry_file, registry_file),
+            ("/home/u", "/home/u/app/src/main.rs", "app/src/main.rs"),
+        ];
+        for (dir, file, shown) in cases {
+            assert_eq!(
+                display_path(Some(Path::new(dir)), file),
+                shown,
+                "{dir} {file}"
+            );
+        }
+        assert_eq!(display_path(None, "/a/b.rs"), "/a/b.rs");
+        // Shortened for reports, the standard library's file reads the same under `/`.
+        let frame = Frame {
+            file: Some(display_path(Some(Path::new("/")), std_file)),
+            ..Frame::default()
+        };
+        assert_eq!(frame.short_file(), Some("core/src/iter/traits/iterator.rs"));
     }
 
     #[test]

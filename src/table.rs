@@ -195,6 +195,7 @@ impl Table {
         }
         let mut stats = self.counts();
         stats.peak_bytes = self.peak.counter.peak_bytes().max(stats.live_bytes);
+        stats.peak_exact = self.tracks_peak();
         stats
     }
 

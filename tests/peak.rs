@@ -56,6 +56,11 @@ fn site(snapshot: &memprof::Snapshot, function: &str, size: u64) -> (u64, u64, u
         })
 }
 
+/// Whether a snapshot's totals say their peak is exact.
+fn snapshot_peak_exact() -> bool {
+    memprof::Snapshot::take().stats.peak_exact
+}
+
 #[test]
 fn the_peak_is_found() {
     let before = memprof::HeapStats::get();
@@ -70,6 +75,15 @@ fn the_peak_is_found() {
         stats.peak_bytes >= before.live_bytes + 3_000_000,
         "{stats:?}"
     );
+    // Tracked, the peak is exact and printed as a plain figure.
+    assert!(stats.peak_exact, "{stats:?}");
+    assert!(
+        stats
+            .to_string()
+            .contains(&format!("; peak {} bytes;", stats.peak_bytes)),
+        "{stats}"
+    );
+    assert!(snapshot_peak_exact(), "{stats:?}");
 
     let snapshot = memprof::Snapshot::take();
     assert!(snapshot.peak_known);

@@ -640,7 +640,58 @@ fn write_memory(out: &mut dyn Write, m: &MemoryParts) -> io::Result<()> {
             None => writeln!(out, "{:>12}  {:>6}  {name}", "-", "")?,
         }
     }
+    for note in memory_notes(m) {
+        writeln!(out, "  {note}")?;
+    }
     Ok(())
+}
+
+/// The lines under the resident memory's parts that say how to read them: always which lines add
+/// up to the whole; then, when the figures show it, why a share exceeds 100%, what the negative
+/// "not resident" line takes away, and why "unaccounted" is negative.
+fn memory_notes(m: &MemoryParts) -> Vec<String> {
+    let mut notes = vec![
+        "The lines down to \"unaccounted\" add up to the resident memory (the shares are of it); \
+         the last line is a part of it, not added: compare it with the four heap parts."
+            .to_owned(),
+    ];
+    let not_resident = m.heap_not_resident();
+    let heap = [
+        Some(m.heap_requested),
+        m.heap_rounding,
+        m.allocator_free,
+        Some(m.memprof_own),
+    ];
+    if heap.iter().flatten().any(|&bytes| bytes > m.resident) {
+        notes.push(
+            "A heap part over 100%: the heap parts count what the allocator holds, touched or \
+             not, and memory never touched (or given back) is not resident."
+                .to_owned(),
+        );
+    }
+    if not_resident > 0 {
+        notes.push(format!(
+            "The negative \"not resident\" line takes away the {not_resident} bytes of the four \
+             heap parts that the allocator's mappings do not hold resident (blocks or free memory \
+             never touched, or given back to the system), so that the lines add up."
+        ));
+    }
+    let unaccounted = m.unaccounted();
+    if unaccounted < 0 {
+        let why = match m.heap_rounding {
+            None => {
+                "with another allocator than glibc's, the live heap and memprof's tables count \
+                 in full, blocks never touched (not resident) too"
+            }
+            Some(_) => "some memory is counted in two parts",
+        };
+        notes.push(format!(
+            "\"unaccounted\" is negative: the parts add up to {} bytes more than the resident \
+             memory; {why}.",
+            unaccounted.unsigned_abs()
+        ));
+    }
+    notes
 }
 
 fn seconds(ns: u64) -> String {

@@ -237,7 +237,10 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(summary["sample_interval"], 0);
     assert_eq!(
         summary["threads"],
-        json!([{"id": 1, "name": "main"}, {"id": 2, "name": "worker"}])
+        json!([
+            {"id": 1, "tid": 100, "name": "main", "label": "main"},
+            {"id": 2, "tid": 101, "name": "worker", "label": "worker"}
+        ])
     );
     assert_eq!(summary["markers"], json!([{"time_ns": 700, "label": "m"}]));
     assert_eq!(

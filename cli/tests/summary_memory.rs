@@ -91,3 +91,71 @@ fn summary_shows_the_memory_at_the_end() {
     assert!(!summary.contains("resident memory"), "{summary}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The notes under the parts, as `summary` prints them for `parts`.
+fn notes_of(parts: &MemoryParts, name: &str) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("memprof-summary-notes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.mptrace"));
+    std::fs::write(&path, trace(Some(parts))).unwrap();
+    let summary = stdout_of(&["summary", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    let section = summary
+        .split("\nresident memory at the end: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{summary}"));
+    section
+        .lines()
+        .skip(11)
+        .take_while(|line| line.starts_with("  ") && !line.trim().is_empty())
+        .map(|line| line.trim().to_owned())
+        .collect()
+}
+
+/// A heap part larger than the resident memory (a large block never touched), a negative "not
+/// resident" line and a negative "unaccounted" each come with a line saying why.
+#[test]
+fn summary_explains_shares_over_100_and_negative_lines() {
+    let legend = "The lines down to \"unaccounted\" add up to the resident memory (the shares are \
+                  of it); the last line is a part of it, not added: compare it with the four heap \
+                  parts.";
+    let untouched = MemoryParts {
+        resident: 100 << 20,
+        heap_requested: 150 << 20,
+        heap_rounding: Some(1 << 20),
+        allocator_free: Some(9 << 20),
+        memprof_own: 1 << 20,
+        stacks: 10 << 20,
+        code_and_files: 9 << 20,
+        other_mappings: 25 << 20,
+        allocator_resident: 51 << 20,
+    };
+    assert_eq!(
+        notes_of(&untouched, "untouched"),
+        [
+            legend,
+            "A heap part over 100%: the heap parts count what the allocator holds, touched or \
+             not, and memory never touched (or given back) is not resident.",
+            "The negative \"not resident\" line takes away the 115343360 bytes of the four heap \
+             parts that the allocator's mappings do not hold resident (blocks or free memory \
+             never touched, or given back to the system), so that the lines add up.",
+        ]
+    );
+    // Another allocator than glibc's: nothing is taken away, and the parts add up to more.
+    let other = MemoryParts {
+        heap_rounding: None,
+        allocator_free: None,
+        ..untouched
+    };
+    assert_eq!(
+        notes_of(&other, "other"),
+        [
+            legend,
+            "A heap part over 100%: the heap parts count what the allocator holds, touched or \
+             not, and memory never touched (or given back) is not resident.",
+            "\"unaccounted\" is negative: the parts add up to 99614720 bytes more than the \
+             resident memory; with another allocator than glibc's, the live heap and memprof's \
+             tables count in full, blocks never touched (not resident) too.",
+        ]
+    );
+}

@@ -455,6 +455,13 @@ fn the_viewer_page_in_chromium() {
         assert!(dom.html.contains(expected), "no {expected} in {file}");
     }
     assert!(!dom.html.contains("data-points=\"0\""), "{file}");
+    // The thread filter lists each thread by its label: its name alone, no other has it.
+    for expected in [
+        "<option value=\"1\">main</option>",
+        "<option value=\"2\">worker</option>",
+    ] {
+        assert!(dom.html.contains(expected), "no {expected} in {file}");
+    }
     for (name, bytes) in [
         ("app::leaky", 2000),
         ("app::temp", 30),

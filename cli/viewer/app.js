@@ -362,7 +362,7 @@ function drawSummary() {
   const threadSelect = form.elements.thread;
   threadSelect.size = Math.min(4, Math.max(2, s.threads.length));
   for (const t of s.threads) {
-    threadSelect.append(el("option", { value: String(t.id), text: t.name ? `${t.id} ${t.name}` : String(t.id) }));
+    threadSelect.append(el("option", { value: String(t.id), text: t.label }));
   }
 }
 

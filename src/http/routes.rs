@@ -329,8 +329,7 @@ fn index() -> Response {
     let page = format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>memprof</title></head>\n\
          <body>\n<h1>memprof</h1>\n\
-         <p>Live: {} blocks, {} bytes; peak {} bytes; allocated over the run: {} blocks, {} bytes. \
-         {sampling}.</p>\n\
+         <p>{stats}. {sampling}.</p>\n\
          <h2>pprof (<code>go tool pprof URL</code>, continuous-profiling scrapers)</h2>\n<ul>\n\
          <li><a href=\"/debug/pprof/heap\">/debug/pprof/heap</a>: the heap profile \
          (<code>inuse_space</code> by default; <code>alloc_objects</code>, \
@@ -348,12 +347,7 @@ fn index() -> Response {
          <li><a href=\"/debug/memprof/objects\">objects</a>: live objects per type</li>\n\
          <li><a href=\"/debug/memprof/memory\">memory</a>: resident memory by what holds it \
          (the heap, the allocator's rounding and free memory, memprof, stacks, code)</li>\n\
-         </ul>\n</body></html>\n",
-        stats.live_blocks,
-        stats.live_bytes,
-        stats.peak_bytes,
-        stats.total_blocks,
-        stats.total_bytes
+         </ul>\n</body></html>\n"
     );
     Response {
         status: 200,

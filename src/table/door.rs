@@ -139,6 +139,7 @@ impl Locked<'_> {
             stats.live_bytes = bytes.round() as u64;
         }
         stats.peak_bytes = self.table.peak.counter.peak_bytes().max(stats.live_bytes);
+        stats.peak_exact = self.table.tracks_peak();
         stats
     }
 }

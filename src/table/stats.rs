@@ -17,8 +17,12 @@ pub struct HeapStats {
     /// The most bytes that were live at once: exact when the peak is tracked (`MEMPROF_PEAK=1`,
     /// [`MemProf::track_peak`](crate::MemProf::track_peak)), otherwise counted from per-thread
     /// batches of allocations: never more than the true peak, and short of it by less than
-    /// 64 KiB per thread that recorded.
+    /// 64 KiB per thread that recorded. [`HeapStats::peak_exact`] says which.
     pub peak_bytes: u64,
+    /// Whether [`HeapStats::peak_bytes`] is the exact peak; when not, it is a lower bound (and
+    /// the `Display` form prints it `peak ≥ N bytes`). Under sampling the peak is an estimate,
+    /// like the live figures, and this tells whether the estimate was tracked at every change.
+    pub peak_exact: bool,
     /// Blocks allocated over the whole run (a `realloc` counts as one).
     pub total_blocks: u64,
     /// Bytes allocated over the whole run.
@@ -34,6 +38,20 @@ impl HeapStats {
     /// allocate for as long: read it now and then (once a second, once a request), not in a loop.
     pub fn get() -> HeapStats {
         crate::table::TABLE.stats()
+    }
+}
+
+/// One line: `live: B blocks, N bytes; peak N bytes; allocated over the run: B blocks, N bytes`,
+/// with `peak ≥ N bytes` when the peak is a lower bound ([`HeapStats::peak_exact`]).
+impl std::fmt::Display for HeapStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bound = if self.peak_exact { "" } else { "≥ " };
+        write!(
+            f,
+            "live: {} blocks, {} bytes; peak {bound}{} bytes; allocated over the run: {} blocks, \
+             {} bytes",
+            self.live_blocks, self.live_bytes, self.peak_bytes, self.total_blocks, self.total_bytes
+        )
     }
 }
 

@@ -60,12 +60,13 @@ pub fn summary(state: &State) -> Value {
     let trace = &state.trace;
     let totals = &state.index.totals;
     let figures = figures(state);
-    let mut threads: Vec<(u32, &str)> = trace
+    let mut threads: Vec<(u32, u64, &str)> = trace
         .threads()
         .iter()
-        .map(|(&id, (_, name))| (id, name.as_str()))
+        .map(|(&id, (tid, name))| (id, *tid, name.as_str()))
         .collect();
     threads.sort_unstable();
+    let labels = thread_labels(&threads);
     let (listed, total) = markers(state, None, None, MARKERS_LISTED);
     let (sizes, lives) = bin_edges();
     json!({
@@ -74,7 +75,11 @@ pub fn summary(state: &State) -> Value {
         "duration_ns": totals.last_time,
         "sample_interval": trace.header().sample_interval,
         "estimated": totals.sample_interval != 0,
-        "threads": threads.iter().map(|(id, name)| json!({"id": id, "name": name})).collect::<Vec<_>>(),
+        "threads": threads
+            .iter()
+            .zip(&labels)
+            .map(|((id, tid, name), label)| json!({"id": id, "tid": tid, "name": name, "label": label}))
+            .collect::<Vec<_>>(),
         "markers": listed,
         "markers_total": total,
         "peak": {"time_ns": totals.peak_time, "bytes": figures.peak.0, "blocks": figures.peak.1},
@@ -127,4 +132,58 @@ pub fn traces(traces: &[&State]) -> Value {
         })
         .collect();
     json!({ "traces": list })
+}
+
+/// What the viewer shows for each thread of `threads` (`(number in the trace, system id, name)`):
+/// its name when no other thread has it; `app (tid 1234)` when several do, so that threads of one
+/// pool are told apart by the id the system gave them (the one `ps`, `top` and debuggers show);
+/// `tid 1234` for a thread without a name. Should two threads still read the same (a system id
+/// reused), the trace's number of the thread is added: `app (tid 1234, thread 7)`.
+fn thread_labels(threads: &[(u32, u64, &str)]) -> Vec<String> {
+    let count = |f: &dyn Fn(&(u32, u64, &str)) -> bool| threads.iter().filter(|t| f(t)).count();
+    threads
+        .iter()
+        .map(|&(id, tid, name)| {
+            let same_tid = count(&|t| t.2 == name && t.1 == tid) > 1;
+            match (name, same_tid) {
+                ("", false) => format!("tid {tid}"),
+                ("", true) => format!("tid {tid} (thread {id})"),
+                (name, _) if count(&|t| t.2 == name) == 1 => name.to_owned(),
+                (name, false) => format!("{name} (tid {tid})"),
+                (name, true) => format!("{name} (tid {tid}, thread {id})"),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_labels;
+
+    #[test]
+    fn threads_with_one_name_are_told_apart_by_their_system_id() {
+        let threads = [
+            (1, 100, "main"),
+            (2, 101, "app"),
+            (3, 102, "app"),
+            (4, 103, ""),
+            (5, 104, "io"),
+            (6, 104, "io"),
+            (7, 105, ""),
+            (8, 105, ""),
+        ];
+        assert_eq!(
+            thread_labels(&threads),
+            [
+                "main",
+                "app (tid 101)",
+                "app (tid 102)",
+                "tid 103",
+                "io (tid 104, thread 5)",
+                "io (tid 104, thread 6)",
+                "tid 105 (thread 7)",
+                "tid 105 (thread 8)",
+            ]
+        );
+    }
 }
