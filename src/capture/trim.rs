@@ -606,7 +606,7 @@ mod tests {
         // module of C alone.
         let shown: &'static Shown = Box::leak(Box::new(Shown {
             outside: true,
-            plain: vec![0x5000..0x6000],
+            plain: std::iter::once(0x5000..0x6000).collect(),
             ..Shown::from_functions(0x1000..0x1100, [])
         }));
         let walk = |returns: &[usize]| {
@@ -644,7 +644,7 @@ mod tests {
         let plain = plain_code(0);
         let own = plain_code as fn(usize) -> Vec<Range<usize>> as usize;
         assert!(!plain.iter().any(|r| r.contains(&own)), "{plain:x?}");
-        let libc = libc::malloc as usize;
+        let libc = libc::malloc as unsafe extern "C" fn(usize) -> *mut libc::c_void as usize;
         assert!(plain.iter().any(|r| r.contains(&libc)), "{plain:x?}");
     }
 
