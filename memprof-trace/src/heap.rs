@@ -1,13 +1,13 @@
 //! What a replay accumulates: the live blocks by address, the live bytes, and each stack's
 //! allocated totals (weighted under sampling as the live table weights them).
 
+use crate::addresses::AddressMap;
 use crate::ranges::RangeMap;
 use crate::records::ChunkFlags;
 use crate::replay::{Event, Timed};
-use std::collections::HashMap;
 
 /// A live block during a replay.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Block {
     /// Its size.
     pub size: u64,
@@ -53,6 +53,10 @@ impl std::hash::Hasher for AddressHasher {
         }
     }
 
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
+    }
+
     fn write_u64(&mut self, value: u64) {
         self.0 = (self.0 ^ value)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -61,7 +65,7 @@ impl std::hash::Hasher for AddressHasher {
 }
 
 /// Live blocks by address.
-pub type LiveBlocks = HashMap<u64, Block, std::hash::BuildHasherDefault<AddressHasher>>;
+pub type LiveBlocks = AddressMap<Block>;
 
 /// The state of a replay: live blocks and per-stack totals allocated so far.
 #[derive(Clone, Debug, Default)]
@@ -111,6 +115,18 @@ impl Heap {
         }
     }
 
+    /// Reads the table slots of the blocks that `events` allocate and free, together, before
+    /// they are applied one by one: their cache misses overlap.
+    pub(crate) fn touch(&self, events: &[Timed]) {
+        let mut read = 0;
+        for timed in events {
+            if let Event::Alloc { address, .. } | Event::Free { address, .. } = timed.event {
+                read ^= self.live.touch(address);
+            }
+        }
+        std::hint::black_box(read);
+    }
+
     /// Applies one event. Returns the block it ends: for a free, the freed block when it was
     /// live; for an allocation, the live block at its address whose free went unseen.
     pub(crate) fn apply(&mut self, timed: &Timed) -> Option<Block> {
@@ -151,7 +167,7 @@ impl Heap {
                 replaced
             }
             Event::Free { address, .. } => {
-                let block = self.live.remove(&address)?;
+                let block = self.live.remove(address)?;
                 self.live_bytes -= block.size;
                 Some(block)
             }

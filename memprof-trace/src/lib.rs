@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod addresses;
 mod decode;
 mod encode;
 mod follow;
@@ -58,6 +59,7 @@ mod visit;
 #[cfg(test)]
 mod tests;
 
+pub use addresses::AddressMap;
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use follow::{FOLLOW_SLACK_NS, Follow, Followed};

@@ -3,10 +3,11 @@
 //! [`Visitor`]. The summary, the viewer's index and scans, the exports at a moment and the
 //! replays to a moment are visitors of this loop; none walks the events on its own.
 
-use crate::heap::{Block, Heap, Mapping};
+use crate::heap::{AddressHasher, Block, Heap, Mapping};
 use crate::moment::{Moment, Position};
 use crate::replay::{Event, Timed, Trace, TraceError};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
 
 /// What a replay has accumulated so far, as each [`Visitor`] call sees it.
@@ -19,7 +20,7 @@ pub struct Accumulated {
     /// Time of the last event applied, in ns since the trace started.
     pub time: u64,
     /// Each thread's last allocation, until that thread frees anything or allocates again.
-    last_alloc: HashMap<u32, u64>,
+    last_alloc: HashMap<u32, u64, BuildHasherDefault<AddressHasher>>,
 }
 
 /// What a replay tells about each event. Every method has a default that does nothing, so a
@@ -157,7 +158,15 @@ impl Trace {
         progress: &mut dyn FnMut(u64),
     ) -> Result<Accumulated, TraceError> {
         let mut state = Accumulated::start(self);
-        self.for_each_event(&mut |timed| state.apply(timed, visitor), progress)?;
+        self.for_each_event(
+            &mut |batch| {
+                state.heap.touch(batch);
+                batch
+                    .iter()
+                    .try_for_each(|timed| state.apply(timed, visitor))
+            },
+            progress,
+        )?;
         Ok(state)
     }
 
