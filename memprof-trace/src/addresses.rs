@@ -244,3 +244,169 @@ impl<V> IntoIterator for AddressMap<V> {
             .chain(self.slots.into_iter().filter(held))
     }
 }
+
+/// Hashes block addresses: one multiplication (Fibonacci hashing), enough for addresses, which
+/// the table's own order makes neither adversarial nor clustered in the high bits once mixed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0 ^ value)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AddressMap;
+    use std::collections::HashMap;
+
+    /// A small generator of test cases (SplitMix64).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            super::mix(self.0)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Every entry of `model` is found in `map` with its value, and nothing else is there.
+    fn check(map: &AddressMap<(u64, u32)>, model: &HashMap<u64, (u64, u32)>) {
+        assert_eq!(map.len(), model.len());
+        assert_eq!(map.is_empty(), model.is_empty());
+        for (&key, value) in model {
+            assert_eq!(map.get(key), Some(value), "key {key:#x}");
+        }
+        let mut seen: Vec<(u64, (u64, u32))> = map.iter().map(|(&k, &v)| (k, v)).collect();
+        let mut expected: Vec<(u64, (u64, u32))> = model.iter().map(|(&k, &v)| (k, v)).collect();
+        seen.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(seen, expected);
+    }
+
+    /// Random insertions (new keys and replacements), removals (held keys and absent ones) and
+    /// lookups give what a `HashMap` gives, while the table grows from empty to tens of
+    /// thousands of entries and shrinks back: keys drawn from ranges of several widths (a few
+    /// hundred addresses, so that keys come back and probes run into each other; blocks packed
+    /// 16 bytes apart; any 64-bit value), 0 and `u64::MAX` among them.
+    #[test]
+    fn behaves_as_a_hash_map_under_random_operations() {
+        for (seed, keys) in [(1u64, 300u64), (2, 1 << 16), (3, u64::MAX), (4, 40_000)] {
+            let mut rng = Rng(seed);
+            let mut map = AddressMap::new();
+            let mut model = HashMap::new();
+            let key = |rng: &mut Rng| match rng.below(50) {
+                0 => 0,
+                1 => u64::MAX,
+                _ if keys == u64::MAX => rng.next(),
+                _ => 0x5555_0000_0000 + 16 * rng.below(keys),
+            };
+            for step in 0..120_000u64 {
+                // Mostly insertions for the first half, mostly removals after.
+                let insert = rng.below(100) < if step < 60_000 { 65 } else { 35 };
+                let k = key(&mut rng);
+                if insert {
+                    let value = (rng.next(), step as u32);
+                    assert_eq!(
+                        map.insert(k, value),
+                        model.insert(k, value),
+                        "insert {k:#x}"
+                    );
+                } else if rng.below(3) == 0 || model.is_empty() {
+                    // A key that may be absent.
+                    assert_eq!(map.remove(k), model.remove(&k), "remove {k:#x}");
+                } else {
+                    // A held key: the first of a few tried that is held.
+                    let k = (0..8)
+                        .map(|_| key(&mut rng))
+                        .find(|k| model.contains_key(k))
+                        .unwrap_or(k);
+                    assert_eq!(map.remove(k), model.remove(&k), "remove {k:#x}");
+                }
+                assert_eq!(map.get(k), model.get(&k));
+                assert_eq!(map.contains_key(k), model.contains_key(&k));
+                if step % 10_000 == 0 {
+                    check(&map, &model);
+                }
+            }
+            check(&map, &model);
+            let mut drained: Vec<(u64, (u64, u32))> = map.clone().into_iter().collect();
+            drained.sort_unstable();
+            let mut expected: Vec<(u64, (u64, u32))> = model.clone().into_iter().collect();
+            expected.sort_unstable();
+            assert_eq!(drained, expected);
+            map.clear();
+            model.clear();
+            check(&map, &model);
+        }
+    }
+
+    /// Keys that share a home slot make one run; removing any of them, first, middle or last,
+    /// leaves the others found (the backward shift keeps each reachable from its home), also
+    /// when the run wraps past the table's last slot.
+    #[test]
+    fn removals_keep_colliding_keys_reachable() {
+        let mut map: AddressMap<(u64, u32)> = AddressMap::new();
+        map.insert(1, (1, 1));
+        let slots = map.slots.len();
+        // Keys whose home is the last slot or the one before it, so that runs wrap.
+        let mut keys = Vec::new();
+        let mut k = 2u64;
+        while keys.len() < 12 {
+            if map.home(k) >= slots - 2 {
+                keys.push(k);
+            }
+            k += 1;
+        }
+        for order in [[0usize, 5, 11, 3], [11, 10, 0, 6], [4, 4, 7, 1]] {
+            let mut map = map.clone();
+            let mut model: HashMap<u64, (u64, u32)> = HashMap::from([(1, (1, 1))]);
+            for (i, &k) in keys.iter().enumerate() {
+                map.insert(k, (k, i as u32));
+                model.insert(k, (k, i as u32));
+            }
+            assert_eq!(map.slots.len(), slots, "no growth within the test");
+            for at in order {
+                assert_eq!(map.remove(keys[at]), model.remove(&keys[at]));
+                check(&map, &model);
+            }
+        }
+    }
+
+    /// A value at address 0, which cannot be a slot's key, is held apart and counted.
+    #[test]
+    fn address_zero_is_a_key() {
+        let mut map: AddressMap<(u64, u32)> = AddressMap::new();
+        assert_eq!(map.get(0), None);
+        assert_eq!(map.insert(0, (5, 5)), None);
+        assert_eq!(map.insert(0, (6, 6)), Some((5, 5)));
+        assert_eq!(map.insert(16, (7, 7)), None);
+        assert_eq!(map.len(), 2);
+        assert_eq!(map.get(0), Some(&(6, 6)));
+        assert_eq!(map.remove(0), Some((6, 6)));
+        assert_eq!(map.remove(0), None);
+        assert_eq!(map.len(), 1);
+        assert_eq!(map.values().copied().collect::<Vec<_>>(), vec![(7, 7)]);
+    }
+}

@@ -37,33 +37,6 @@ pub struct Mapping {
     pub time: u64,
 }
 
-/// Hashes block addresses: one multiplication (Fibonacci hashing), enough for addresses, which
-/// the table's own order makes neither adversarial nor clustered in the high bits once mixed.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u32(&mut self, value: u32) {
-        self.write_u64(u64::from(value));
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0 ^ value)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(26);
-    }
-}
-
 /// Live blocks by address.
 pub type LiveBlocks = AddressMap<Block>;
 
@@ -181,6 +154,7 @@ impl Heap {
 /// every `interval` bytes on average (0: every allocation recorded): `1/p` blocks and `size/p`
 /// bytes, `p = 1 - exp(-size/interval)`, as the trace header's `sample_interval` specifies and as
 /// the live table weighs its own samples.
+#[inline]
 pub fn weight(size: u64, interval: u64) -> (f64, f64) {
     let p = if interval == 0 {
         1.0

@@ -59,11 +59,11 @@ mod visit;
 #[cfg(test)]
 mod tests;
 
-pub use addresses::AddressMap;
+pub use addresses::{AddressHasher, AddressMap};
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use follow::{FOLLOW_SLACK_NS, Follow, Followed};
-pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping, weight};
+pub use heap::{Block, Heap, LiveBlocks, Mapping, weight};
 pub use moment::{Moment, Position};
 pub use ranges::RangeMap;
 pub use records::{

@@ -7,6 +7,7 @@
 //! asked. The merge feeds one loop, [`Trace::visit`], which applies each event to the live heap
 //! and tells a visitor what it means.
 
+use crate::addresses::AddressHasher;
 use crate::decode::Reader;
 use crate::records::{
     ChunkFlags, Error, ErrorKind, Header, MemoryParts, ModuleEntry, Record, SymbolFrame, flags,
@@ -14,6 +15,7 @@ use crate::records::{
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
+use std::hash::BuildHasherDefault;
 use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -106,7 +108,7 @@ pub struct Trace {
     header: Header,
     chunks: Vec<ChunkInfo>,
     /// The trace's stack ids, densely renumbered in order of definition.
-    ids: HashMap<u32, u32>,
+    ids: HashMap<u32, u32, BuildHasherDefault<AddressHasher>>,
     stacks: Vec<Vec<u64>>,
     labels: HashMap<u32, String>,
     /// Label sets by the trace's id (version 1.2).
@@ -181,7 +183,7 @@ impl Trace {
             header_len,
             header: reader.header().clone(),
             chunks: Vec::new(),
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             stacks: Vec::new(),
             labels: HashMap::new(),
             label_sets: HashMap::new(),
@@ -571,8 +573,16 @@ impl Trace {
         events.reserve((chunk.header.events as usize).min(chunk.payload.len()));
         let thread = info.thread;
         let stack = |id: u32| self.ids.get(&id).copied().unwrap_or(u32::MAX);
-        for record in chunk.records() {
-            match record? {
+        let mut records = chunk.records();
+        loop {
+            let record = match records.next_event() {
+                Some(record) => record?,
+                None => match records.next() {
+                    Some(record) => record?,
+                    None => break,
+                },
+            };
+            match record {
                 Record::Alloc {
                     time,
                     address,
