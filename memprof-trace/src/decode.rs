@@ -363,15 +363,16 @@ pub struct Records<'a> {
     flags: Option<FlagList>,
 }
 
-impl<'a> Records<'a> {
-    fn after(&mut self, dt: u64, column: &Cursor<'_>) -> Result<u64, Error> {
-        self.time = self
-            .time
-            .checked_add(dt)
-            .ok_or_else(|| column.error("time past 2^64 ns"))?;
-        Ok(self.time)
-    }
+/// `time` moved on by `dt`.
+#[inline]
+fn after(time: &mut u64, dt: u64, column: &Cursor<'_>) -> Result<u64, Error> {
+    *time = time
+        .checked_add(dt)
+        .ok_or_else(|| column.error("time past 2^64 ns"))?;
+    Ok(*time)
+}
 
+impl<'a> Records<'a> {
     fn address(model: &mut Model, column: &mut Cursor<'_>) -> Result<u64, Error> {
         let code = column.varint()?;
         let list = &mut model.addresses;
@@ -422,9 +423,9 @@ impl<'a> Records<'a> {
             .ok_or_else(|| body.error("time past 2^64 ns"))
     }
 
-    /// glibc's flags of the next allocation of the `EVENTS` record being read.
-    fn next_flags(&mut self) -> Option<ChunkFlags> {
-        let list = self.flags.as_mut()?;
+    /// glibc's flags of the next allocation of the `EVENTS` record being read (`flags`).
+    fn next_flags(flags: &mut Option<FlagList>) -> Option<ChunkFlags> {
+        let list = flags.as_mut()?;
         let at = list.seen;
         list.seen += 1;
         let code = match list.exceptions.get(list.next) {
@@ -437,26 +438,31 @@ impl<'a> Records<'a> {
         ChunkFlags::from_code(u64::from(code))
     }
 
-    /// The next event of the `EVENTS` record being read.
-    fn event(&mut self, mut columns: [Cursor<'a>; 4]) -> Result<(Record, [Cursor<'a>; 4]), Error> {
-        let [heads, addresses, stacks, sizes] = &mut columns;
+    /// The next event of the `EVENTS` record being read, whose columns are `columns`.
+    #[inline]
+    fn event(
+        columns: &mut [Cursor<'a>; 4],
+        time: &mut u64,
+        model: &mut Model,
+        flags: &mut Option<FlagList>,
+    ) -> Result<Record, Error> {
+        let [heads, addresses, stacks, sizes] = columns;
         let head = heads.varint()?;
-        let time = self.after(head >> 2, heads)?;
-        let model = &mut self.model;
+        let at = after(time, head >> 2, heads)?;
         let record = match head & 3 {
             class::ALLOC => {
                 let address = Self::address(model, addresses)?;
                 let (stack, size) = Self::stack_and_size(model, stacks, sizes)?;
                 Record::Alloc {
-                    time,
+                    time: at,
                     address,
                     size,
                     stack,
-                    flags: self.next_flags(),
+                    flags: Self::next_flags(flags),
                 }
             }
             class::FREE => Record::Free {
-                time,
+                time: at,
                 address: Self::address(model, addresses)?,
             },
             class::REALLOC => {
@@ -464,26 +470,49 @@ impl<'a> Records<'a> {
                 let old_address = Self::address(model, addresses)?;
                 let address = Self::address(model, addresses)?;
                 let (stack, size) = Self::stack_and_size(model, stacks, sizes)?;
-                let new_time = self.after(later, heads)?;
+                let new_time = after(time, later, heads)?;
                 Record::Realloc {
-                    time,
+                    time: at,
                     new_time,
                     old_address,
                     address,
                     size,
                     stack,
-                    flags: self.next_flags(),
+                    flags: Self::next_flags(flags),
                 }
             }
             _ => {
                 let label = heads.varint()?;
                 Record::Mark {
-                    time,
+                    time: at,
                     label: u32::try_from(label).map_err(|_| heads.error("label id above 2^32"))?,
                 }
             }
         };
-        Ok((record, columns))
+        Ok(record)
+    }
+
+    /// The next event of the `EVENTS` record being read, when it has any left: what
+    /// [`Iterator::next`] gives then, without the general path's framing.
+    #[inline]
+    pub(crate) fn next_event(&mut self) -> Option<Result<Record, Error>> {
+        if self.failed {
+            return None;
+        }
+        let (left, columns) = self.block.as_mut()?;
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        match Self::event(columns, &mut self.time, &mut self.model, &mut self.flags) {
+            Ok(record) => Some(Ok(record)),
+            Err(mut error) => {
+                self.block = None;
+                self.failed = true;
+                error.offset = self.chunk;
+                Some(Err(error))
+            }
+        }
     }
 
     /// The next record; a `BLOCK_FLAGS` record is kept for the events it describes.
@@ -500,15 +529,21 @@ impl<'a> Records<'a> {
 
     /// The next record, a `BLOCK_FLAGS` one as `Record::Unknown`.
     fn read(&mut self) -> Result<Option<Record>, Error> {
-        if let Some((left, columns)) = self.block.take() {
-            if left > 0 {
-                let (record, columns) = self.event(columns)?;
-                self.block = Some((left - 1, columns));
-                return Ok(Some(record));
+        if let Some((left, columns)) = &mut self.block {
+            if *left > 0 {
+                *left -= 1;
+                let record = Self::event(columns, &mut self.time, &mut self.model, &mut self.flags);
+                if record.is_err() {
+                    self.block = None;
+                }
+                return record.map(Some);
             }
             if let Some(column) = columns.iter().find(|c| !c.is_empty()) {
-                return Err(column.error("bytes left in a column after the events"));
+                let error = column.error("bytes left in a column after the events");
+                self.block = None;
+                return Err(error);
             }
+            self.block = None;
             self.flags = None;
         }
         if self.cursor.is_empty() {

@@ -1,13 +1,13 @@
 //! What a replay accumulates: the live blocks by address, the live bytes, and each stack's
 //! allocated totals (weighted under sampling as the live table weights them).
 
+use crate::addresses::AddressMap;
 use crate::ranges::RangeMap;
 use crate::records::ChunkFlags;
 use crate::replay::{Event, Timed};
-use std::collections::HashMap;
 
 /// A live block during a replay.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Block {
     /// Its size.
     pub size: u64,
@@ -37,31 +37,8 @@ pub struct Mapping {
     pub time: u64,
 }
 
-/// Hashes block addresses: one multiplication (Fibonacci hashing), enough for addresses, which
-/// the table's own order makes neither adversarial nor clustered in the high bits once mixed.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0 ^ value)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(26);
-    }
-}
-
 /// Live blocks by address.
-pub type LiveBlocks = HashMap<u64, Block, std::hash::BuildHasherDefault<AddressHasher>>;
+pub type LiveBlocks = AddressMap<Block>;
 
 /// The state of a replay: live blocks and per-stack totals allocated so far.
 #[derive(Clone, Debug, Default)]
@@ -111,6 +88,18 @@ impl Heap {
         }
     }
 
+    /// Reads the table slots of the blocks that `events` allocate and free, together, before
+    /// they are applied one by one: their cache misses overlap.
+    pub(crate) fn touch(&self, events: &[Timed]) {
+        let mut read = 0;
+        for timed in events {
+            if let Event::Alloc { address, .. } | Event::Free { address, .. } = timed.event {
+                read ^= self.live.touch(address);
+            }
+        }
+        std::hint::black_box(read);
+    }
+
     /// Applies one event. Returns the block it ends: for a free, the freed block when it was
     /// live; for an allocation, the live block at its address whose free went unseen.
     pub(crate) fn apply(&mut self, timed: &Timed) -> Option<Block> {
@@ -151,7 +140,7 @@ impl Heap {
                 replaced
             }
             Event::Free { address, .. } => {
-                let block = self.live.remove(&address)?;
+                let block = self.live.remove(address)?;
                 self.live_bytes -= block.size;
                 Some(block)
             }
@@ -165,6 +154,7 @@ impl Heap {
 /// every `interval` bytes on average (0: every allocation recorded): `1/p` blocks and `size/p`
 /// bytes, `p = 1 - exp(-size/interval)`, as the trace header's `sample_interval` specifies and as
 /// the live table weighs its own samples.
+#[inline]
 pub fn weight(size: u64, interval: u64) -> (f64, f64) {
     let p = if interval == 0 {
         1.0

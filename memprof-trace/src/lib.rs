@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod addresses;
 mod decode;
 mod encode;
 mod follow;
@@ -58,10 +59,11 @@ mod visit;
 #[cfg(test)]
 mod tests;
 
+pub use addresses::{AddressHasher, AddressMap};
 pub use decode::{Chunk, Reader, Records};
 pub use encode::{ChunkEncoder, Compressor};
 pub use follow::{FOLLOW_SLACK_NS, Follow, Followed};
-pub use heap::{AddressHasher, Block, Heap, LiveBlocks, Mapping, weight};
+pub use heap::{Block, Heap, LiveBlocks, Mapping, weight};
 pub use moment::{Moment, Position};
 pub use ranges::RangeMap;
 pub use records::{

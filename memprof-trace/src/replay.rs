@@ -7,6 +7,7 @@
 //! asked. The merge feeds one loop, [`Trace::visit`], which applies each event to the live heap
 //! and tells a visitor what it means.
 
+use crate::addresses::AddressHasher;
 use crate::decode::Reader;
 use crate::records::{
     ChunkFlags, Error, ErrorKind, Header, MemoryParts, ModuleEntry, Record, SymbolFrame, flags,
@@ -14,6 +15,7 @@ use crate::records::{
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
+use std::hash::BuildHasherDefault;
 use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -70,6 +72,10 @@ pub enum Event {
     },
 }
 
+/// Events handed to a replay's loop at once, at most: the live heap loads their blocks' slots
+/// together before applying them ([`Trace::for_each_event`]).
+pub(crate) const BATCH: usize = 16;
+
 /// An event with when and where it happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timed {
@@ -102,7 +108,7 @@ pub struct Trace {
     header: Header,
     chunks: Vec<ChunkInfo>,
     /// The trace's stack ids, densely renumbered in order of definition.
-    ids: HashMap<u32, u32>,
+    ids: HashMap<u32, u32, BuildHasherDefault<AddressHasher>>,
     stacks: Vec<Vec<u64>>,
     labels: HashMap<u32, String>,
     /// Label sets by the trace's id (version 1.2).
@@ -177,7 +183,7 @@ impl Trace {
             header_len,
             header: reader.header().clone(),
             chunks: Vec::new(),
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             stacks: Vec::new(),
             labels: HashMap::new(),
             label_sets: HashMap::new(),
@@ -458,10 +464,12 @@ impl Trace {
     }
 
     /// Calls `visit` with every event in time order (merged across threads; at equal times in
-    /// file order) until it breaks; `progress(events_done)` every few thousand events.
+    /// file order), a few at a time ([`BATCH`] at most), until it breaks; `progress(events_done)`
+    /// every few thousand events. A batch ends before each chunk is opened, so that a replay
+    /// that breaks reads no chunk past the one it stopped in, as one event at a time would.
     pub(crate) fn for_each_event(
         &self,
-        visit: &mut dyn FnMut(&Timed) -> ControlFlow<()>,
+        visit: &mut dyn FnMut(&[Timed]) -> ControlFlow<()>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(), TraceError> {
         let fail = |error: Error| TraceError {
@@ -471,17 +479,29 @@ impl Trace {
         let mut file = File::open(&self.path).map_err(|e| fail(error_at(0, ErrorKind::Io(e))))?;
         // Decoded chunks being merged, and a heap of their next events.
         let mut open: Vec<Option<(Vec<Timed>, usize)>> = Vec::new();
+        // The event lists of chunks read to their end, to decode the next ones into.
+        let mut spare: Vec<Vec<Timed>> = Vec::new();
         let mut heap: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+        let mut batch: Vec<Timed> = Vec::with_capacity(BATCH);
         let mut next = 0;
         let mut done = 0u64;
         loop {
-            // Open every chunk that starts at or before the earliest pending event.
+            // Open every chunk that starts at or before the earliest pending event, the events
+            // taken so far visited first.
             while next < self.chunks.len()
                 && heap
                     .peek()
                     .is_none_or(|Reverse((t, _))| self.chunks[next].first_time <= *t)
             {
-                let events = self.decode(&mut file, self.chunks[next]).map_err(fail)?;
+                if !batch.is_empty() {
+                    if visit(&batch).is_break() {
+                        return Ok(());
+                    }
+                    batch.clear();
+                }
+                let mut events = spare.pop().unwrap_or_default();
+                self.decode_into(&mut file, self.chunks[next], &mut events)
+                    .map_err(fail)?;
                 if let Some(first) = events.first() {
                     heap.push(Reverse((first.time, open.len())));
                     open.push(Some((events, 0)));
@@ -491,28 +511,51 @@ impl Trace {
                 next += 1;
             }
             let Some(Reverse((_, slot))) = heap.pop() else {
-                return Ok(());
+                return match batch.is_empty() {
+                    true => Ok(()),
+                    false => {
+                        let _ = visit(&batch);
+                        Ok(())
+                    }
+                };
             };
             let (events, at) = open[slot].as_mut().expect("a chunk in the heap is open");
-            let event = events[*at];
+            batch.push(events[*at]);
             *at += 1;
             if let Some(following) = events.get(*at) {
                 heap.push(Reverse((following.time, slot)));
-            } else {
-                open[slot] = None;
+            } else if let Some((events, _)) = open[slot].take() {
+                spare.push(events);
             }
             done += 1;
             if done.is_multiple_of(65536) {
                 progress(done);
             }
-            if visit(&event).is_break() {
-                return Ok(());
+            if batch.len() == BATCH {
+                if visit(&batch).is_break() {
+                    return Ok(());
+                }
+                batch.clear();
             }
         }
     }
 
     /// Decodes one event chunk into its events, a reallocation as a free and an allocation.
     pub(crate) fn decode(&self, file: &mut File, info: ChunkInfo) -> Result<Vec<Timed>, Error> {
+        let mut events = Vec::new();
+        self.decode_into(file, info, &mut events)?;
+        Ok(events)
+    }
+
+    /// Decodes one event chunk into `events` (cleared first), a reallocation as a free and an
+    /// allocation.
+    fn decode_into(
+        &self,
+        file: &mut File,
+        info: ChunkInfo,
+        events: &mut Vec<Timed>,
+    ) -> Result<(), Error> {
+        events.clear();
         file.seek(SeekFrom::Start(info.offset))
             .map_err(|e| error_at(info.offset, ErrorKind::Io(e)))?;
         let shift = info.offset - self.header_len;
@@ -527,12 +570,19 @@ impl Trace {
         };
         chunk.offset = info.offset;
         // Each event takes at least a byte of payload: a damaged count asks for no more.
-        let mut events =
-            Vec::with_capacity((chunk.header.events as usize).min(chunk.payload.len()));
+        events.reserve((chunk.header.events as usize).min(chunk.payload.len()));
         let thread = info.thread;
         let stack = |id: u32| self.ids.get(&id).copied().unwrap_or(u32::MAX);
-        for record in chunk.records() {
-            match record? {
+        let mut records = chunk.records();
+        loop {
+            let record = match records.next_event() {
+                Some(record) => record?,
+                None => match records.next() {
+                    Some(record) => record?,
+                    None => break,
+                },
+            };
+            match record {
                 Record::Alloc {
                     time,
                     address,
@@ -633,7 +683,7 @@ impl Trace {
                 ),
             ));
         }
-        Ok(events)
+        Ok(())
     }
 }
 

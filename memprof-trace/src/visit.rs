@@ -3,10 +3,12 @@
 //! [`Visitor`]. The summary, the viewer's index and scans, the exports at a moment and the
 //! replays to a moment are visitors of this loop; none walks the events on its own.
 
+use crate::addresses::AddressHasher;
 use crate::heap::{Block, Heap, Mapping};
 use crate::moment::{Moment, Position};
 use crate::replay::{Event, Timed, Trace, TraceError};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
 
 /// What a replay has accumulated so far, as each [`Visitor`] call sees it.
@@ -19,7 +21,41 @@ pub struct Accumulated {
     /// Time of the last event applied, in ns since the trace started.
     pub time: u64,
     /// Each thread's last allocation, until that thread frees anything or allocates again.
-    last_alloc: HashMap<u32, u64>,
+    last_alloc: LastAlloc,
+}
+
+/// Each thread's last allocation: in a vector by thread number for the numbers below
+/// [`LastAlloc::DENSE`] (the format numbers threads from 1 up), in a map for any others.
+#[derive(Clone, Debug, Default)]
+struct LastAlloc {
+    dense: Vec<Option<u64>>,
+    sparse: HashMap<u32, u64, BuildHasherDefault<AddressHasher>>,
+}
+
+impl LastAlloc {
+    const DENSE: u32 = 1 << 16;
+
+    #[inline]
+    fn insert(&mut self, thread: u32, address: u64) {
+        if thread < Self::DENSE {
+            let at = thread as usize;
+            if self.dense.len() <= at {
+                self.dense.resize(at + 1, None);
+            }
+            self.dense[at] = Some(address);
+        } else {
+            self.sparse.insert(thread, address);
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, thread: u32) -> Option<u64> {
+        if thread < Self::DENSE {
+            self.dense.get_mut(thread as usize)?.take()
+        } else {
+            self.sparse.remove(&thread)
+        }
+    }
 }
 
 /// What a replay tells about each event. Every method has a default that does nothing, so a
@@ -122,7 +158,7 @@ impl Accumulated {
             }
             Event::Free { address, .. } => {
                 // Any free of the thread ends its candidate, as in heaptrack.
-                let temporary = self.last_alloc.remove(&timed.thread) == Some(address);
+                let temporary = self.last_alloc.remove(timed.thread) == Some(address);
                 visitor.free(timed, address, ended.as_ref(), temporary);
             }
             Event::Mark { label } => visitor.mark(timed, label),
@@ -157,7 +193,15 @@ impl Trace {
         progress: &mut dyn FnMut(u64),
     ) -> Result<Accumulated, TraceError> {
         let mut state = Accumulated::start(self);
-        self.for_each_event(&mut |timed| state.apply(timed, visitor), progress)?;
+        self.for_each_event(
+            &mut |batch| {
+                state.heap.touch(batch);
+                batch
+                    .iter()
+                    .try_for_each(|timed| state.apply(timed, visitor))
+            },
+            progress,
+        )?;
         Ok(state)
     }
 
