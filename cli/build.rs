@@ -85,7 +85,7 @@ fn main() {
 /// frames from its symbol table) with the cargo that runs this script, in a target directory of
 /// its own, `target/embedded-preload` in the workspace (a nested build in this build's own would
 /// wait for its lock), and copies
-/// it to `OUT_DIR/libmemprof_preload.so` for `include_bytes!`, with `MEMPROF_PRELOAD_HASH` (a
+/// it to `OUT_DIR/libmemprof_preload.so` for `include_bytes!`, with `OUT_DIR/preload_hash.txt` (a
 /// hash of its bytes, which names the copy `memprof run` writes to the user's cache). Without the
 /// feature the file is empty and the command looks for the library beside itself only.
 fn embedded_preload() {
@@ -101,7 +101,10 @@ fn embedded_preload() {
         hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
     }
     std::fs::write(&destination, &bytes).expect("OUT_DIR is writable");
-    println!("cargo::rustc-env=MEMPROF_PRELOAD_HASH={hash:016x}");
+    // A file, not a `rustc-env` variable: cargo also puts those in the environment of the tests
+    // it runs, where memprof would warn of an unknown `MEMPROF_` name.
+    std::fs::write(out.join("preload_hash.txt"), format!("{hash:016x}"))
+        .expect("OUT_DIR is writable");
 }
 
 /// The nested build of [`embedded_preload`]; its bytes.

@@ -204,10 +204,14 @@ pub(crate) fn alloc<S: Start>(
 
 /// Whether an allocation of `size` bytes is left out before anything else: under sampling most
 /// are not sampled, which the countdown tells. memprof's own allocations leave it alone, so they
-/// never take a sample from the program.
+/// never take a sample from the program. Without sampling, one load of the table's mode and no
+/// thread-local (each costs a call into the dynamic loader in the preloaded library).
 #[inline(always)]
 fn skip_alloc(size: usize) -> bool {
-    !guard::inside() && sampling::count_down_unsampled(size) && !scope_tap::any_open()
+    TABLE.sample_interval() != 0
+        && !guard::inside()
+        && sampling::count_down_unsampled(size)
+        && !scope_tap::any_open()
 }
 
 /// [`alloc`] past the fast check: the allocation may be recorded. Returns what the header of a

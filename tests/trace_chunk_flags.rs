@@ -94,7 +94,7 @@ fn main() {
     let end = trace.visit(&mut Nothing, &mut |_| {}).unwrap();
     for (address, flags, what) in &expected {
         let block =
-            end.heap.live.get(address).unwrap_or_else(|| {
+            end.heap.live.get(*address).unwrap_or_else(|| {
                 panic!("the block {what} at {address:#x} is not live in the trace")
             });
         assert_eq!(

@@ -61,7 +61,7 @@ fn the_trace_knows_each_blocks_mapping_and_arena() {
             _ => panic!("unexpected line {line:?}"),
         };
         *count += 1;
-        let block = end.heap.live.get(&address).unwrap_or_else(|| {
+        let block = end.heap.live.get(address).unwrap_or_else(|| {
             panic!("the {class} block at {address:#x} is not live in the trace")
         });
         assert_eq!(

@@ -130,7 +130,7 @@ fn the_programs_own_mappings_are_traced_with_their_stacks() {
     // glibc's own mapping of the large block is not the program's mapping; the block itself is
     // a recorded heap block.
     assert!(end.heap.mappings.get(big).is_none());
-    assert!(end.heap.live.get(&big).is_some_and(|b| b.size == 1 << 20));
+    assert!(end.heap.live.get(big).is_some_and(|b| b.size == 1 << 20));
 
     // Each mapping's stack names the C function that made it.
     let names = |stack: u32| -> Vec<String> {

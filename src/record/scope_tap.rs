@@ -60,10 +60,15 @@ thread_local! {
 /// allocator and records.
 pub(crate) static SEEN: AtomicBool = AtomicBool::new(false);
 
+/// Whether any thread ever opened a scope: until one does, [`any_open`] is one relaxed load of
+/// this, and no thread-local is reached (in the preloaded library every thread-local costs a
+/// call into the dynamic loader, `__tls_get_addr`).
+static EVER_OPENED: AtomicBool = AtomicBool::new(false);
+
 /// Whether the current thread has an open scope.
 #[inline]
 pub(crate) fn any_open() -> bool {
-    OPEN.try_with(Cell::get).unwrap_or(false)
+    EVER_OPENED.load(Ordering::Relaxed) && OPEN.try_with(Cell::get).unwrap_or(false)
 }
 
 /// Counts an allocation of this thread in its open scopes. Runs inside the guard.
@@ -124,6 +129,9 @@ pub(crate) fn open(id: u64) {
             live: HashMap::new(),
         })
     });
+    // Before the thread's own flag: a thread that sees its flag set has seen this too (the same
+    // thread set both), so its next allocation is counted.
+    EVER_OPENED.store(true, Ordering::Relaxed);
     OPEN.set(true);
 }
 

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmemprof_preload.so"));
 
 /// A hash of [`LIBRARY`], from the build script.
-const HASH: &str = env!("MEMPROF_PRELOAD_HASH");
+const HASH: &str = include_str!(concat!(env!("OUT_DIR"), "/preload_hash.txt"));
 
 /// The carried library, in the user's cache: `None` when the command carries none (built
 /// without the feature); an error names the path that could not be used.
