@@ -129,7 +129,13 @@ fn build_preload() -> Vec<u8> {
     let target = workspace.join("target").join("embedded-preload");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = std::process::Command::new(cargo)
-        .args(["build", "--release", "-p", "memprof-preload", "--manifest-path"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "memprof-preload",
+            "--manifest-path",
+        ])
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(&target)

@@ -73,8 +73,16 @@ fn the_carried_library_is_written_to_the_cache_and_kept_intact() {
 
     // Intact: used as it is.
     let again = run(&memprof, &home, &dir);
-    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
-    assert_eq!(std::fs::metadata(&library).unwrap().ino(), inode, "rewritten");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        std::fs::metadata(&library).unwrap().ino(),
+        inode,
+        "rewritten"
+    );
 
     // Other bytes of the same length: replaced.
     let mut other = bytes.clone();
@@ -82,7 +90,11 @@ fn the_carried_library_is_written_to_the_cache_and_kept_intact() {
     other[last] ^= 0xff;
     std::fs::write(&library, &other).unwrap();
     let fixed = run(&memprof, &home, &dir);
-    assert!(fixed.status.success(), "{}", String::from_utf8_lossy(&fixed.stderr));
+    assert!(
+        fixed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fixed.stderr)
+    );
     assert_eq!(std::fs::read(&library).unwrap(), bytes);
 
     // A link planted at the name: replaced by a file, its target untouched.

@@ -34,7 +34,11 @@ pub fn library() -> Option<Result<PathBuf, String>> {
     };
     let dir = cache.join("memprof");
     let path = dir.join(format!("libmemprof_preload-{HASH}.so"));
-    Some(install(&dir, &path).map(|()| path.clone()).map_err(|e| format!("{}: {e}", path.display())))
+    Some(
+        install(&dir, &path)
+            .map(|()| path.clone())
+            .map_err(|e| format!("{}: {e}", path.display())),
+    )
 }
 
 /// `$XDG_CACHE_HOME` when absolute, else `$HOME/.cache`.
