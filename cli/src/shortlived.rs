@@ -121,7 +121,7 @@ pub fn report(
         per_stack: vec![(0.0, 0.0); trace.stacks().len()],
         recorded: 0,
     };
-    let progress = crate::bar(position.events, "counting");
+    let progress = crate::common::bar(position.events, "counting");
     trace.visit(&mut counting, &mut |done| progress.set_position(done))?;
     progress.finish_and_clear();
     let labels = trace.stack_label_sets();
