@@ -275,7 +275,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         summary["totals"],
         json!({"allocations": 5, "reallocs": 0, "frees": 4, "allocated_bytes": 7030,
-               "temporary": 2, "mappings": 0})
+               "temporary": 2, "short_lived": 3, "short_lived_ns": 1_000_000, "mappings": 0})
     );
     let bucket = summary["bucket_ns"].as_u64().unwrap();
     assert!(bucket > 0 && 2_000_700 / bucket >= 100, "{summary}");

@@ -138,6 +138,16 @@ fn viewer_sites_sorted_by_short_lived_put_the_churn_first() {
     };
     let churn = |n: u64| ("app::churn".to_owned(), n, n * 64);
     let keep = ("app::keep".to_owned(), 0, 0);
+    let totals = &server.json("/api/summary")["totals"];
+    assert_eq!(
+        (
+            &totals["temporary"],
+            &totals["short_lived"],
+            &totals["short_lived_ns"]
+        ),
+        (&0.into(), &1000.into(), &1_000_000.into()),
+        "{totals}"
+    );
     // The default order, by bytes allocated: the kept blocks first.
     assert_eq!(sites(""), [keep.clone(), churn(1000)]);
     // Heaptrack's rule: none of them temporary.

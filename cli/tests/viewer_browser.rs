@@ -1494,6 +1494,13 @@ fn the_viewer_sorts_sites_by_short_lived_allocations() {
         "{}",
         dom.file.display()
     );
+    // The summary line: heaptrack's temporary count beside the short-lived one.
+    assert!(
+        dom.html
+            .contains("0 temporary, 1,000 short-lived (freed within 1.0 ms)"),
+        "{}",
+        dom.file.display()
+    );
 
     let dom = dump_dom(
         chromium,

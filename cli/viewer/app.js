@@ -326,7 +326,7 @@ function drawSummary() {
     el("span", { text: `${fmtCount(s.events)} events over ${fmtDuration(s.duration_ns)}` }),
     el("span", { text: `peak ${estBytes(s.peak.bytes)} in ${estCount(s.peak.blocks)} blocks at ${fmtSeconds(s.peak.time_ns)}` }),
     el("span", { text: `at end ${estBytes(s.end.bytes)} in ${estCount(s.end.blocks)} blocks` }),
-    el("span", { text: `${estCount(s.totals.allocations)} allocations (${estBytes(s.totals.allocated_bytes)}), ${estCount(s.totals.frees)} frees, ${estCount(s.totals.temporary)} temporary` }),
+    el("span", { text: `${estCount(s.totals.allocations)} allocations (${estBytes(s.totals.allocated_bytes)}), ${estCount(s.totals.frees)} frees, ${estCount(s.totals.temporary)} temporary, ${estCount(s.totals.short_lived)} short-lived (freed within ${fmtDuration(s.totals.short_lived_ns)})` }),
     el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}` }),
   );
   if (s.estimated) {
