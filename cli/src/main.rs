@@ -49,9 +49,9 @@ enum Command {
         /// SECONDS since the trace started, `peak`, `end` or `marker:LABEL`.
         #[arg(long, default_value = "end")]
         at: Moment,
-        /// The groups' order and what they count: `bytes` (the live blocks, most bytes first),
-        /// `blocks` (the live blocks, most blocks first) or `short-lived` (the allocations made
-        /// and freed within --short-lived of each other up to the moment, most first).
+        /// What the groups count and their order: `bytes` (the live blocks, most bytes first)
+        /// or `short-lived` (the allocations made and freed within --short-lived of each other
+        /// up to the moment, most first).
         #[arg(long, value_enum, default_value_t = Sort::Bytes)]
         sort: Sort,
         /// With `--sort short-lived`: the longest lifetime of a short-lived allocation, with its
@@ -192,7 +192,6 @@ impl Default for ReportArgs {
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum Sort {
     Bytes,
-    Blocks,
     ShortLived,
 }
 

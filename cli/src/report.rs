@@ -7,7 +7,7 @@ use memprof::{Report, ReportOptions};
 use memprof_trace::{Moment, Trace};
 use std::io::Write;
 
-/// The report of the live heap at `at` in the order `sort` asks for, or of the short-lived
+/// The report of the live heap at `at`, or (`sort.0` short-lived) of the short-lived
 /// allocations (freed within `sort.1` ns) up to `at`, written to `out`.
 pub fn report(
     trace: &Trace,
@@ -19,14 +19,9 @@ pub fn report(
 ) -> Result<(), Failure> {
     let report_of = match sort.0 {
         Sort::ShortLived => crate::shortlived::report(trace, at, sort.1, options)?,
-        Sort::Bytes | Sort::Blocks => {
+        Sort::Bytes => {
             let (snapshot, _) = snapshot_at(trace, at)?;
-            let mut report_of =
-                Report::live(&snapshot, &mut crate::moment::resolver(trace), options);
-            if sort.0 == Sort::Blocks {
-                crate::shortlived::by_blocks(&mut report_of);
-            }
-            report_of
+            Report::live(&snapshot, &mut crate::moment::resolver(trace), options)
         }
     };
     written(match format {

@@ -158,20 +158,16 @@ pub fn report(
         })
         .collect();
     let mut report = Report::from_groups(groups, options.min_bytes);
-    by_blocks(&mut report);
-    report.sample_interval = interval;
-    report.samples = counting.recorded;
-    Ok(report)
-}
-
-/// Sorts a report's groups by blocks, then bytes (both descending), then context.
-pub fn by_blocks(report: &mut Report) {
+    // The most allocations first, then the most bytes, then by context.
     report.groups.sort_by(|a, b| {
         b.blocks
             .cmp(&a.blocks)
             .then(b.bytes.cmp(&a.bytes))
             .then_with(|| a.context.cmp(&b.context))
     });
+    report.sample_interval = interval;
+    report.samples = counting.recorded;
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -110,6 +110,11 @@ fn report_sorted_by_short_lived_puts_the_churn_first() {
         report(&["--sort", "short-lived", "--short-lived", "5us"]),
         "0\n"
     );
+    // Only the blocks allocated with a label, as every report: none has one here.
+    assert_eq!(
+        report(&["--sort", "short-lived", "--label", "phase=load"]),
+        "0\n"
+    );
     let markdown = stdout_of(&["report", trace, "--sort", "short-lived", "--min-bytes", "0"]);
     assert!(
         markdown.contains("| 1,000 | 64,000 | ` src/app.rs:30:5 in 'app::churn' ` |"),
