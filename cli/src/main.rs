@@ -16,6 +16,7 @@ mod receive;
 mod report;
 mod run;
 mod serve;
+mod shortlived;
 mod summary;
 mod symbolize;
 mod timeline;
@@ -48,6 +49,15 @@ enum Command {
         /// SECONDS since the trace started, `peak`, `end` or `marker:LABEL`.
         #[arg(long, default_value = "end")]
         at: Moment,
+        /// What the groups count and their order: `bytes` (the live blocks, most bytes first)
+        /// or `short-lived` (the allocations made and freed within --short-lived of each other
+        /// up to the moment, most first).
+        #[arg(long, value_enum, default_value_t = Sort::Bytes)]
+        sort: Sort,
+        /// With `--sort short-lived`: the longest lifetime of a short-lived allocation, with its
+        /// unit (`ns`, `us` or `µs`, `ms`, `s`).
+        #[arg(long, default_value = "1ms", value_parser = shortlived::parse)]
+        short_lived: u64,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -61,6 +71,10 @@ enum Command {
         /// Call sites listed per table.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// The longest lifetime of a short-lived allocation, with its unit (`ns`, `us` or `µs`,
+        /// `ms`, `s`).
+        #[arg(long, default_value = "1ms", value_parser = shortlived::parse)]
+        short_lived: u64,
     },
     /// Writes the heap at a moment in the format the output's name asks for.
     Convert {
@@ -174,6 +188,13 @@ impl Default for ReportArgs {
     }
 }
 
+/// `memprof report --sort`.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Sort {
+    Bytes,
+    ShortLived,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum Style {
     Md,
@@ -208,21 +229,39 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     match cli.command {
-        Command::Report { trace, at, report } => {
+        Command::Report {
+            trace,
+            at,
+            sort,
+            short_lived,
+            report,
+        } => {
             let path = trace;
             let trace = open(&path)?;
             let options = report_options(&trace, &report);
-            report::report(&trace, &at, report.format, &options, &mut out)?;
+            report::report(
+                &trace,
+                &at,
+                (sort, short_lived),
+                report.format,
+                &options,
+                &mut out,
+            )?;
             common::hint_symbolize(&trace, &path);
         }
-        Command::Summary { trace, depth, top } => {
+        Command::Summary {
+            trace,
+            depth,
+            top,
+            short_lived,
+        } => {
             let path = trace;
             let trace = open(&path)?;
             let mut options = report_options(&trace, &ReportArgs::default());
             if let Some(depth) = depth {
                 options = options.depth(depth);
             }
-            let summary = summary::Summary::of(&trace, &options, top, &bar)?;
+            let summary = summary::Summary::of(&trace, &options, top, short_lived, &bar)?;
             written(summary.write(&mut out))?;
             labels::write_label_sets(&trace, &mut out)?;
             common::hint_symbolize(&trace, &path);

@@ -41,6 +41,10 @@ pub struct RunOptions {
     /// the command carries, written to `~/.cache/memprof`).
     #[arg(long)]
     preload: Option<PathBuf>,
+    /// The summary's short-lived bound: allocations freed within this long of their allocation,
+    /// with its unit (`ns`, `us` or `µs`, `ms`, `s`).
+    #[arg(long, default_value = "1ms", value_parser = crate::shortlived::parse)]
+    short_lived: u64,
 }
 
 /// `memprof run`: the program with `MEMPROF_TRACE` (and the other options' variables) set, then
@@ -171,7 +175,7 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);
     // A trace that cannot be read is said, and the status stays the program's.
-    let message = match summarise(&found, own) {
+    let message = match summarise(&found, own, options.short_lived) {
         Ok(()) if own.is_some() => None,
         Ok(()) => Some(no_trace(&absolute, &pattern, start, program, pid, kind)),
         Err(Failure(why, _)) => Some(why),
@@ -180,14 +184,14 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
 }
 
 /// Writes to stderr the summary of `found[own]`, the program's trace, then a line for each other
-/// trace of `found`.
-fn summarise(found: &[traces::Found], own: Option<usize>) -> Result<(), Failure> {
+/// trace of `found`; `short_lived`: the summary's bound, ns.
+fn summarise(found: &[traces::Found], own: Option<usize>, short_lived: u64) -> Result<(), Failure> {
     let mut err = io::stderr().lock();
     let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
     if let Some(index) = own {
         let trace = open(&found[index].path)?;
         let options = report_options(&trace, &ReportArgs::default());
-        let summary = summary::Summary::of(&trace, &options, 10, &bar)?;
+        let summary = summary::Summary::of(&trace, &options, 10, short_lived, &bar)?;
         summary.write(&mut err).map_err(written)?;
     }
     let others: Vec<&traces::Found> = found

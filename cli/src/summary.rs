@@ -1,6 +1,7 @@
 //! `memprof summary`: what `heaptrack_print` answers first, from one replay of the whole trace
 //! and one to its peak: totals, the peak, what was leaked at the end, the call sites with the
-//! most allocations and the most temporary ones, the largest at the peak, and how long blocks
+//! most allocations, the most temporary ones and the most short-lived ones (freed within a
+//! bound of their allocation, `crate::shortlived`), the largest at the peak, and how long blocks
 //! lived; and when the trace has any (the preloaded library's), the program's own memory
 //! mappings: made over the run, live at the end, their peak, and the largest live at the end;
 //! and when the trace was closed by a memprof that measures it (trace format 1.2), where the
@@ -39,6 +40,8 @@ pub struct Site {
     pub bytes: u64,
     /// Allocations freed by their thread before it allocated or freed anything else.
     pub temporary: u64,
+    /// Allocations freed within the summary's short-lived bound of their allocation.
+    pub short_lived: u64,
     /// Bytes live at the peak.
     pub peak_bytes: u64,
     /// Blocks live at the peak.
@@ -68,6 +71,11 @@ pub struct Summary {
     bytes: u64,
     frees: u64,
     temporary: u64,
+    /// The short-lived bound (ns), and the allocations freed within it of their allocation.
+    short_lived_bound: u64,
+    short_lived: u64,
+    /// Per stack, the short-lived allocations: counted by the replay, read by [`Summary::of`].
+    short_lived_per_stack: Vec<u64>,
     markers: u64,
     peak_bytes: u64,
     peak_blocks: u64,
@@ -99,6 +107,8 @@ struct Counting<'a> {
     summary: &'a mut Summary,
     /// Per stack: allocations, bytes, temporary.
     per_stack: Vec<[f64; 3]>,
+    /// Per stack: allocations freed within the short-lived bound.
+    short_lived: Vec<f64>,
     /// Frees, and the freed blocks per lifetime bucket.
     frees: f64,
     lifetimes: [f64; BUCKETS.len() + 1],
@@ -228,6 +238,9 @@ impl Visitor for Counting<'_> {
         if temporary {
             self.per_stack[block.stack as usize][2] += blocks;
         }
+        if crate::shortlived::within(block.time, timed.time, self.summary.short_lived_bound) {
+            self.short_lived[block.stack as usize] += blocks;
+        }
     }
 
     fn mark(&mut self, _: &Timed, _: u32) {
@@ -296,6 +309,7 @@ impl Summary {
     fn count(
         trace: &Trace,
         top: usize,
+        short_lived_bound: u64,
         bar: &dyn Fn(u64, &str) -> ProgressBar,
     ) -> Result<(Summary, Vec<[u64; 3]>, u64, Option<AtPeak>, Accumulated), Failure> {
         let header = trace.header();
@@ -308,12 +322,14 @@ impl Summary {
             lost: trace.end_record().map_or(0, |(_, lost)| lost),
             memory: trace.memory().copied(),
             top,
+            short_lived_bound,
             ..Summary::default()
         };
         let stacks = trace.stacks().len();
         let mut counting = Counting {
             summary: &mut summary,
             per_stack: vec![[0.0; 3]; stacks],
+            short_lived: vec![0.0; stacks],
             frees: 0.0,
             lifetimes: [0.0; BUCKETS.len() + 1],
             live: (0.0, 0.0),
@@ -330,8 +346,14 @@ impl Summary {
             at_peak,
             frees,
             lifetimes,
+            short_lived,
             ..
         } = counting;
+        summary.short_lived_per_stack = short_lived.iter().map(|v| v.round() as u64).collect();
+        summary.short_lived = summary
+            .short_lived_per_stack
+            .iter()
+            .fold(0u64, |a, &b| a.saturating_add(b));
         let per_stack: Vec<[u64; 3]> = per_stack
             .iter()
             .map(|s| s.map(|v| v.round() as u64))
@@ -350,7 +372,7 @@ impl Summary {
 
     /// One line for `trace`: its process, allocations and what was live at its end.
     pub fn line(trace: &Trace, bar: &dyn Fn(u64, &str) -> ProgressBar) -> Result<String, Failure> {
-        let (summary, ..) = Summary::count(trace, 0, bar)?;
+        let (summary, ..) = Summary::count(trace, 0, crate::shortlived::DEFAULT_NS, bar)?;
         let n = |v| summary.number(v);
         Ok(format!(
             "{}: process {} ({}): {} allocations ({} bytes), {} bytes in {} blocks live at the \
@@ -370,15 +392,18 @@ impl Summary {
         ))
     }
 
-    /// Replays `trace` to its end, then to its peak.
+    /// Replays `trace` to its end, then to its peak; short-lived allocations are those freed
+    /// within `short_lived` ns of their allocation.
     pub fn of(
         trace: &Trace,
         options: &ReportOptions,
         top: usize,
+        short_lived: u64,
         bar: &dyn Fn(u64, &str) -> ProgressBar,
     ) -> Result<Summary, Failure> {
         let stacks = trace.stacks().len();
-        let (mut summary, per_stack, peak_events, at_peak, end) = Summary::count(trace, top, bar)?;
+        let (mut summary, per_stack, peak_events, at_peak, end) =
+            Summary::count(trace, top, short_lived, bar)?;
         summary.mapped_end = end.heap.mappings.bytes();
         summary.mappings_end = end.heap.mappings.len() as u64;
         let mut mapped_per_stack = vec![(0u64, 0u64); stacks];
@@ -406,6 +431,7 @@ impl Summary {
             let [allocations, bytes, temporary] = per_stack[id];
             let (peak_blocks, peak_bytes) = peak_per_stack[id];
             let (mappings, mapped_bytes) = mapped_per_stack[id];
+            let short_lived = summary.short_lived_per_stack[id];
             if allocations == 0 && peak_blocks == 0 && mappings == 0 {
                 continue;
             }
@@ -421,6 +447,7 @@ impl Summary {
             site.allocations += allocations;
             site.bytes += bytes;
             site.temporary += temporary;
+            site.short_lived += short_lived;
             site.peak_blocks += peak_blocks;
             site.peak_bytes += peak_bytes;
             site.mappings += mappings;
@@ -482,6 +509,13 @@ impl Summary {
         )?;
         writeln!(
             out,
+            "short-lived allocations: {} ({:.1}% of allocations, freed within {})",
+            n(self.short_lived),
+            percent(self.short_lived, self.allocations),
+            crate::shortlived::show(self.short_lived_bound)
+        )?;
+        writeln!(
+            out,
             "peak: {} bytes in {} blocks at {}",
             n(self.peak_bytes),
             n(self.peak_blocks),
@@ -524,6 +558,7 @@ impl Summary {
         self.table(out, "most allocations", &sites, true, |s| {
             (s.allocations, format!("{} bytes", n(s.bytes)))
         })?;
+        let all_sites = sites.clone();
         sites.sort_by_key(|s| std::cmp::Reverse(s.temporary));
         sites.retain(|s| s.temporary > 0);
         self.table(out, "most temporary allocations", &sites, true, |s| {
@@ -532,6 +567,23 @@ impl Summary {
                 format!(
                     "{:.1}% of its {}",
                     percent(s.temporary, s.allocations),
+                    n(s.allocations)
+                ),
+            )
+        })?;
+        sites.clone_from(&all_sites);
+        sites.sort_by_key(|s| std::cmp::Reverse(s.short_lived));
+        sites.retain(|s| s.short_lived > 0);
+        let title = format!(
+            "most short-lived allocations (freed within {})",
+            crate::shortlived::show(self.short_lived_bound)
+        );
+        self.table(out, &title, &sites, true, |s| {
+            (
+                s.short_lived,
+                format!(
+                    "{:.1}% of its {}",
+                    percent(s.short_lived, s.allocations),
                     n(s.allocations)
                 ),
             )

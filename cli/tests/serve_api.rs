@@ -186,7 +186,8 @@ fn known_trace_file(name: &str) -> PathBuf {
     path
 }
 
-/// The sites of a `/api/sites` answer: id → the row without its frame fields.
+/// The sites of a `/api/sites` answer: id → the row without its frame fields, nor its
+/// short-lived figures ([`short_lived`] has those; `short_lived.rs` tests them).
 fn sites(server: &Server, query: &str) -> (u64, Vec<Value>) {
     let answer = server.json(&format!("/api/sites?{query}"));
     let rows = answer["sites"]
@@ -195,7 +196,15 @@ fn sites(server: &Server, query: &str) -> (u64, Vec<Value>) {
         .iter()
         .map(|row| {
             let mut row = row.clone();
-            for field in ["function", "file", "line", "context", "program"] {
+            for field in [
+                "function",
+                "file",
+                "line",
+                "context",
+                "program",
+                "short_lived",
+                "short_lived_bytes",
+            ] {
                 row.as_object_mut().unwrap().remove(field);
             }
             row
@@ -218,6 +227,24 @@ fn row(id: u64, counts: [u64; 14]) -> Value {
         "peak_bytes": pb, "peak_blocks": pk, "temporary": t, "temporary_bytes": tb,
         "mean_lifetime_ns": life,
     })
+}
+
+/// Per site of a `/api/sites` answer, in its order: (id, short_lived, short_lived_bytes).
+fn short_lived(server: &Server, query: &str) -> Vec<(u64, u64, u64)> {
+    let answer = server.json(&format!("/api/sites?{query}"));
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("{answer}"));
+    answer["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                n(&s["id"]),
+                n(&s["short_lived"]),
+                n(&s["short_lived_bytes"]),
+            )
+        })
+        .collect()
 }
 
 const LEAKY_ALL: [u64; 14] = [
@@ -251,7 +278,7 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     assert_eq!(
         summary["totals"],
         json!({"allocations": 5, "reallocs": 0, "frees": 4, "allocated_bytes": 7030,
-               "temporary": 2, "mappings": 0})
+               "temporary": 2, "short_lived": 3, "short_lived_ns": 1_000_000, "mappings": 0})
     );
     let bucket = summary["bucket_ns"].as_u64().unwrap();
     assert!(bucket > 0 && 2_000_700 / bucket >= 100, "{summary}");
@@ -260,6 +287,21 @@ fn every_endpoint_and_filter_on_a_known_trace() {
     let (total, rows) = sites(&server, "");
     assert_eq!(total, 2);
     assert_eq!(rows, vec![row(0, LEAKY_ALL), row(1, TEMP_ALL)]);
+    // Short-lived (freed within 1 ms): the worker's block of leaky (100 ns), not 0xa300 (2 ms);
+    // both of temp's (100 and 200 ns). Within 150 ns: temp's first only.
+    assert_eq!(short_lived(&server, ""), [(0, 1, 5000), (1, 2, 30)]);
+    assert_eq!(
+        short_lived(&server, "short_lived_ns=2000200&sort=short_lived"),
+        [(0, 2, 6000), (1, 2, 30)]
+    );
+    assert_eq!(
+        short_lived(&server, "short_lived_ns=150&sort=short_lived_bytes"),
+        [(0, 1, 5000), (1, 1, 10)]
+    );
+    assert_eq!(
+        short_lived(&server, "thread=1&sort=short_lived&desc=0"),
+        [(0, 0, 0), (1, 2, 30)]
+    );
     let answer = server.json("/api/sites?limit=1");
     assert_eq!(answer["sites"][0]["function"], "app::leaky");
     assert_eq!(answer["sites"][0]["file"], "src/app.rs");

@@ -1472,3 +1472,72 @@ fn the_viewer_shows_the_programs_mappings() {
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The call-site table's short-lived column: on a churning loop that heaptrack's rule calls not
+/// temporary ([`support::churn_trace`]), sorting by it puts the churn first; the page's
+/// `short_lived_ns` sets the bound (5 µs: none of its 8 µs blocks).
+#[test]
+fn the_viewer_sorts_sites_by_short_lived_allocations() {
+    let Some(chromium) = chromium() else {
+        missing_tool(
+            "the viewer's page in a browser",
+            "apt-get install -y chromium",
+        );
+        return;
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("viewer-short-lived-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("churn.mptrace");
+    std::fs::write(&trace, support::churn_trace()).unwrap();
+    let server = Server::start(&trace);
+    let profile = dir.join("profile");
+
+    let dom = dump_dom(chromium, &profile, &server.url("/?view=sites"));
+    assert_ready(&dom);
+    assert_eq!(
+        site_rows(&dom.html),
+        ["app::keep", "app::churn"],
+        "{}",
+        dom.file.display()
+    );
+    // The summary line: heaptrack's temporary count beside the short-lived one.
+    assert!(
+        dom.html
+            .contains("0 temporary, 1,000 short-lived (freed within 1.0 ms)"),
+        "{}",
+        dom.file.display()
+    );
+
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=sites&sort=short_lived"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    assert_eq!(site_rows(&dom.html), ["app::churn", "app::keep"], "{file}");
+    let rows = table_rows(&dom, "sites");
+    // The row's cells: allocations, allocated, freed, live, leaked, peak, temporary,
+    // short-lived (its bytes in the tooltip), mean lifetime.
+    assert_eq!(rows[0].2[7], cell("64,000 bytes", "1,000"), "{file}");
+    assert_eq!(rows[0].2[6].1, "0", "{file}");
+    assert!(
+        dom.html.contains("short-lived: freed within 1.0 ms"),
+        "{file}"
+    );
+
+    let dom = dump_dom(
+        chromium,
+        &profile,
+        &server.url("/?view=sites&sort=short_lived&short_lived_ns=5000"),
+    );
+    assert_ready(&dom);
+    let file = dom.file.display();
+    let rows = table_rows(&dom, "sites");
+    assert_eq!(rows[0].2[7], cell("0 bytes", "0"), "{file}");
+    assert!(
+        dom.html.contains("short-lived: freed within 5.0 µs"),
+        "{file}"
+    );
+}

@@ -326,7 +326,7 @@ function drawSummary() {
     el("span", { text: `${fmtCount(s.events)} events over ${fmtDuration(s.duration_ns)}` }),
     el("span", { text: `peak ${estBytes(s.peak.bytes)} in ${estCount(s.peak.blocks)} blocks at ${fmtSeconds(s.peak.time_ns)}` }),
     el("span", { text: `at end ${estBytes(s.end.bytes)} in ${estCount(s.end.blocks)} blocks` }),
-    el("span", { text: `${estCount(s.totals.allocations)} allocations (${estBytes(s.totals.allocated_bytes)}), ${estCount(s.totals.frees)} frees, ${estCount(s.totals.temporary)} temporary` }),
+    el("span", { text: `${estCount(s.totals.allocations)} allocations (${estBytes(s.totals.allocated_bytes)}), ${estCount(s.totals.frees)} frees, ${estCount(s.totals.temporary)} temporary, ${estCount(s.totals.short_lived)} short-lived (freed within ${fmtDuration(s.totals.short_lived_ns)})` }),
     el("span", { text: `${threads} thread${threads === 1 ? "" : "s"}` }),
   );
   if (s.estimated) {
@@ -716,6 +716,7 @@ function siteRow(s) {
     [estBytes(s.leaked_bytes), `${estCount(s.leaked_bytes)} bytes in ${estCount(s.leaked_blocks)} blocks`],
     [estBytes(s.peak_bytes), s.peak_bytes],
     [estCount(s.temporary), null],
+    [estCount(s.short_lived), `${estCount(s.short_lived_bytes)} bytes`],
     // 0 (or none) when no block of the range was freed.
     s.mean_lifetime_ns ? [fmtDuration(s.mean_lifetime_ns), `${fmtCount(s.mean_lifetime_ns)} ns`] : ["—", "none freed"],
   ];
@@ -742,15 +743,17 @@ async function drawSites() {
   const more = document.getElementById("more-sites");
   let offset = 0;
   const load = async (append) => {
-    const data = await api("sites", "sites", apiParams(MOMENTS, { sort, desc, limit: SITES_PAGE, offset }));
+    const data = await api("sites", "sites", apiParams(MOMENTS, { sort, desc, limit: SITES_PAGE, offset, short_lived_ns: q.get("short_lived_ns") }));
     if (!data) return;
     const rows = data.sites.map(siteRow);
     if (append) body.append(...rows);
     else body.replaceChildren(...rows);
-    if (!data.sites.length && !append) body.append(el("tr", {}, el("td", { colspan: 9, class: "empty", text: "no call site matches the filters" })));
+    if (!data.sites.length && !append) body.append(el("tr", {}, el("td", { colspan: 10, class: "empty", text: "no call site matches the filters" })));
     offset += data.sites.length;
     table.dataset.total = data.total_sites;
-    caption.textContent = `${fmtCount(data.total_sites)} call sites. Live at ${at}; allocated and freed over ${range}.`;
+    caption.textContent = `${fmtCount(data.total_sites)} call sites. Live at ${at}; allocated and freed over ${range}; short-lived: freed within ${fmtDuration(data.short_lived_ns)}.`;
+    const short = table.querySelector('th[data-key="short_lived"]');
+    if (short) short.title = `allocations freed within ${fmtDuration(data.short_lived_ns)} of their allocation (short_lived_ns= in the page's address changes the bound)`;
     more.hidden = offset >= data.total_sites;
     more.textContent = `${fmtCount(data.total_sites - offset)} more`;
     more.onclick = () => guarded(null, () => load(true));

@@ -85,6 +85,33 @@ fn summary_on_stderr_after_the_programs_output() {
     );
     assert!(stderr.contains("in 'make_node'"), "{stderr}");
     assert!(!stderr.contains('≈'), "{stderr}");
+    // The short-lived line, with its bound: 1 ms unless `--short-lived` gives another.
+    let short_lived = |stderr: &str| {
+        stderr
+            .lines()
+            .find(|l| l.starts_with("short-lived allocations: "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no short-lived line in {stderr}"))
+    };
+    assert!(
+        short_lived(&stderr).ends_with(" freed within 1 ms)"),
+        "{stderr}"
+    );
+    let output = memprof_run(
+        &dir,
+        &["--short-lived", "5us", "--", program.to_str().unwrap()],
+        "memprof run --short-lived 5us",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    let stderr = self::stderr(&output);
+    assert!(
+        short_lived(&stderr).ends_with(" freed within 5 µs)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nmost short-lived allocations (freed within 5 µs):\n"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -90,8 +90,13 @@ impl Replays {
         }
         let agg = Arc::new(filter());
         if let Ok(mut scans) = self.scans.lock() {
-            // One at a time: it may be as large as the index.
-            scans.retain(|(k, _)| !k.starts_with("bins "));
+            // Two at a time (a query's, and its short-lived figures'): each may be as large as
+            // the index's cells.
+            if let Some(older) = scans.iter().position(|(k, _)| k.starts_with("bins "))
+                && scans.iter().filter(|(k, _)| k.starts_with("bins ")).count() >= 2
+            {
+                scans.remove(older);
+            }
             if scans.len() >= CACHED_SCANS {
                 scans.remove(0);
             }

@@ -469,3 +469,55 @@ pub fn flagged_trace() -> Vec<u8> {
     chunk(&mut symbols, &mut out);
     out
 }
+
+/// Return addresses of [`churn_trace`]'s two stacks.
+pub const CHURN: u64 = 0x3000;
+pub const KEEP: u64 = 0x4000;
+
+/// A churning loop that heaptrack's rule calls not temporary. One thread, two stacks,
+/// `app::churn` (src/app.rs:30) and `app::keep` (:40); for each `i` of 0..1000, at
+/// `t = i * 20 µs`: alloc 0x10000, 64 bytes, churn; at `t + 1 µs` alloc `0x100000 + i * 0x1000`,
+/// 4096 bytes, keep (never freed); at `t + 8 µs` free 0x10000. Every churn block lives 8 µs
+/// and is freed after another allocation of its thread: 1000 short-lived allocations (64,000
+/// bytes) under any bound of 8 µs or more, none under less, and no temporary one; keep's 1000
+/// blocks (4,096,000 bytes) live to the end.
+pub fn churn_trace() -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(43, 1_700_000_000_000_000_000, "/bin/churn".into())
+        .with_settings(0, 5, 0)
+        .write_to(&mut out)
+        .unwrap();
+    let chunk = |encoder: &mut ChunkEncoder, out: &mut Vec<u8>| {
+        encoder
+            .finish(Some(&mut Compressor::new(3).unwrap()), out)
+            .unwrap();
+    };
+    let mut definitions = ChunkEncoder::new(0);
+    definitions.stack(0, [CHURN + 1].into_iter());
+    definitions.stack(1, [KEEP + 1].into_iter());
+    definitions.thread(1, 100, "main");
+    chunk(&mut definitions, &mut out);
+    let mut main = ChunkEncoder::new(1);
+    for i in 0..1000u64 {
+        let t = 1000 + i * 20_000;
+        main.alloc(t, 0x10000, 64, 0);
+        main.alloc(t + 1000, 0x100000 + i * 0x1000, 4096, 1);
+        main.free(t + 8000, 0x10000);
+    }
+    chunk(&mut main, &mut out);
+    let mut symbols = ChunkEncoder::new(0);
+    for (address, function, line) in [(CHURN + 1, "app::churn", 30), (KEEP + 1, "app::keep", 40)] {
+        symbols.symbol(
+            address,
+            &[SymbolFrame {
+                function: Some(function.into()),
+                file: Some("src/app.rs".into()),
+                line,
+                column: 5,
+            }],
+        );
+    }
+    symbols.end(3000, 0);
+    chunk(&mut symbols, &mut out);
+    out
+}

@@ -16,9 +16,11 @@ struct Row {
     live: Live,
     leaked: Live,
     peak: Live,
+    /// Bytes and allocations of the range freed within the short-lived bound.
+    short_lived: Live,
 }
 
-fn rows(state: &State, v: &View, q: &Query) -> Vec<Row> {
+fn rows(state: &State, v: &View, q: &Query, short_lived: &[Cell]) -> Vec<Row> {
     let classes = state.classes.list.len();
     let range = v.range(q.lo, q.hi, classes);
     let live = v.live(&q.at, classes);
@@ -35,6 +37,10 @@ fn rows(state: &State, v: &View, q: &Query) -> Vec<Row> {
     for class in 0..classes {
         let row = &mut rows[state.site_of_class(class) as usize];
         row.cell.add(&range[class]);
+        if let Some(short) = short_lived.get(class) {
+            row.short_lived.0 += short.alloc_bytes;
+            row.short_lived.1 += short.allocs;
+        }
         for (into, from) in [
             (&mut row.live, live[class]),
             (&mut row.leaked, leaked[class]),
@@ -47,7 +53,30 @@ fn rows(state: &State, v: &View, q: &Query) -> Vec<Row> {
     rows
 }
 
-const SITE_KEYS: [&str; 15] = [
+/// The short-lived bound when the query gives none (`short_lived_ns`): 1 ms.
+const SHORT_LIVED_NS: u64 = crate::shortlived::DEFAULT_NS;
+
+/// Per class, the allocations of `q`'s range and selection freed within `bound` ns of their
+/// allocation: the query with its lifetime range cut at `bound`, answered as any lifetime
+/// filter is (from the index's bins when `bound` is on their edges, as 1 ms is; else a scan).
+fn short_lived(
+    state: &State,
+    params: &Params,
+    q: &Query,
+    bound: u64,
+) -> Result<Vec<Cell>, ApiError> {
+    let classes = state.classes.list.len();
+    let (lo, hi) = q.filters.life.unwrap_or((0, u64::MAX));
+    if lo > bound {
+        return Ok(vec![Cell::default(); classes]);
+    }
+    let mut within = Query::parse(state, params)?;
+    within.filters.life = Some((lo, hi.min(bound)));
+    let v = view(state, &within, &[], None)?;
+    Ok(v.range(within.lo, within.hi, classes))
+}
+
+const SITE_KEYS: [&str; 17] = [
     "id",
     "line",
     "allocations",
@@ -62,6 +91,8 @@ const SITE_KEYS: [&str; 15] = [
     "peak_blocks",
     "temporary",
     "temporary_bytes",
+    "short_lived",
+    "short_lived_bytes",
     "mean_lifetime_ns",
 ];
 
@@ -85,6 +116,8 @@ fn site_json(state: &State, id: usize, row: &Row) -> Value {
         "peak_blocks": row.peak.1,
         "temporary": row.cell.temporary,
         "temporary_bytes": row.cell.temporary_bytes,
+        "short_lived": row.short_lived.1,
+        "short_lived_bytes": row.short_lived.0,
         "mean_lifetime_ns": mean,
     });
     if let Value::Object(members) = &mut site {
@@ -111,6 +144,8 @@ fn sort_key(state: &State, id: usize, row: &Row, key: &str) -> u64 {
         "peak_blocks" => row.peak.1,
         "temporary" => c.temporary,
         "temporary_bytes" => c.temporary_bytes,
+        "short_lived" => row.short_lived.1,
+        "short_lived_bytes" => row.short_lived.0,
         "mean_lifetime_ns" => c.life_sum.checked_div(c.life_count).unwrap_or(0),
         _ => 0,
     }
@@ -135,8 +170,10 @@ pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
         return Err(ApiError::bad(format!("limit={limit}: at most {MAX_LIMIT}")));
     }
     let offset = params.number("offset")?.unwrap_or(0);
+    let bound = params.number("short_lived_ns")?.unwrap_or(SHORT_LIVED_NS);
     let v = view(state, &q, &[&q.at], None)?;
-    let rows = rows(state, &v, &q);
+    let short = short_lived(state, params, &q, bound)?;
+    let rows = rows(state, &v, &q, &short);
     let mut listed: Vec<(u64, usize)> = rows
         .iter()
         .enumerate()
@@ -157,7 +194,7 @@ pub fn sites(state: &State, params: &Params) -> Result<Value, ApiError> {
         .take(limit as usize)
         .map(|(_, id)| site_json(state, id, &rows[id]))
         .collect();
-    let mut answer = json!({ "total_sites": total, "exact_from": match (v.is_index(), v.extra.is_some()) {
+    let mut answer = json!({ "total_sites": total, "short_lived_ns": bound, "exact_from": match (v.is_index(), v.extra.is_some()) {
         (true, false) => "index",
         (true, true) => "index+scan",
         _ => "scan",

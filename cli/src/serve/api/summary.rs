@@ -1,9 +1,10 @@
 //! `/api/summary`: the trace as a whole.
 
 use super::common::{MARKERS_LISTED, markers, width};
-use crate::serve::index::{Cell, Live, Point, bin_edges};
+use crate::serve::index::{BinFilter, Cell, Live, Point, Tally, bin_edges};
 use crate::serve::state::State;
 use crate::serve::view::Rounding;
+use crate::shortlived::DEFAULT_NS;
 use serde_json::{Value, json};
 
 /// The figures of the whole trace: live at the peak and at the end, and what was allocated,
@@ -56,6 +57,33 @@ fn figures(state: &State) -> Figures {
     }
 }
 
+/// The allocations of the whole run freed within [`DEFAULT_NS`] of their allocation, summed
+/// from the index's lifetime bins (the bound is on their edges).
+fn short_lived(state: &State) -> u64 {
+    let Some(within) = BinFilter::aligned((0, u64::MAX), Some((0, DEFAULT_NS)), false, false)
+    else {
+        return 0;
+    };
+    let per_class: Vec<Tally> = state
+        .index
+        .bins
+        .iter()
+        .map(|bins| {
+            let mut tally = Tally::default();
+            for (_, bin, cell) in bins {
+                if within.passes(*bin) {
+                    tally.allocs += cell.allocs;
+                }
+            }
+            tally
+        })
+        .collect();
+    Rounding::of(state)
+        .cells(&per_class)
+        .iter()
+        .fold(0u64, |n, c| n.saturating_add(c.allocs))
+}
+
 pub fn summary(state: &State) -> Value {
     let trace = &state.trace;
     let totals = &state.index.totals;
@@ -90,6 +118,8 @@ pub fn summary(state: &State) -> Value {
             "frees": figures.frees,
             "allocated_bytes": figures.allocated_bytes,
             "temporary": figures.temporary,
+            "short_lived": short_lived(state),
+            "short_lived_ns": DEFAULT_NS,
             "mappings": totals.mappings,
         },
         "recorded": {
