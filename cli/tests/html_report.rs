@@ -181,4 +181,46 @@ fn the_html_report_shows_the_summarys_figures_offline() {
     browser.wait_for("document.querySelector('#sites th.sorted.ascending')");
     let last = browser.eval("document.querySelector('#sites tbody tr .function').textContent");
     assert_ne!(last, json!("app::build"));
+    drop(browser);
+
+    // Without inferno's SVG (memprof built without the `flamegraph` feature), the page draws
+    // the flame graph from its data: every live byte under the root, `app::build`'s 1000 live
+    // bytes in its frame.
+    let (before, rest) = html.split_once("<div id=\"flame\">").unwrap();
+    let (_, after) = rest.split_once("</div>\n</section>").unwrap();
+    let drawn = dir.join("drawn.html");
+    std::fs::write(
+        &drawn,
+        format!("{before}<div id=\"flame\"></div>\n</section>{after}"),
+    )
+    .unwrap();
+    let mut browser = Browser::open(
+        chromium,
+        &dir.join("profile-drawn"),
+        &format!("file://{}", drawn.display()),
+    );
+    browser.wait_for("document.body.dataset.state === 'ready'");
+    let frames = browser.eval(
+        "[...document.querySelectorAll('#flame > svg g.frame')].map((g) => [g.dataset.name, Number(g.dataset.value)])",
+    );
+    let frames: Vec<(String, u64)> = serde_json::from_value(frames).unwrap();
+    assert_eq!(
+        frames.first(),
+        Some(&("all".to_owned(), figure(&summary, "leaked at end:"))),
+        "{frames:?}"
+    );
+    assert!(
+        frames.contains(&("app::build".to_owned(), 1000)),
+        "{frames:?}"
+    );
+    // A click on a frame widens it to the whole graph.
+    let (x, y) = centre_of(
+        &mut browser,
+        "document.querySelector('#flame g.frame[data-name=\"app::grow\"] rect')",
+    );
+    browser.click(x, y);
+    browser.wait_for(
+        "document.querySelector('#flame g.frame').dataset.name === 'app::grow' && \
+         document.querySelector('#flame g.frame rect').getAttribute('width') === '1200.0'",
+    );
 }

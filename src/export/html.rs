@@ -289,7 +289,8 @@ fn html_text(text: &str) -> String {
 }
 
 /// inferno's flame graph as an SVG element for the page: what precedes the `<svg` tag, its
-/// namespace declarations and its comments left out (no script: inferno's is not asked for).
+/// namespace declarations, its comments and its script element left out (inferno's script is
+/// not asked for).
 #[cfg(feature = "flamegraph")]
 fn flame_svg(sites: &CallSites, options: &ExportOptions) -> io::Result<String> {
     let mut svg = Vec::new();
@@ -298,13 +299,17 @@ fn flame_svg(sites: &CallSites, options: &ExportOptions) -> io::Result<String> {
     let Some(start) = svg.find("<svg") else {
         return Ok(String::new());
     };
+    // Comments, and the script element inferno writes even without its script (settings only).
     let mut out = String::with_capacity(svg.len());
     let mut rest = &svg[start..];
-    while let Some(comment) = rest.find("<!--") {
-        out.push_str(&rest[..comment]);
-        rest = rest[comment..]
-            .split_once("-->")
-            .map_or("", |(_, after)| after);
+    loop {
+        let comment = rest.find("<!--").map(|at| (at, "-->"));
+        let script = rest.find("<script").map(|at| (at, "</script>"));
+        let Some((at, end)) = comment.into_iter().chain(script).min() else {
+            break;
+        };
+        out.push_str(&rest[..at]);
+        rest = rest[at..].split_once(end).map_or("", |(_, after)| after);
     }
     out.push_str(rest);
     // The namespace declarations are attributes of the `<svg` tag alone, as is the call of the
