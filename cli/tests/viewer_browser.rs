@@ -20,7 +20,7 @@ use browser::{Browser, CHROMIUM_FLAGS, centre_of};
 use common::{chromium, missing_tool};
 use memprof_trace::{ChunkEncoder, Compressor, Header, SymbolFrame};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

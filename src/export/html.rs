@@ -30,6 +30,9 @@ const PAGE: &str = include_str!("html/page.html");
 /// Frames listed per site, from the allocating one out.
 const FRAMES_SHOWN: usize = 6;
 
+/// A point of the timeline: ns, live bytes.
+type Point = (u64, u64);
+
 /// Points of the timeline at most (about two per step of its width).
 const TIMELINE_STEPS: u64 = 1000;
 
@@ -69,8 +72,8 @@ pub(crate) fn write<W: Write + ?Sized>(
 /// The live bytes over time, drawn from the events.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Timeline {
-    /// (ns, live bytes), in time order: each step's highest point and its last.
-    points: Vec<(u64, u64)>,
+    /// In time order: each step's highest point and its last.
+    points: Vec<Point>,
     /// The most bytes live at once, and when they first were.
     peak: (u64, u64),
     /// (ns, label) of each marker.
@@ -89,8 +92,8 @@ impl Timeline {
         let mut live: HashMap<u64, u64> = HashMap::new();
         let mut bytes = 0u64;
         // The step being drawn: its number, its highest point, its last point.
-        let mut current: Option<(u64, (u64, u64), (u64, u64))> = None;
-        let flush = |points: &mut Vec<(u64, u64)>, (_, high, last): (u64, _, _)| {
+        let mut current: Option<(u64, Point, Point)> = None;
+        let flush = |points: &mut Vec<Point>, (_, high, last): (u64, Point, Point)| {
             points.push(high);
             if last != high {
                 points.push(last);
