@@ -405,6 +405,14 @@ fn the_viewer_page_in_chromium() {
         &server.url("/?view=sites"),
     );
     browser.wait_for("document.body.dataset.state === 'ready'");
+    // The export link of the HTML report gives the report of the page's moment.
+    let link = browser.eval("document.querySelector('#exports a[data-format=html]').href");
+    let link = link.as_str().unwrap();
+    let target = &link[link.find("/api/").expect(link)..];
+    let (status, body) = get(server.address, target).unwrap();
+    assert_eq!(status, 200, "{target}");
+    assert!(body.starts_with("<!DOCTYPE html>"), "{target}");
+    assert!(body.contains("\"function\":\"app::leaky\""), "{target}");
     let (x, y) = centre_of(
         &mut browser,
         "[...document.querySelectorAll('#sites tr[data-site]')].find(r => r.textContent.includes('app::leaky'))",
