@@ -7,6 +7,7 @@
 //! | flamegraph | `.svg` | a browser (cargo feature `flamegraph`) | `flamegraph` |
 //! | DHAT | `.dhat.json` | Valgrind's `dh_view.html` | [`dhat`] |
 //! | heaptrack | `.heaptrack.gz` | `heaptrack_print`, `heaptrack_gui` | [`heaptrack`] |
+//! | HTML report | `.html` | a browser, offline: the sites, the flame graph, the timeline | [`Format::Html`] |
 //!
 //! Every writer has the same shape, `write(&Snapshot, &mut dyn Resolve, &ExportOptions, &mut W)`,
 //! and works on the same [`CallSites`]: each stack of the snapshot is symbolized, inlined calls
@@ -32,6 +33,7 @@
 
 mod call_sites;
 mod events;
+mod html;
 mod options;
 mod outputs;
 
@@ -72,11 +74,17 @@ pub enum Format {
     Markdown,
     /// MemProf's TSV log of live allocations (`.tsv`).
     Tsv,
+    /// A report in one HTML file that any browser opens offline (`.html`): the call sites in a
+    /// sortable table, the flame graph of live bytes (inferno's SVG with the `flamegraph`
+    /// feature, else drawn by the page's own script), and, given the run's events (from a
+    /// trace), the live bytes over time with the peak and the markers. Scripts, style and data
+    /// are in the file; it names no URL.
+    Html,
 }
 
 impl Format {
     /// Every format with the file-name ending that selects it.
-    pub const EXTENSIONS: [(&'static str, Format); 7] = [
+    pub const EXTENSIONS: [(&'static str, Format); 8] = [
         (".pb.gz", Format::Pprof),
         (".folded", Format::Folded),
         (".svg", Format::Flamegraph),
@@ -84,6 +92,7 @@ impl Format {
         (".heaptrack.gz", Format::Heaptrack),
         (".md", Format::Markdown),
         (".tsv", Format::Tsv),
+        (".html", Format::Html),
     ];
 
     /// Whether the format shows the heap at its peak, which the table keeps only when told so
@@ -122,7 +131,8 @@ pub fn write<W: Write + ?Sized>(
 }
 
 /// [`write()`], with the run's events up to the snapshot when known (from a trace): DHAT and
-/// heaptrack use them (see [`Events`]), the other formats need only the snapshot.
+/// heaptrack use them (see [`Events`]), the HTML report draws its timeline from them, the other
+/// formats need only the snapshot.
 pub fn write_with_events<W: Write + ?Sized>(
     format: Format,
     snapshot: &Snapshot,
@@ -143,6 +153,7 @@ pub fn write_with_events<W: Write + ?Sized>(
         )),
         Format::Dhat => dhat::write_with_events(snapshot, resolver, options, events, out),
         Format::Heaptrack => heaptrack::write_with_events(snapshot, resolver, options, events, out),
+        Format::Html => html::write(snapshot, resolver, options, events, out),
         Format::Markdown | Format::Tsv => {
             let report = Report::live(snapshot, resolver, &ReportOptions::from_env());
             if format == Format::Markdown {

@@ -78,7 +78,7 @@
 //! | [`object_size`] | the heap bytes reachable from a value |
 //! | [`pretty_log_object_graph`] | a mermaid graph of who points to the live objects of a type |
 //! | [`log_object_tallies`], [`log_trace_target`] | objects created per type over the run; the contexts that created one type |
-//! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, by file ending ([`write_outputs`]) |
+//! | [`export`] | pprof, folded stacks, flamegraph SVG, DHAT JSON, heaptrack, an HTML report, by file ending ([`write_outputs`]) |
 //! | [`log_labels`] | TSV: live and allocated blocks and bytes per label set ([`with_labels`], `docs/labels.md`) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
 //! | [`MemoryBreakdown::get`] | resident memory by what holds it: the live heap, the allocator's rounding and free memory, memprof's own, stacks, code, other mappings |

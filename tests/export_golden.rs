@@ -280,6 +280,7 @@ fn every_format_writes_through_write_path() {
         ".heaptrack.gz",
         ".md",
         ".tsv",
+        ".html",
     ] {
         let pattern = format!("{}/out-%p-%e{ending}", dir.display());
         let written = export::write_path(&pattern, &snapshot, &mut symbols, &options()).unwrap();
@@ -297,6 +298,97 @@ fn every_format_writes_through_write_path() {
     .unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
     assert!(error.to_string().contains(".dhat.json"), "{error}");
+}
+
+/// The run's events for the HTML report's timeline: blocks of the synthetic stacks allocated and
+/// freed (the peak, 1600 bytes, at 40 ns), and two markers, one with a name that would end a
+/// `<script>` element.
+struct Run;
+
+impl export::Events for Run {
+    fn for_each(&mut self, f: &mut dyn FnMut(export::Event)) -> std::io::Result<()> {
+        let alloc = |time, address, size, stack| export::Event::Alloc {
+            time,
+            address,
+            size,
+            stack: memprof::StackId(stack),
+        };
+        f(alloc(10, 0x10, 1000, 0));
+        f(alloc(20, 0x20, 500, 4));
+        f(alloc(40, 0x30, 100, 3));
+        f(export::Event::Free {
+            time: 900,
+            address: 0x20,
+        });
+        // A free of a block the events never allocated changes nothing.
+        f(export::Event::Free {
+            time: 950,
+            address: 0x99,
+        });
+        f(alloc(1_000, 0x40, 48, 5));
+        Ok(())
+    }
+
+    fn markers(&mut self) -> Vec<(u64, String)> {
+        vec![(30, "loaded".into()), (960, "</script><b>".into())]
+    }
+}
+
+/// The HTML report against its golden file, with its flame graph left out (inferno's SVG with
+/// the `flamegraph` feature, drawn by the page's script without): a function named with
+/// `</script>` stays inside the data, and the file names no URL.
+#[test]
+fn html_report() {
+    let (mut snapshot, mut symbols) = synthetic();
+    symbols.insert(
+        ReturnAddress(0x2070),
+        vec![common::frame(
+            "app::</script><script>alert(1)</script>",
+            "src/evil.rs",
+            1,
+            1,
+        )],
+    );
+    snapshot
+        .stacks
+        .push(common::stack(&[0x1010, 0x2070, 0x2041], 1, 16));
+    let mut out = Vec::new();
+    export::write_with_events(
+        export::Format::Html,
+        &snapshot,
+        &mut symbols,
+        &options(),
+        Some(&mut Run),
+        &mut out,
+    )
+    .unwrap();
+    let html = String::from_utf8(out).unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "{html}"
+    );
+    // The page's two script elements, and no other.
+    assert_eq!(html.matches("</script>").count(), 2, "{html}");
+    assert_eq!(html.matches("<script").count(), 2, "{html}");
+    assert!(
+        html.contains(r"app::\u003c/script\u003e\u003cscript\u003ealert(1)\u003c/script\u003e")
+    );
+    let (before, rest) = html.split_once("<div id=\"flame\">").unwrap();
+    let (flame, after) = rest.split_once("</div>\n</section>").unwrap();
+    if cfg!(feature = "flamegraph") {
+        assert!(flame.starts_with("<svg "), "{flame}");
+        assert!(!flame.contains("<script"), "{flame}");
+        assert!(
+            flame.contains("<title>app::parse_row (12,002 bytes, "),
+            "{flame}"
+        );
+    } else {
+        assert_eq!(flame, "");
+    }
+    common::golden(
+        "export.html",
+        &format!("{before}<div id=\"flame\">(the flame graph)</div>\n</section>{after}"),
+    );
 }
 
 #[cfg(feature = "flamegraph")]

@@ -124,10 +124,7 @@ fn write(
                 ));
             // The events up to the moment (a sampled trace's are not the program's: its
             // exports keep the snapshot's estimates).
-            let mut events = timeline::TraceEvents {
-                trace,
-                events: position.events,
-            };
+            let mut events = timeline::TraceEvents::new(trace, position.events);
             let events = (header.sample_interval == 0)
                 .then_some(&mut events as &mut dyn memprof::export::Events);
             memprof::export::write_with_events(

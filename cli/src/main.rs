@@ -80,7 +80,7 @@ enum Command {
     Convert {
         /// The trace file.
         trace: PathBuf,
-        /// The output: `.pb.gz`, `.folded`, `.svg`, `.dhat.json`, `.heaptrack.gz`, `.md`, `.tsv`,
+        /// The output: `.pb.gz`, `.folded`, `.svg`, `.dhat.json`, `.heaptrack.gz`, `.md`, `.tsv`, `.html`,
         /// or `.json` (Alys's JSON event list, up to the moment).
         #[arg(short, long)]
         output: PathBuf,

@@ -746,6 +746,23 @@ fn every_endpoint_and_filter_on_a_known_trace() {
             "{format}"
         );
     }
+    // The HTML report: the sites of the moment, and the whole trace's timeline up to it, with
+    // its peak (5000 bytes of `app::leaky` on top of 2020 at 550 ns) and the marker.
+    let (status, headers, body) = server.get("/api/export/html");
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "content-type"), "text/html; charset=utf-8");
+    assert!(header(&headers, "content-disposition").contains("known.html"));
+    let html = String::from_utf8(body).unwrap();
+    for expected in [
+        "\"function\":\"app::leaky\"",
+        "\"peak_ns\":550,\"peak_bytes\":7020",
+        "\"markers\":[[700,\"m\"]]",
+    ] {
+        assert!(html.contains(expected), "{expected} not in {html}");
+    }
+    let (_, _, before) = server.get("/api/export/html?at=peak");
+    let before = String::from_utf8(before).unwrap();
+    assert!(before.contains("\"markers\":[]"), "{before}");
     let dhat: Value = serde_json::from_slice(&server.get("/api/export/dhat?at=peak").2).unwrap();
     let mut sizes: Vec<u64> = dhat["pps"]
         .as_array()

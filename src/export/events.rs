@@ -40,6 +40,14 @@ pub enum Event {
 pub trait Events {
     /// Calls `f` with each event, in order.
     fn for_each(&mut self, f: &mut dyn FnMut(Event)) -> io::Result<()>;
+
+    /// The markers placed over the same events (nanoseconds since the run started, label), in
+    /// order of time, when the source knows them: asked for after [`Events::for_each`], so that
+    /// a source may note them as it goes. The HTML report draws them on its timeline. None by
+    /// default.
+    fn markers(&mut self) -> Vec<(u64, String)> {
+        Vec::new()
+    }
 }
 
 /// The site each stack of a snapshot belongs to, by stack index.

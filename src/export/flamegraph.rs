@@ -23,36 +23,48 @@ pub fn write<W: Write + ?Sized>(
 ) -> io::Result<()> {
     crate::guard::untracked(|| {
         let sites = CallSites::build(snapshot, resolver, options);
-        let lines: Vec<String> = folded::lines(&sites, options)
-            .into_iter()
-            .map(|(stack, value)| format!("{stack} {value}"))
-            .collect();
-        let mut svg = Options::default();
-        svg.title = options
-            .title
-            .clone()
-            .unwrap_or_else(|| format!("memprof: {}", options.value.label()));
-        svg.count_name = options.value.unit().to_owned();
-        svg.colors = color::Palette::Basic(color::BasicPalette::Mem);
-        svg.hash = true;
-        if lines.is_empty() {
-            // inferno draws an error for an input without samples; say what is empty instead.
-            let text = escape(&format!(
-                "{}: no {} in this snapshot",
-                svg.title,
-                options.value.label()
-            ));
-            return write!(
-                out,
-                "<?xml version=\"1.0\" standalone=\"no\"?>\n\
+        write_sites(&sites, options, true, out)
+    })
+}
+
+/// Writes `sites` as a flamegraph SVG, with inferno's script that zooms and searches when
+/// `script`.
+pub(crate) fn write_sites<W: Write + ?Sized>(
+    sites: &CallSites,
+    options: &ExportOptions,
+    script: bool,
+    out: &mut W,
+) -> io::Result<()> {
+    let lines: Vec<String> = folded::lines(sites, options)
+        .into_iter()
+        .map(|(stack, value)| format!("{stack} {value}"))
+        .collect();
+    let mut svg = Options::default();
+    svg.title = options
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("memprof: {}", options.value.label()));
+    svg.count_name = options.value.unit().to_owned();
+    svg.colors = color::Palette::Basic(color::BasicPalette::Mem);
+    svg.hash = true;
+    svg.no_javascript = !script;
+    if lines.is_empty() {
+        // inferno draws an error for an input without samples; say what is empty instead.
+        let text = escape(&format!(
+            "{}: no {} in this snapshot",
+            svg.title,
+            options.value.label()
+        ));
+        return write!(
+            out,
+            "<?xml version=\"1.0\" standalone=\"no\"?>\n\
                  <svg version=\"1.1\" width=\"1200\" height=\"60\" \
                  xmlns=\"http://www.w3.org/2000/svg\">\n\
                  <text x=\"600\" y=\"34\" text-anchor=\"middle\" \
                  font-family=\"Verdana\" font-size=\"17\">{text}</text>\n</svg>\n"
-            );
-        }
-        inferno::flamegraph::from_lines(&mut svg, lines.iter().map(String::as_str), &mut *out)
-    })
+        );
+    }
+    inferno::flamegraph::from_lines(&mut svg, lines.iter().map(String::as_str), &mut *out)
 }
 
 /// `text` with the characters XML reserves replaced by entities.

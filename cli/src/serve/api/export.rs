@@ -49,7 +49,7 @@ pub fn export(state: &State, format: &str, params: &Params) -> Result<Reply, Api
     };
     let body = state.replays.export(key, || {
         let (heap, time) = live_heap(state, &q, stop_events, stop_time)?;
-        write_body(state, kind, format, &heap, time)
+        write_body(state, kind, format, &heap, (stop_events, time))
     })?;
     Ok(reply(body))
 }
@@ -67,9 +67,10 @@ fn format_of(format: &str) -> Result<(Format, &'static str, &'static str), ApiEr
             "tsv",
             "text/tab-separated-values; charset=utf-8",
         ),
+        "html" => (Format::Html, "html", "text/html; charset=utf-8"),
         other => {
             return Err(ApiError::not_found(format!(
-                "export {other:?}: pprof, folded, dhat, heaptrack, md or tsv"
+                "export {other:?}: pprof, folded, dhat, heaptrack, md, tsv or html"
             )));
         }
     };
@@ -265,13 +266,14 @@ impl Visitor for Export<'_> {
     }
 }
 
-/// The export of `heap` in `kind`, at `time` (nanoseconds since the trace started).
+/// The export of `heap` in `kind`, at the moment `(events, time)`: after at most `events` events,
+/// at `time` (nanoseconds since the trace started).
 fn write_body(
     state: &State,
     kind: Format,
     format: &str,
     heap: &Heap,
-    time: u64,
+    (events, time): (u64, u64),
 ) -> Result<Vec<u8>, ApiError> {
     let trace = &state.trace;
     let snapshot = crate::moment::snapshot(trace, heap, heap.live_bytes);
@@ -298,7 +300,20 @@ fn write_body(
                 .time(Duration::from_nanos(
                     header.start_unix_ns.saturating_add(time),
                 ));
-            memprof::export::write(kind, &snapshot, &mut resolver, &export, &mut body)
+            // The HTML report's timeline: the whole trace's live bytes up to the moment (the
+            // filters choose its sites, not its timeline); none for a sampled trace, whose
+            // events are not the program's.
+            let mut events = crate::timeline::TraceEvents::new(trace, events).until(time);
+            let events = (kind == Format::Html && header.sample_interval == 0)
+                .then_some(&mut events as &mut dyn memprof::export::Events);
+            memprof::export::write_with_events(
+                kind,
+                &snapshot,
+                &mut resolver,
+                &export,
+                events,
+                &mut body,
+            )
         }
     };
     written.map_err(|e| ApiError::internal(format!("export {format}: {e}")))?;
