@@ -52,7 +52,7 @@
 #![forbid(unsafe_code)]
 
 use crate::address::ReturnAddress;
-use crate::frames::Frame;
+use crate::frames::{self, Frame};
 use crate::guard::untracked;
 use crate::modules::{self, Generation, Module};
 use std::collections::HashMap;
@@ -346,7 +346,9 @@ impl Symbolizer {
             display_path(working_dir, file)
         })
         .pop()
-        .filter(|frame| frame.function.is_some())?;
+        // A function of memprof's that calls the program's code back is no frame of the
+        // program's, and the walk left its frame out on purpose.
+        .filter(|frame| frame.function.is_some() && !frames::calls_program(frame))?;
         Some(Callee {
             function: target..target.saturating_add(size as usize),
             frame,
@@ -444,7 +446,8 @@ pub(crate) fn frames_at(
     if let Some(symbol) = symbol {
         raw.last_mut().expect("not empty").0 = Some(symbol);
     }
-    raw.into_iter()
+    let frames: Vec<Frame> = raw
+        .into_iter()
         .map(|(function, file, line, column)| match file {
             Some(file) => Frame {
                 function,
@@ -461,7 +464,19 @@ pub(crate) fn frames_at(
                 column: 0,
             },
         })
-        .collect()
+        .collect();
+    without_calls_of_the_program(frames)
+}
+
+/// `frames` (an address's, innermost first) without those of memprof's functions that call the
+/// program's code back, inlined there ([`frames::calls_program`]): they stand between the
+/// program's frames, and no report shows them. Unless they are all there is (the address is in
+/// such a function's own code, which the stack walk leaves out).
+fn without_calls_of_the_program(mut list: Vec<Frame>) -> Vec<Frame> {
+    if list.iter().any(frames::calls_program) && !list.iter().all(frames::calls_program) {
+        list.retain(|frame| !frames::calls_program(frame));
+    }
+    list
 }
 
 impl Resolve for Symbolizer {

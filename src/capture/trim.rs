@@ -39,6 +39,7 @@
 
 #![forbid(unsafe_code)]
 
+use crate::address::ReturnAddress;
 use crate::frames;
 use crate::modules;
 use std::ops::Range;
@@ -51,7 +52,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// AArch64, so a granule rarely holds two of them (and is then shown only if both are).
 const GRANULE_BITS: u32 = 4;
 
-/// The code of one module that reports show wherever it stands.
+/// The code of one module that reports show wherever it stands, and that of memprof's functions
+/// that call the program's code back.
 pub(crate) struct Shown {
     /// First granule of the code, as an address shifted by [`GRANULE_BITS`].
     first: usize,
@@ -59,6 +61,22 @@ pub(crate) struct Shown {
     bits: Vec<u64>,
     /// Whether code outside the module counts as shown ([`count_outside`]).
     outside: bool,
+    /// First granule of [`Shown::calling`]'s bits.
+    calling_first: usize,
+    /// A bit per granule from `calling_first` on, set where the code is memprof's own that calls
+    /// the program's back ([`crate::calls`]), and nothing else; as far as the last such granule.
+    calling: Vec<u64>,
+}
+
+/// What the symbol table tells of a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// A report shows it wherever it stands.
+    Shown,
+    /// A report may trim it.
+    Hidden,
+    /// memprof's own, calling the program's code back: a walk leaves its frames out.
+    CallsProgram,
 }
 
 /// Set by [`count_outside`] before [`load`].
@@ -93,42 +111,78 @@ impl Shown {
             first: 0,
             bits: Vec::new(),
             outside: false,
+            calling_first: 0,
+            calling: Vec::new(),
         }
     }
 
-    /// From `functions` (address ranges, and whether reports show them) that lie in `code`.
+    /// From `functions` (address ranges, and what reports make of them) that lie in `code`.
     pub(crate) fn from_functions(
         code: Range<usize>,
-        functions: impl IntoIterator<Item = (Range<usize>, bool)>,
+        functions: impl IntoIterator<Item = (Range<usize>, Code)>,
     ) -> Shown {
         let first = code.start >> GRANULE_BITS;
         let granules = match code.is_empty() {
             true => 0,
             false => ((code.end - 1) >> GRANULE_BITS) + 1 - first,
         };
-        // 0: no function, 1: shown, 2: hidden; two functions in one granule leave it hidden, so
-        // that a walk goes deeper rather than stop short.
-        let mut ranks = vec![0u8; granules];
-        for (range, shown) in functions {
+        // The kinds of the functions in each granule, a bit each. A granule is shown, or calls
+        // the program, only when every function in it does: otherwise a walk goes deeper rather
+        // than stop short, and keeps a frame rather than leave out one of the program's.
+        const SHOWN: u8 = 1;
+        const HIDDEN: u8 = 2;
+        const CALLING: u8 = 4;
+        let mut kinds = vec![0u8; granules];
+        for (range, code_kind) in functions {
             let start = range.start.max(code.start);
             let end = range.end.min(code.end);
             if start >= end {
                 continue;
             }
-            let rank = if shown { 1 } else { 2 };
+            let kind = match code_kind {
+                Code::Shown => SHOWN,
+                Code::Hidden => HIDDEN,
+                Code::CallsProgram => CALLING,
+            };
             for granule in (start >> GRANULE_BITS)..=((end - 1) >> GRANULE_BITS) {
-                let r = &mut ranks[granule - first];
-                *r = (*r).max(rank);
+                kinds[granule - first] |= kind;
             }
         }
+        let set = |bits: &mut Vec<u64>, index: usize| bits[index / 64] |= 1 << (index % 64);
         let mut bits = vec![0u64; granules.div_ceil(64)];
-        for (index, _) in ranks.iter().enumerate().filter(|(_, r)| **r == 1) {
-            bits[index / 64] |= 1 << (index % 64);
+        for (index, _) in kinds.iter().enumerate().filter(|(_, k)| **k == SHOWN) {
+            set(&mut bits, index);
         }
+        let calling_granules = || kinds.iter().enumerate().filter(|(_, k)| **k == CALLING);
+        let (calling_first, calling) =
+            match (calling_granules().next(), calling_granules().next_back()) {
+                (Some((low, _)), Some((high, _))) => {
+                    let mut calling = vec![0u64; (high - low + 1).div_ceil(64)];
+                    for (index, _) in calling_granules() {
+                        set(&mut calling, index - low);
+                    }
+                    (first + low, calling)
+                }
+                _ => (0, Vec::new()),
+            };
         Shown {
             first,
             bits,
             outside: false,
+            calling_first,
+            calling,
+        }
+    }
+
+    /// Whether the code at `address` is memprof's own that calls the program's back, and
+    /// nothing else: a bounds check and a bit, for the walks made while such a call is on the
+    /// stack.
+    #[inline(always)]
+    fn calls_program(&self, address: usize) -> bool {
+        let index = (address >> GRANULE_BITS).wrapping_sub(self.calling_first);
+        match self.calling.get(index / 64) {
+            Some(word) => word >> (index % 64) & 1 != 0,
+            None => false,
         }
     }
 
@@ -245,19 +299,21 @@ fn read() -> Option<Shown> {
     let module = modules::loaded().into_iter().find(|m| m.contains(own))?;
     let code =
         module.text.iter().map(|r| r.start).min()?..module.text.iter().map(|r| r.end).max()?;
-    let mut functions: Vec<(Range<usize>, bool)> = Vec::new();
+    let mut functions: Vec<(Range<usize>, Code)> = Vec::new();
     let mut demangled = Prefix::default();
     modules::for_each_function(&module.path, false, |value, size, name| {
         let Ok(name) = std::str::from_utf8(name) else {
             return;
         };
         let start = (value as usize).wrapping_add(module.bias);
-        let shown = !in_hidden_crate(name)
-            && match rustc_demangle::try_demangle(name) {
-                Ok(name) => demangled.is_shown(name),
-                Err(_) => frames::is_shown_by_name(name),
-            };
-        functions.push((start..start.saturating_add(size as usize), shown));
+        let kind = if may_call_program(name) {
+            demangled.kind(name)
+        } else if in_hidden_crate(name) {
+            Code::Hidden
+        } else {
+            demangled.kind(name)
+        };
+        functions.push((start..start.saturating_add(size as usize), kind));
     })?;
     if functions.is_empty() {
         return None;
@@ -265,6 +321,14 @@ fn read() -> Option<Shown> {
     let mut shown = Shown::from_functions(code, functions);
     shown.outside = OUTSIDE.load(Ordering::Relaxed);
     Some(shown)
+}
+
+/// Whether the mangled `name` may be that of one of memprof's functions that call the program's
+/// code back ([`frames::calls_program_by_name`]), told without demangling it: those few are
+/// demangled whatever their crate.
+fn may_call_program(name: &str) -> bool {
+    name.contains("memprof")
+        && (name.contains("with_labels") || name.contains("attach") || name.contains("Attached"))
 }
 
 /// The crates whose functions a report never shows ([`frames::is_shown_by_name`]): a name in
@@ -397,6 +461,27 @@ impl Prefix {
         self.text.clear();
         write!(self, "{name:#}").is_ok() && frames::is_shown_by_name(&self.text)
     }
+
+    /// What reports make of the function of the mangled (or plain) `name`.
+    fn kind(&mut self, name: &str) -> Code {
+        use std::fmt::Write;
+        let Ok(demangled) = rustc_demangle::try_demangle(name) else {
+            return match frames::is_shown_by_name(name) {
+                true => Code::Shown,
+                false => Code::Hidden,
+            };
+        };
+        self.text.clear();
+        // The start of the name tells, even past the limit.
+        let _ = write!(self, "{demangled:#}");
+        if frames::calls_program_by_name(&self.text) {
+            return Code::CallsProgram;
+        }
+        match self.is_shown(demangled) {
+            true => Code::Shown,
+            false => Code::Hidden,
+        }
+    }
 }
 
 impl std::fmt::Write for Prefix {
@@ -456,6 +541,48 @@ impl Budget {
     }
 }
 
+/// Takes out of `frames` (a walk's return addresses, innermost first) those in the code of
+/// memprof's functions that call the program's code back ([`crate::calls`]), which stand
+/// between the program's frames; and of the frames left after the first one a report shows,
+/// keeps as many as a walk with a budget of `want` frames would. Returns how many are left at
+/// the start of `frames`. For a walk made while such calls were on the stack, with a budget
+/// larger by their number: each may have left a frame. Without a symbol table read, leaves
+/// `frames` as they are.
+pub(crate) fn drop_calling(frames: &mut [ReturnAddress], want: usize) -> usize {
+    let Some(shown) = SHOWN.get() else {
+        return frames.len();
+    };
+    leave_out_calling(shown, frames, want)
+}
+
+/// [`drop_calling`] with what was read from the symbol table.
+fn leave_out_calling(shown: &Shown, frames: &mut [ReturnAddress], want: usize) -> usize {
+    let want = match shown.outside {
+        true => want.saturating_add(OUTSIDE_MARGIN),
+        false => want,
+    };
+    let mut kept = 0;
+    // Frames wanted in all, once the first shown frame came.
+    let mut end = usize::MAX;
+    for at in 0..frames.len() {
+        let address = frames[at];
+        // The call instruction, as for the budget.
+        let code = address.0.wrapping_sub(1);
+        if shown.calls_program(code) {
+            continue;
+        }
+        frames[kept] = address;
+        kept += 1;
+        if end == usize::MAX && shown.contains(code) {
+            end = (kept - 1).saturating_add(want);
+        }
+        if kept >= end {
+            break;
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,8 +607,112 @@ mod tests {
         ];
         Box::leak(Box::new(Shown::from_functions(
             0x1000..0x1100,
-            functions.map(|(range, name)| (range, frames::is_shown_by_name(name))),
+            functions.map(|(range, name)| (range, kind_of(name))),
         )))
+    }
+
+    /// What the symbol table tells of a function, by its demangled name.
+    fn kind_of(name: &str) -> Code {
+        if frames::calls_program_by_name(name) {
+            Code::CallsProgram
+        } else if frames::is_shown_by_name(name) {
+            Code::Shown
+        } else {
+            Code::Hidden
+        }
+    }
+
+    /// Code at 0x1000..0x1200: the program's functions, and between them memprof's that call
+    /// them back: `with_labels` twice (two closures), a future wrapper's body and its `poll`,
+    /// one of them sharing its last granule with the program's.
+    fn with_calls() -> &'static Shown {
+        let functions = [
+            (0x1000..0x1010, "__rustc::__rust_alloc"),
+            (0x1010..0x1030, "app::leaf"),
+            (0x1030..0x1050, "memprof::labels::with_labels"),
+            (0x1050..0x1070, "app::serve::{{closure}}"),
+            (0x1070..0x1090, "app::serve"),
+            (0x1090..0x10b0, "memprof::labels::with_labels"),
+            (
+                0x10b0..0x10c0,
+                "memprof::labels::Labels::attach::{{closure}}",
+            ),
+            (
+                0x10c0..0x10d8,
+                "<memprof::labels::Attached<F> as core::future::future::Future>::poll",
+            ),
+            (0x10d8..0x10f0, "app::main"),
+            (0x10f0..0x1100, "memprof::record::alloc"),
+        ];
+        Box::leak(Box::new(Shown::from_functions(
+            0x1000..0x1200,
+            functions.map(|(range, name)| (range, kind_of(name))),
+        )))
+    }
+
+    #[test]
+    fn calls_of_the_program_are_known_by_granule() {
+        let shown = with_calls();
+        for address in [0x1030, 0x104f, 0x1090, 0x10b5, 0x10c5] {
+            assert!(shown.calls_program(address), "{address:#x}");
+        }
+        // The program's code, memprof's other code, a granule shared with the program's, and
+        // no code at all.
+        for address in [
+            0x1010,
+            0x1055,
+            0x10d0,
+            0x10d8,
+            0x10f5,
+            0x1150,
+            0xfff,
+            0,
+            usize::MAX,
+        ] {
+            assert!(!shown.calls_program(address), "{address:#x}");
+        }
+        assert!(!Shown::nothing().calls_program(0x1030));
+    }
+
+    /// The functions of the frames [`leave_out_calling`] keeps of `returns`, with `want`.
+    fn left(want: usize, returns: &[usize]) -> Vec<usize> {
+        let mut frames: Vec<ReturnAddress> = returns.iter().map(|&r| ReturnAddress(r)).collect();
+        let n = leave_out_calling(with_calls(), &mut frames, want);
+        frames[..n].iter().map(|r| r.0).collect()
+    }
+
+    #[test]
+    fn calls_of_the_program_are_left_out_and_the_rest_cut_to_the_budget() {
+        // Return addresses point one past the call.
+        let shim = 0x1008;
+        let leaf = 0x1020;
+        let labels = 0x1040;
+        let closure = 0x1060;
+        let serve = 0x1080;
+        let labels_2 = 0x10a0;
+        let body = 0x10b8;
+        let poll = 0x10c8;
+        let main = 0x10e0;
+        let own = 0x10f8;
+        let stack = [
+            own, shim, leaf, labels, closure, serve, labels_2, body, poll, main,
+        ];
+        assert_eq!(
+            left(5, &stack),
+            [own, shim, leaf, closure, serve, main],
+            "the whole stack, shorter than the budget"
+        );
+        assert_eq!(left(2, &stack), [own, shim, leaf, closure]);
+        assert_eq!(left(3, &stack), [own, shim, leaf, closure, serve]);
+        // A return address at the start of a calling function follows a call at the end of the
+        // program's function before it.
+        assert_eq!(left(1, &[own, 0x1090, labels]), [own, 0x1090]);
+        // Nothing to leave out.
+        assert_eq!(
+            left(2, &[shim, leaf, closure, serve]),
+            [shim, leaf, closure]
+        );
+        assert_eq!(left(2, &[]), Vec::<usize>::new());
     }
 
     #[test]
@@ -631,5 +862,7 @@ mod tests {
             assert!(!shown.contains(address), "{address:#x}");
         }
         assert!(shown.bits.iter().any(|word| *word != 0));
+        // The body of the future `Labels::attach` returns, which the labels' tests poll.
+        assert!(shown.calling.iter().any(|word| *word != 0));
     }
 }
