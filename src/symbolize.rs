@@ -568,6 +568,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn inlined_calls_of_the_program_are_left_out() {
+        let frame = |function: &str| Frame {
+            function: Some(function.into()),
+            file: Some("src/main.rs".into()),
+            line: 1,
+            column: 1,
+        };
+        let names = |frames: Vec<Frame>| -> Vec<String> {
+            frames.into_iter().filter_map(|f| f.function).collect()
+        };
+        let inlined = vec![
+            frame("app::serve::{{closure}}"),
+            frame("memprof::labels::with_labels"),
+            frame("<memprof::labels::Attached<F> as core::future::future::Future>::poll"),
+            frame("memprof::labels::Labels::attach::{{closure}}"),
+            frame("app::serve"),
+        ];
+        assert_eq!(
+            names(without_calls_of_the_program(inlined)),
+            ["app::serve::{{closure}}", "app::serve"]
+        );
+        // An address in such a function's own code keeps its frame: it is never empty.
+        let own = vec![frame("memprof::labels::with_labels")];
+        assert_eq!(
+            names(without_calls_of_the_program(own)),
+            ["memprof::labels::with_labels"]
+        );
+        // memprof's other functions are the reports' to trim.
+        let other = vec![frame("memprof::record::alloc"), frame("app::main")];
+        assert_eq!(
+            names(without_calls_of_the_program(other)),
+            ["memprof::record::alloc", "app::main"]
+        );
+    }
+
+    #[test]
     fn own_functions_resolve_with_file_and_line() {
         let mut symbolizer = Symbolizer::new(std::env::current_dir().ok());
         #[inline(never)]

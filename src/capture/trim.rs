@@ -36,6 +36,14 @@
 //! a block allocated by the program's code that memprof itself calls below the program's first
 //! frame (a closure given to `symbolize::with_symbolizer`), where the report trims everything
 //! above memprof's frame but the walk counted it.
+//!
+//! The same table marks the code of memprof's functions that call the program's code back
+//! ([`crate::calls`]: `with_labels`, the future `Labels::attach` returns), those alone in their
+//! granules. Their frames stand between the program's, where no report shows them: a walk made
+//! while such calls are on the thread's stack wants one frame more for each, and then leaves
+//! their frames out ([`drop_calling`]), a bounds check and a bit per frame walked; other walks
+//! never look. Such a walk makes the read due at once, so that from the first call on, their
+//! frames are known.
 
 #![forbid(unsafe_code)]
 
