@@ -1,16 +1,22 @@
-//! memprof's functions that call the program's code back (`with_labels` runs the closure it is
-//! given; the future `Labels::attach` returns polls the program's): how many of them are on this
+//! memprof's functions that call the program's code back: how many of them are on this
 //! thread's stack now.
 //!
 //! Such a function's frame lies between the program's own frames, where a report must not show
-//! it, nor count it against its depth. The stack walk leaves those frames out
-//! (`capture::trim::drop_calling`, knowing the functions from the symbol table), and walks one
-//! frame further for each call on this count, so that the frames it keeps are still those a
-//! report shows. Where such a function is inlined into the program's code it has no frame of its
-//! own, and the symbolizer leaves out the inlined frame it names ([`crate::frames::calls_program`]).
+//! it, nor count it against its depth. Two kinds:
 //!
-//! A function that counts here must call the program's code so that none of it is inlined into
-//! its own frame: the walk leaves out the whole frame, and with it anything inlined there.
+//! - Those inlined into the program's code (`with_labels`, `#[inline(always)]`) have no frame of
+//!   their own: the symbolizer leaves out the inlined frame that names them
+//!   ([`crate::frames::calls_program`]), and the walk has nothing to do.
+//! - Those that keep a frame (the body of the future `Labels::attach` returns, which an executor
+//!   polls through a pointer) count here while they call the program: a walk made meanwhile
+//!   goes one frame further for each, and leaves their frames out
+//!   (`capture::trim::drop_calling`, knowing their code from the symbol table), so that the
+//!   frames it keeps are still those a report shows. They call the program's code through a
+//!   pointer the optimizer cannot see through, so that none of it is inlined into their frame,
+//!   which the walk leaves out whole.
+//!
+//! A function of the first kind that the optimizer did not inline (called through a pointer)
+//! keeps its frame, outside the count: it shows where it stands, as any frame does.
 
 #![forbid(unsafe_code)]
 

@@ -127,7 +127,8 @@ impl Labels {
 /// A future polled with its labels current ([`Labels::attach`]). Its `poll` is inlined into
 /// `attach`'s body, and calls the future's own `poll` through a pointer the optimizer cannot
 /// see through, so that none of the program's code is inlined into memprof's frames: the stack
-/// walk leaves those out whole ([`crate::calls`]).
+/// walk leaves those out whole ([`crate::calls`]). The body is polled by the executor, often
+/// through a pointer (a task's vtable), and so keeps a frame of its own.
 struct Attached<'a, F> {
     labels: Labels,
     future: Pin<&'a mut F>,
@@ -180,11 +181,11 @@ impl Drop for LabelsGuard {
 /// ```
 ///
 /// Inlined into its caller, so that no frame of memprof's stands between the caller's and
-/// `f`'s in the stacks of what `f` allocates.
+/// `f`'s in the stacks of what `f` allocates (the symbolizer leaves out the inlined frame that
+/// names it: [`crate::calls`]).
 #[inline(always)]
 pub fn with_labels<R>(pairs: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
     let _labels = Labels::new(pairs).enter();
-    let _calling = Calling::enter();
     f()
 }
 

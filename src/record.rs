@@ -299,15 +299,35 @@ fn new_block<const HEADED: bool>(
 /// returns how many frames it holds. `entry` as for [`new_block`]. A walk that reached its margin
 /// before the symbol table that tells where a walk may stop was read, and made it due, is made
 /// again with it.
-///
-/// While memprof's own functions call the program's code on this thread (`with_labels`, an
-/// attached future: [`calls`]), their frames stand between the program's: the walk goes one
-/// frame further for each, and leaves their frames out ([`capture::trim::drop_calling`]), so
-/// that it keeps the frames a report shows. The first such walk makes the symbol table that
-/// tells those frames due.
 #[inline(always)]
 fn walk(config: &Config, frames: &mut [ReturnAddress; MAX_FRAMES], entry: usize) -> usize {
     let calling = calls::current();
+    if calling != 0 {
+        return walk_calling(config, frames, entry, calling);
+    }
+    let depth = config.capture_depth();
+    let frames = &mut frames[..depth];
+    let budget = capture::Budget::new(config.shown_depth());
+    let n = capture::capture(config.unwinder, frames, budget, entry);
+    if capture::trim::read_when_due(n == depth) && n == depth {
+        let budget = capture::Budget::new(config.shown_depth());
+        return capture::capture(config.unwinder, frames, budget, entry);
+    }
+    n
+}
+
+/// [`walk`] while `calling` of memprof's functions call the program's code on this thread (an
+/// attached future's body: [`calls`]): their frames stand between the program's, so the walk
+/// goes one frame further for each, and leaves their frames out
+/// ([`capture::trim::drop_calling`]), keeping the frames a report shows. The first such walk
+/// makes the symbol table that tells those frames due.
+#[inline(never)]
+fn walk_calling(
+    config: &Config,
+    frames: &mut [ReturnAddress; MAX_FRAMES],
+    entry: usize,
+    calling: usize,
+) -> usize {
     let want = config.shown_depth();
     let depth = config
         .capture_depth()
@@ -316,15 +336,11 @@ fn walk(config: &Config, frames: &mut [ReturnAddress; MAX_FRAMES], entry: usize)
     let frames = &mut frames[..depth];
     let budget = capture::Budget::new(want.saturating_add(calling));
     let mut n = capture::capture(config.unwinder, frames, budget, entry);
-    let again = n == depth || calling > 0;
-    if capture::trim::read_when_due(again) && again {
+    if capture::trim::read_when_due(true) {
         let budget = capture::Budget::new(want.saturating_add(calling));
         n = capture::capture(config.unwinder, frames, budget, entry);
     }
-    match calling {
-        0 => n,
-        _ => capture::trim::drop_calling(&mut frames[..n], want),
-    }
+    capture::trim::drop_calling(&mut frames[..n], want)
 }
 
 /// The stack of a mapping the program makes (the preloaded library's `mmap` and `mremap`),
