@@ -314,12 +314,9 @@ fn read() -> Option<Shown> {
             return;
         };
         let start = (value as usize).wrapping_add(module.bias);
-        let kind = if may_call_program(name) {
-            demangled.kind(name)
-        } else if in_hidden_crate(name) {
-            Code::Hidden
-        } else {
-            demangled.kind(name)
+        let kind = match in_hidden_crate(name) && !may_call_program(name) {
+            true => Code::Hidden,
+            false => demangled.kind(name),
         };
         functions.push((start..start.saturating_add(size as usize), kind));
     })?;
@@ -462,15 +459,10 @@ impl Prefix {
     /// Bytes of a name looked at; past them, demangling stops.
     const LIMIT: usize = 256;
 
-    /// Whether reports show `name` (see [`frames::is_shown_by_name`]); not for a name too long
-    /// to see whole, which may mention a standard-library path past the limit.
-    fn is_shown(&mut self, name: rustc_demangle::Demangle<'_>) -> bool {
-        use std::fmt::Write;
-        self.text.clear();
-        write!(self, "{name:#}").is_ok() && frames::is_shown_by_name(&self.text)
-    }
-
-    /// What reports make of the function of the mangled (or plain) `name`.
+    /// What reports make of the function of the mangled (or plain) `name`: memprof's that calls
+    /// the program back, by the start of its name; shown or not by [`frames::is_shown_by_name`],
+    /// and not shown when the name is too long to see whole, as it may mention a
+    /// standard-library path past the limit.
     fn kind(&mut self, name: &str) -> Code {
         use std::fmt::Write;
         let Ok(demangled) = rustc_demangle::try_demangle(name) else {
@@ -480,14 +472,15 @@ impl Prefix {
             };
         };
         self.text.clear();
-        // The start of the name tells, even past the limit.
-        let _ = write!(self, "{demangled:#}");
+        let whole = write!(self, "{demangled:#}").is_ok();
+        // The start of the name tells, even past the limit; whether it is shown, only the
+        // whole name (see `is_shown`).
         if frames::calls_program_by_name(&self.text) {
-            return Code::CallsProgram;
-        }
-        match self.is_shown(demangled) {
-            true => Code::Shown,
-            false => Code::Hidden,
+            Code::CallsProgram
+        } else if whole && frames::is_shown_by_name(&self.text) {
+            Code::Shown
+        } else {
+            Code::Hidden
         }
     }
 }
@@ -812,10 +805,7 @@ mod tests {
             all += 1;
             if in_hidden_crate(name) {
                 told += 1;
-                let shown = match rustc_demangle::try_demangle(name) {
-                    Ok(name) => demangled.is_shown(name),
-                    Err(_) => frames::is_shown_by_name(name),
-                };
+                let shown = demangled.kind(name) == Code::Shown;
                 assert!(!shown, "{name} is shown");
             }
         })
