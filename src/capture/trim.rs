@@ -332,8 +332,14 @@ fn read() -> Option<Shown> {
 /// code back ([`frames::calls_program_by_name`]), told without demangling it: those few are
 /// demangled whatever their crate.
 fn may_call_program(name: &str) -> bool {
-    name.contains("memprof")
-        && (name.contains("with_labels") || name.contains("attach") || name.contains("Attached"))
+    if let Some(rest) = name.strip_prefix("_ZN") {
+        // `memprof::labels::...`, or `<memprof::labels::Attached<F> as ...>::poll`.
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+        rest.starts_with("memprof6labels") || rest.starts_with("_$LT$memprof..labels..")
+    } else {
+        // v0: the crate's root, then the module.
+        name.starts_with("_R") && name.contains("7memprof6labels")
+    }
 }
 
 /// The crates whose functions a report never shows ([`frames::is_shown_by_name`]): a name in
@@ -811,6 +817,43 @@ mod tests {
         })
         .unwrap();
         assert!(told * 2 > all, "{told} of {all} told without demangling");
+    }
+
+    #[test]
+    fn mangled_calls_of_the_program() {
+        let calling = [
+            "_ZN7memprof6labels11with_labels17h0123456789abcdefE",
+            "_ZN7memprof6labels6Labels6attach28_$u7b$$u7b$closure$u7d$$u7d$17hec0f0b61ec2f6a99E",
+            "_ZN83_$LT$memprof..labels..Attached$LT$F$GT$$u20$as$u20$core..future..future..Future$GT$4poll17h0123456789abcdefE",
+            "_RINvNtCs1234_7memprof6labels11with_labelsjNCNvCs5_3app4main0EB4_",
+            "_RNvXs_NtCs1234_7memprof6labelsINtB4_8AttachedNtCs5_3app3FutENtNtNtCs6_4core6future6future6Future4poll",
+        ];
+        let demangled = |name: &str| format!("{:#}", rustc_demangle::demangle(name));
+        for name in calling {
+            assert!(may_call_program(name), "{name}");
+            assert_eq!(
+                Prefix::default().kind(name),
+                Code::CallsProgram,
+                "{}",
+                demangled(name)
+            );
+        }
+        let others = [
+            "_ZN7memprof6record5alloc17h0123456789abcdefE",
+            "_ZN3app11with_labels17h0123456789abcdefE",
+            "_ZN4core3ptr226drop_in_place$LT$memprof..labels..Labels..attach$LT$F$GT$..$u7b$$u7b$closure$u7d$$u7d$$GT$17hfee0d030fbb54c8aE",
+            "_RNvNtCs1234_7memprof6record5alloc",
+            "main",
+        ];
+        for name in others {
+            assert_ne!(
+                Prefix::default().kind(name),
+                Code::CallsProgram,
+                "{}",
+                demangled(name)
+            );
+        }
+        assert!(!may_call_program("_ZN3app4main17h0123456789abcdefE"));
     }
 
     #[test]
