@@ -141,6 +141,8 @@ impl Shown {
         const HIDDEN: u8 = 2;
         const CALLING: u8 = 4;
         let mut kinds = vec![0u8; granules];
+        // The granules from the first function that calls the program to the last.
+        let mut span: Option<Range<usize>> = None;
         for (range, code_kind) in functions {
             let start = range.start.max(code.start);
             let end = range.end.min(code.end);
@@ -152,8 +154,18 @@ impl Shown {
                 Code::Hidden => HIDDEN,
                 Code::CallsProgram => CALLING,
             };
-            for granule in (start >> GRANULE_BITS)..=((end - 1) >> GRANULE_BITS) {
-                kinds[granule - first] |= kind;
+            let (low, high) = (
+                (start >> GRANULE_BITS) - first,
+                ((end - 1) >> GRANULE_BITS) - first,
+            );
+            for k in &mut kinds[low..=high] {
+                *k |= kind;
+            }
+            if code_kind == Code::CallsProgram {
+                span = Some(match span {
+                    Some(span) => span.start.min(low)..span.end.max(high + 1),
+                    None => low..high + 1,
+                });
             }
         }
         let set = |bits: &mut Vec<u64>, index: usize| bits[index / 64] |= 1 << (index % 64);
@@ -161,18 +173,18 @@ impl Shown {
         for (index, _) in kinds.iter().enumerate().filter(|(_, k)| **k == SHOWN) {
             set(&mut bits, index);
         }
-        let calling_granules = || kinds.iter().enumerate().filter(|(_, k)| **k == CALLING);
-        let (calling_first, calling) =
-            match (calling_granules().next(), calling_granules().next_back()) {
-                (Some((low, _)), Some((high, _))) => {
-                    let mut calling = vec![0u64; (high - low + 1).div_ceil(64)];
-                    for (index, _) in calling_granules() {
-                        set(&mut calling, index - low);
-                    }
-                    (first + low, calling)
+        // Bits for the granules of `span` alone.
+        let (calling_first, calling) = match span {
+            Some(span) => {
+                let mut calling = vec![0u64; span.len().div_ceil(64)];
+                let only_calling = kinds[span.clone()].iter().enumerate();
+                for (index, _) in only_calling.filter(|(_, k)| **k == CALLING) {
+                    set(&mut calling, index);
                 }
-                _ => (0, Vec::new()),
-            };
+                (first + span.start, calling)
+            }
+            None => (0, Vec::new()),
+        };
         Shown {
             first,
             bits,
