@@ -17,7 +17,7 @@ echo "== frame-pointer build"
 # Only the library and its C tests: the other members' test binaries would be built for nothing.
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run -p memprof -p memprof-c-tests --no-fail-fast \
-  -E 'binary(stack_walk) | binary(stack_trim) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
+  -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(exact_counts) | binary(c_abi) | binary(print_at_exit) | binary(diff_leak) | binary(export_readers) | binary(export_outputs) | binary(output_and_dump)'
 
 echo "== the command without its optional features"
 # `convert -o x.svg` must fail without leaving a file when the `flamegraph` feature is off: a
@@ -26,10 +26,10 @@ cargo nextest run -p memprof-cli --no-fail-fast -E 'binary(output_files)'
 
 echo "== the stack tests in release builds, where the allocator's entry is inlined into the program"
 cargo nextest run --cargo-profile release --no-fail-fast \
-  -E 'binary(stack_walk) | binary(stack_trim) | binary(release_frames) | binary(export_readers) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames) | binary(no_debug_info)'
+  -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(export_readers) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames) | binary(no_debug_info)'
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --cargo-profile release --no-fail-fast \
-  -E 'binary(stack_walk) | binary(stack_trim) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'
+  -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'
 
 echo "== one cargo install gives memprof run everything it needs"
 # The release build above left the command's artifacts in the target directory; the install

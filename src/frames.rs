@@ -112,18 +112,28 @@ pub(crate) fn is_profiler_frame(frame: &Frame) -> bool {
 
 /// Whether a frame of memprof's is one that calls the program's code back (the closure given to
 /// `with_labels`, the future given to `Labels::attach`): what the program allocates below it is
-/// the program's, so it does not mark where memprof's frames end.
+/// the program's, so it does not mark where memprof's frames end; and it stands between the
+/// program's frames, where no report shows it (see `calls`).
 pub(crate) fn calls_program(frame: &Frame) -> bool {
     match frame.function.as_deref() {
-        Some(function) => {
-            function.starts_with("memprof::labels::with_labels")
-                || function.starts_with("memprof::labels::Labels::attach")
-        }
+        Some(function) => calls_program_by_name(function),
         None => frame
             .file
             .as_deref()
             .is_some_and(|f| f == concat!(env!("CARGO_MANIFEST_DIR"), "/src/labels.rs")),
     }
+}
+
+/// Whether `function` (demangled, without its hash) is one of memprof's that call the
+/// program's code back: `with_labels`, the body of the future `Labels::attach` returns, and
+/// that future's `poll`.
+pub(crate) fn calls_program_by_name(function: &str) -> bool {
+    const FUNCTIONS: [&str; 3] = [
+        "memprof::labels::with_labels",
+        "memprof::labels::Labels::attach",
+        "<memprof::labels::Attached<",
+    ];
+    FUNCTIONS.iter().any(|f| function.starts_with(f))
 }
 
 /// Whether a function, by its name, is memprof's own.

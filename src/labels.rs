@@ -23,10 +23,13 @@ mod tracing_layer;
 #[cfg(feature = "tracing")]
 pub use tracing_layer::LabelsLayer;
 
+use crate::calls::Calling;
 use crate::guard::untracked;
 use std::cell::Cell;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 thread_local! {
     /// The id of this thread's current label set; 0 for none. `const`-initialized and without a
@@ -113,12 +116,33 @@ impl Labels {
     /// thread) while it is polled, on whichever thread polls it: a task keeps its labels when
     /// it moves between an executor's worker threads.
     pub async fn attach<F: Future>(self, future: F) -> F::Output {
-        let mut future = std::pin::pin!(future);
-        std::future::poll_fn(move |cx| {
-            let _labels = self.enter();
-            future.as_mut().poll(cx)
-        })
+        Attached {
+            labels: self,
+            future: std::pin::pin!(future),
+        }
         .await
+    }
+}
+
+/// A future polled with its labels current ([`Labels::attach`]). Its `poll` is inlined into
+/// `attach`'s body, and calls the future's own `poll` through a pointer the optimizer cannot
+/// see through, so that none of the program's code is inlined into memprof's frames: the stack
+/// walk leaves those out whole ([`crate::calls`]). The body is polled by the executor, often
+/// through a pointer (a task's vtable), and so keeps a frame of its own.
+struct Attached<'a, F> {
+    labels: Labels,
+    future: Pin<&'a mut F>,
+}
+
+impl<F: Future> Future for Attached<'_, F> {
+    type Output = F::Output;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _labels = self.labels.enter();
+        let _calling = Calling::enter();
+        let poll: fn(Pin<&mut F>, &mut Context<'_>) -> Poll<F::Output> = F::poll;
+        std::hint::black_box(poll)(self.future.as_mut(), cx)
     }
 }
 
@@ -155,6 +179,11 @@ impl Drop for LabelsGuard {
 ///     drop(cache);
 /// }
 /// ```
+///
+/// Inlined into its caller, so that no frame of memprof's stands between the caller's and
+/// `f`'s in the stacks of what `f` allocates (the symbolizer leaves out the inlined frame that
+/// names it: [`crate::calls`]).
+#[inline(always)]
 pub fn with_labels<R>(pairs: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
     let _labels = Labels::new(pairs).enter();
     f()

@@ -142,6 +142,7 @@
 // Shared building blocks, below every stage of the pipeline.
 mod address;
 mod alarm;
+mod calls;
 mod config;
 mod fence;
 mod frames;

@@ -40,6 +40,7 @@ pub(crate) mod scope_tap;
 pub(crate) mod trace_tap;
 
 use crate::address::{ReturnAddress, StackId};
+use crate::calls;
 use crate::capture;
 use crate::config::{self, Config, MAX_FRAMES};
 use crate::guard::{self, Guard};
@@ -272,7 +273,6 @@ fn new_block<const HEADED: bool>(
     size: usize,
     entry: usize,
 ) -> Option<(StackId, Headed)> {
-    let depth = config.capture_depth();
     let labels = labels::current();
     let store = |frames: &[ReturnAddress]| {
         let stack = TABLE.stacks.intern_labelled(frames, labels);
@@ -291,7 +291,7 @@ fn new_block<const HEADED: bool>(
     };
     let recorded = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
-        let n = walk(config, &mut frames[..depth], entry);
+        let n = walk(config, &mut frames, entry);
         Some(store(&frames[..n]))
     });
     // The thread is tearing down its locals: record the block without a stack rather than lose it,
@@ -299,12 +299,18 @@ fn new_block<const HEADED: bool>(
     recorded.unwrap_or_else(|_| Some(store(&[])))
 }
 
-/// Captures the current stack into `frames` (`config`'s capture depth long); returns how many
-/// frames it holds. `entry` as for [`new_block`]. A walk that reached its margin before the symbol
-/// table that tells where a walk may stop was read, and made it due, is made again with it.
+/// Captures the current stack into the start of `frames`, at most `config`'s capture depth;
+/// returns how many frames it holds. `entry` as for [`new_block`]. A walk that reached its margin
+/// before the symbol table that tells where a walk may stop was read, and made it due, is made
+/// again with it.
 #[inline(always)]
-fn walk(config: &Config, frames: &mut [ReturnAddress], entry: usize) -> usize {
-    let depth = frames.len();
+fn walk(config: &Config, frames: &mut [ReturnAddress; MAX_FRAMES], entry: usize) -> usize {
+    let calling = calls::current();
+    if calling != 0 {
+        return walk_calling(config, frames, entry, calling);
+    }
+    let depth = config.capture_depth();
+    let frames = &mut frames[..depth];
     let budget = capture::Budget::new(config.shown_depth());
     let n = capture::capture(config.unwinder, frames, budget, entry);
     if capture::trim::read_when_due(n == depth) && n == depth {
@@ -312,6 +318,33 @@ fn walk(config: &Config, frames: &mut [ReturnAddress], entry: usize) -> usize {
         return capture::capture(config.unwinder, frames, budget, entry);
     }
     n
+}
+
+/// [`walk`] while `calling` of memprof's functions call the program's code on this thread (an
+/// attached future's body: [`calls`]): their frames stand between the program's, so the walk
+/// goes one frame further for each, and leaves their frames out
+/// ([`capture::trim::drop_calling`]), keeping the frames a report shows. The first such walk
+/// makes the symbol table that tells those frames due.
+#[inline(never)]
+fn walk_calling(
+    config: &Config,
+    frames: &mut [ReturnAddress; MAX_FRAMES],
+    entry: usize,
+    calling: usize,
+) -> usize {
+    let want = config.shown_depth();
+    let depth = config
+        .capture_depth()
+        .saturating_add(calling)
+        .min(MAX_FRAMES);
+    let frames = &mut frames[..depth];
+    let budget = capture::Budget::new(want.saturating_add(calling));
+    let mut n = capture::capture(config.unwinder, frames, budget, entry);
+    if capture::trim::read_when_due(true) {
+        let budget = capture::Budget::new(want.saturating_add(calling));
+        n = capture::capture(config.unwinder, frames, budget, entry);
+    }
+    capture::trim::drop_calling(&mut frames[..n], want)
 }
 
 /// The stack of a mapping the program makes (the preloaded library's `mmap` and `mremap`),
@@ -323,10 +356,9 @@ fn mapping_stack<S: Start>(guard: &Guard, entry: usize) -> Option<StackId> {
     if PAUSED.load(Ordering::Relaxed) {
         return None;
     }
-    let depth = config.capture_depth();
     let captured = FRAMES.try_with(|frames| {
         let mut frames = frames.try_borrow_mut().ok()?;
-        let n = walk(config, &mut frames[..depth], entry);
+        let n = walk(config, &mut frames, entry);
         Some(
             TABLE
                 .stacks

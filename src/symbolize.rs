@@ -52,7 +52,7 @@
 #![forbid(unsafe_code)]
 
 use crate::address::ReturnAddress;
-use crate::frames::Frame;
+use crate::frames::{self, Frame};
 use crate::guard::untracked;
 use crate::modules::{self, Generation, Module};
 use std::collections::HashMap;
@@ -385,7 +385,9 @@ impl Symbolizer {
             })
         }
         .pop()
-        .filter(|frame| frame.function.is_some())?;
+        // A function of memprof's that calls the program's code back is no frame of the
+        // program's, and the walk left its frame out on purpose.
+        .filter(|frame| frame.function.is_some() && !frames::calls_program(frame))?;
         Some(Callee {
             function: target..target.saturating_add(size as usize),
             frame,
@@ -496,7 +498,8 @@ pub(crate) fn frames_at(
     if let Some(symbol) = symbol {
         raw.last_mut().expect("not empty").0 = Some(symbol);
     }
-    raw.into_iter()
+    let frames: Vec<Frame> = raw
+        .into_iter()
         .map(|(function, file, line, column)| match file {
             Some(file) => Frame {
                 function,
@@ -513,7 +516,19 @@ pub(crate) fn frames_at(
                 column: 0,
             },
         })
-        .collect()
+        .collect();
+    without_calls_of_the_program(frames)
+}
+
+/// `frames` (an address's, innermost first) without those of memprof's functions that call the
+/// program's code back, inlined there ([`frames::calls_program`]): they stand between the
+/// program's frames, and no report shows them. Unless they are all there is (the address is in
+/// such a function's own code, which the stack walk leaves out).
+fn without_calls_of_the_program(mut list: Vec<Frame>) -> Vec<Frame> {
+    if list.iter().any(frames::calls_program) && !list.iter().all(frames::calls_program) {
+        list.retain(|frame| !frames::calls_program(frame));
+    }
+    list
 }
 
 impl Resolve for Symbolizer {
@@ -603,6 +618,42 @@ fn no_debug_info_warning(executable: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inlined_calls_of_the_program_are_left_out() {
+        let frame = |function: &str| Frame {
+            function: Some(function.into()),
+            file: Some("src/main.rs".into()),
+            line: 1,
+            column: 1,
+        };
+        let names = |frames: Vec<Frame>| -> Vec<String> {
+            frames.into_iter().filter_map(|f| f.function).collect()
+        };
+        let inlined = vec![
+            frame("app::serve::{{closure}}"),
+            frame("memprof::labels::with_labels"),
+            frame("<memprof::labels::Attached<F> as core::future::future::Future>::poll"),
+            frame("memprof::labels::Labels::attach::{{closure}}"),
+            frame("app::serve"),
+        ];
+        assert_eq!(
+            names(without_calls_of_the_program(inlined)),
+            ["app::serve::{{closure}}", "app::serve"]
+        );
+        // An address in such a function's own code keeps its frame: it is never empty.
+        let own = vec![frame("memprof::labels::with_labels")];
+        assert_eq!(
+            names(without_calls_of_the_program(own)),
+            ["memprof::labels::with_labels"]
+        );
+        // memprof's other functions are the reports' to trim.
+        let other = vec![frame("memprof::record::alloc"), frame("app::main")];
+        assert_eq!(
+            names(without_calls_of_the_program(other)),
+            ["memprof::record::alloc", "app::main"]
+        );
+    }
 
     #[test]
     fn own_functions_resolve_with_file_and_line() {

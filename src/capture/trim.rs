@@ -36,9 +36,18 @@
 //! a block allocated by the program's code that memprof itself calls below the program's first
 //! frame (a closure given to `symbolize::with_symbolizer`), where the report trims everything
 //! above memprof's frame but the walk counted it.
+//!
+//! The same table marks the code of memprof's functions that call the program's code back
+//! ([`crate::calls`]: `with_labels`, the future `Labels::attach` returns), those alone in their
+//! granules. Their frames stand between the program's, where no report shows them: a walk made
+//! while such calls are on the thread's stack wants one frame more for each, and then leaves
+//! their frames out ([`drop_calling`]), a bounds check and a bit per frame walked; other walks
+//! never look. Such a walk makes the read due at once, so that from the first call on, their
+//! frames are known.
 
 #![forbid(unsafe_code)]
 
+use crate::address::ReturnAddress;
 use crate::frames;
 use crate::modules;
 use std::ops::Range;
@@ -51,7 +60,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// AArch64, so a granule rarely holds two of them (and is then shown only if both are).
 const GRANULE_BITS: u32 = 4;
 
-/// The code of one module that reports show wherever it stands.
+/// The code of one module that reports show wherever it stands, and that of memprof's functions
+/// that call the program's code back.
 pub(crate) struct Shown {
     /// First granule of the code, as an address shifted by [`GRANULE_BITS`].
     first: usize,
@@ -63,6 +73,22 @@ pub(crate) struct Shown {
     /// Rust symbol), sorted by start: a walk whose first frame shown lies there takes no margin
     /// ([`OUTSIDE_MARGIN`]). Empty for the crate, and until the preloaded library reads it.
     plain: Vec<Range<usize>>,
+    /// First granule of [`Shown::calling`]'s bits.
+    calling_first: usize,
+    /// A bit per granule from `calling_first` on, set where the code is memprof's own that calls
+    /// the program's back ([`crate::calls`]), and nothing else; as far as the last such granule.
+    calling: Vec<u64>,
+}
+
+/// What the symbol table tells of a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// A report shows it wherever it stands.
+    Shown,
+    /// A report may trim it.
+    Hidden,
+    /// memprof's own, calling the program's code back: a walk leaves its frames out.
+    CallsProgram,
 }
 
 /// Set by [`count_outside`] before [`load`].
@@ -98,43 +124,91 @@ impl Shown {
             bits: Vec::new(),
             outside: false,
             plain: Vec::new(),
+            calling_first: 0,
+            calling: Vec::new(),
         }
     }
 
-    /// From `functions` (address ranges, and whether reports show them) that lie in `code`.
+    /// From `functions` (address ranges, and what reports make of them) that lie in `code`.
     pub(crate) fn from_functions(
         code: Range<usize>,
-        functions: impl IntoIterator<Item = (Range<usize>, bool)>,
+        functions: impl IntoIterator<Item = (Range<usize>, Code)>,
     ) -> Shown {
         let first = code.start >> GRANULE_BITS;
         let granules = match code.is_empty() {
             true => 0,
             false => ((code.end - 1) >> GRANULE_BITS) + 1 - first,
         };
-        // 0: no function, 1: shown, 2: hidden; two functions in one granule leave it hidden, so
-        // that a walk goes deeper rather than stop short.
-        let mut ranks = vec![0u8; granules];
-        for (range, shown) in functions {
+        // The kinds of the functions in each granule, a bit each. A granule is shown, or calls
+        // the program, only when every function in it does: otherwise a walk goes deeper rather
+        // than stop short, and keeps a frame rather than leave out one of the program's.
+        const SHOWN: u8 = 1;
+        const HIDDEN: u8 = 2;
+        const CALLING: u8 = 4;
+        let mut kinds = vec![0u8; granules];
+        // The granules from the first function that calls the program to the last.
+        let mut span: Option<Range<usize>> = None;
+        for (range, code_kind) in functions {
             let start = range.start.max(code.start);
             let end = range.end.min(code.end);
             if start >= end {
                 continue;
             }
-            let rank = if shown { 1 } else { 2 };
-            for granule in (start >> GRANULE_BITS)..=((end - 1) >> GRANULE_BITS) {
-                let r = &mut ranks[granule - first];
-                *r = (*r).max(rank);
+            let kind = match code_kind {
+                Code::Shown => SHOWN,
+                Code::Hidden => HIDDEN,
+                Code::CallsProgram => CALLING,
+            };
+            let (low, high) = (
+                (start >> GRANULE_BITS) - first,
+                ((end - 1) >> GRANULE_BITS) - first,
+            );
+            for k in &mut kinds[low..=high] {
+                *k |= kind;
+            }
+            if code_kind == Code::CallsProgram {
+                span = Some(match span {
+                    Some(span) => span.start.min(low)..span.end.max(high + 1),
+                    None => low..high + 1,
+                });
             }
         }
+        let set = |bits: &mut Vec<u64>, index: usize| bits[index / 64] |= 1 << (index % 64);
         let mut bits = vec![0u64; granules.div_ceil(64)];
-        for (index, _) in ranks.iter().enumerate().filter(|(_, r)| **r == 1) {
-            bits[index / 64] |= 1 << (index % 64);
+        for (index, _) in kinds.iter().enumerate().filter(|(_, k)| **k == SHOWN) {
+            set(&mut bits, index);
         }
+        // Bits for the granules of `span` alone.
+        let (calling_first, calling) = match span {
+            Some(span) => {
+                let mut calling = vec![0u64; span.len().div_ceil(64)];
+                let only_calling = kinds[span.clone()].iter().enumerate();
+                for (index, _) in only_calling.filter(|(_, k)| **k == CALLING) {
+                    set(&mut calling, index);
+                }
+                (first + span.start, calling)
+            }
+            None => (0, Vec::new()),
+        };
         Shown {
             first,
             bits,
             outside: false,
             plain: Vec::new(),
+            calling_first,
+            calling,
+        }
+    }
+
+    /// Whether the code at `address` is memprof's own that calls the program's back, and
+    /// nothing else: a bounds check and a bit, for the walks made while such a call is on the
+    /// stack.
+    #[inline(always)]
+    fn calls_program(&self, address: usize) -> bool {
+        let index = (address >> GRANULE_BITS).wrapping_sub(self.calling_first);
+        match self.calling.get(index / 64) {
+            Some(word) => word >> (index % 64) & 1 != 0,
+            None => false,
         }
     }
 
@@ -272,19 +346,18 @@ fn read() -> Option<Shown> {
     let module = modules::loaded().into_iter().find(|m| m.contains(own))?;
     let code =
         module.text.iter().map(|r| r.start).min()?..module.text.iter().map(|r| r.end).max()?;
-    let mut functions: Vec<(Range<usize>, bool)> = Vec::new();
+    let mut functions: Vec<(Range<usize>, Code)> = Vec::new();
     let mut demangled = Prefix::default();
     modules::for_each_function(&module.path, false, |value, size, name| {
         let Ok(name) = std::str::from_utf8(name) else {
             return;
         };
         let start = (value as usize).wrapping_add(module.bias);
-        let shown = !in_hidden_crate(name)
-            && match rustc_demangle::try_demangle(name) {
-                Ok(name) => demangled.is_shown(name),
-                Err(_) => frames::is_shown_by_name(name),
-            };
-        functions.push((start..start.saturating_add(size as usize), shown));
+        let kind = match in_hidden_crate(name) && !may_call_program(name) {
+            true => Code::Hidden,
+            false => demangled.kind(name),
+        };
+        functions.push((start..start.saturating_add(size as usize), kind));
     })?;
     if functions.is_empty() {
         return None;
@@ -323,6 +396,20 @@ fn plain_code(own: usize) -> Vec<Range<usize>> {
     }
     plain.sort_unstable_by_key(|r| r.start);
     plain
+}
+
+/// Whether the mangled `name` may be that of one of memprof's functions that call the program's
+/// code back ([`frames::calls_program_by_name`]), told without demangling it: those few are
+/// demangled whatever their crate.
+fn may_call_program(name: &str) -> bool {
+    if let Some(rest) = name.strip_prefix("_ZN") {
+        // `memprof::labels::...`, or `<memprof::labels::Attached<F> as ...>::poll`.
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+        rest.starts_with("memprof6labels") || rest.starts_with("_$LT$memprof..labels..")
+    } else {
+        // v0: the crate's root, then the module.
+        name.starts_with("_R") && name.contains("7memprof6labels")
+    }
 }
 
 /// The crates whose functions a report never shows ([`frames::is_shown_by_name`]): a name in
@@ -448,12 +535,29 @@ impl Prefix {
     /// Bytes of a name looked at; past them, demangling stops.
     const LIMIT: usize = 256;
 
-    /// Whether reports show `name` (see [`frames::is_shown_by_name`]); not for a name too long
-    /// to see whole, which may mention a standard-library path past the limit.
-    fn is_shown(&mut self, name: rustc_demangle::Demangle<'_>) -> bool {
+    /// What reports make of the function of the mangled (or plain) `name`: memprof's that calls
+    /// the program back, by the start of its name; shown or not by [`frames::is_shown_by_name`],
+    /// and not shown when the name is too long to see whole, as it may mention a
+    /// standard-library path past the limit.
+    fn kind(&mut self, name: &str) -> Code {
         use std::fmt::Write;
+        let Ok(demangled) = rustc_demangle::try_demangle(name) else {
+            return match frames::is_shown_by_name(name) {
+                true => Code::Shown,
+                false => Code::Hidden,
+            };
+        };
         self.text.clear();
-        write!(self, "{name:#}").is_ok() && frames::is_shown_by_name(&self.text)
+        let whole = write!(self, "{demangled:#}").is_ok();
+        // The start of the name tells, even past the limit; whether it is shown, only the
+        // whole name (see `is_shown`).
+        if frames::calls_program_by_name(&self.text) {
+            Code::CallsProgram
+        } else if whole && frames::is_shown_by_name(&self.text) {
+            Code::Shown
+        } else {
+            Code::Hidden
+        }
     }
 }
 
@@ -512,228 +616,43 @@ impl Budget {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Code at 0x1000..0x1100: an allocator shim, two std functions, two of the program's, one of
-    /// memprof's, and a gap no symbol covers.
-    fn sample() -> &'static Shown {
-        let functions = [
-            (0x1000..0x1010, "__rustc::__rust_alloc"),
-            (
-                0x1010..0x1030,
-                "alloc::raw_vec::RawVecInner<A>::finish_grow",
-            ),
-            (0x1030..0x1040, "alloc::vec::Vec<T,A>::push"),
-            (0x1040..0x1060, "app::build"),
-            (0x1060..0x1080, "<app::Index as app::Load>::load"),
-            (0x1080..0x1090, "memprof::types::tag"),
-            // Shares a granule with `app::main` (0x10a0..0x10b0), which is then not shown.
-            (0x10a0..0x10a8, "core::ptr::drop_in_place<app::Index>"),
-            (0x10a8..0x10c0, "app::main"),
-            (0x10f0..0x1200, "app::beyond_the_code"),
-        ];
-        Box::leak(Box::new(Shown::from_functions(
-            0x1000..0x1100,
-            functions.map(|(range, name)| (range, frames::is_shown_by_name(name))),
-        )))
-    }
-
-    #[test]
-    fn shown_code_follows_the_report_names() {
-        let shown = sample();
-        let shown_at = [0x1040, 0x107f, 0x10b5, 0x10f5];
-        let hidden_at = [
-            0x1005,
-            0x101f,
-            0x1035,
-            0x1088,
-            0x1095,
-            0x10a9,
-            0x1100,
-            0xfff,
-            0,
-            usize::MAX,
-        ];
-        for address in shown_at {
-            assert!(shown.contains(address), "{address:#x}");
-        }
-        for address in hidden_at {
-            assert!(!shown.contains(address), "{address:#x}");
-        }
-    }
-
-    /// How many of `returns` a walk with a budget of `want` takes.
-    fn taken(want: usize, returns: &[usize]) -> usize {
-        let mut budget = Budget {
-            shown: sample(),
-            want,
-        };
-        let mut limit = returns.len();
-        for (n, &r) in returns.iter().enumerate() {
-            if let Some(end) = budget.end_after(n + 1, r) {
-                limit = limit.min(end);
-            }
-        }
-        limit
-    }
-
-    #[test]
-    fn the_count_starts_at_the_first_shown_frame() {
-        // Return addresses point one past the call: 0x1010 is a call at the end of the shim.
-        let shim = 0x1010;
-        let grow = 0x1020;
-        let push = 0x1038;
-        let build = 0x1050;
-        let load = 0x1070;
-        let own = 0x1088;
-        let unknown = 0x1098;
-        assert_eq!(taken(2, &[shim, grow, push, build, load, 0x10b0]), 5);
-        assert_eq!(taken(1, &[shim, grow, push, build, load]), 4);
-        // Before it, frames of memprof's and unknown ones do not count.
-        assert_eq!(taken(1, &[own, unknown, shim, load, build]), 4);
-        // After it, every frame counts, std, unknown and memprof's own too.
-        assert_eq!(taken(3, &[shim, build, push, unknown, own, load]), 4);
-        // A stack that ends first is taken whole.
-        assert_eq!(taken(5, &[shim, grow, build]), 3);
-        assert_eq!(taken(2, &[shim, grow]), 2);
-    }
-
-    #[test]
-    fn outside_code_takes_the_margin_unless_plain() {
-        // Code outside the module counts as shown (the preloaded library); 0x5000..0x6000 is a
-        // module of C alone.
-        let shown: &'static Shown = Box::leak(Box::new(Shown {
-            outside: true,
-            plain: std::iter::once(0x5000..0x6000).collect(),
-            ..Shown::from_functions(0x1000..0x1100, [])
-        }));
-        let walk = |returns: &[usize]| {
-            let mut budget = Budget { shown, want: 2 };
-            let mut limit = returns.len();
-            for (n, &r) in returns.iter().enumerate() {
-                if let Some(end) = budget.end_after(n + 1, r) {
-                    limit = limit.min(end);
-                }
-            }
-            limit
-        };
-        let own = 0x1008;
-        // The first frame outside in plain code: the depth alone.
-        assert_eq!(
-            walk(&[own, 0x5010, 0x5020, 0x5030, 0x5040, 0x5050, 0x5060]),
-            3
-        );
-        // Elsewhere (C++, Rust, a module loaded since): the depth and the margin.
-        assert_eq!(
-            walk(&[own, 0x7010, 0x5020, 0x5030, 0x5040, 0x5050, 0x5060, 0x5070]),
-            3 + OUTSIDE_MARGIN
-        );
-        // Past the plain code's end, and at its start.
-        assert_eq!(shown.margin_after(0x6000), OUTSIDE_MARGIN);
-        assert_eq!(shown.margin_after(0x5000), 0);
-        assert_eq!(shown.margin_after(0x4fff), OUTSIDE_MARGIN);
-        // The crate (nothing outside counts): never a margin.
-        assert_eq!(sample().margin_after(0x5010), 0);
-    }
-
-    #[test]
-    fn the_c_library_is_plain_and_rust_code_is_not() {
-        // This test binary is Rust: its code is never plain; the C library is.
-        let plain = plain_code(0);
-        let own = plain_code as fn(usize) -> Vec<Range<usize>> as usize;
-        assert!(!plain.iter().any(|r| r.contains(&own)), "{plain:x?}");
-        let libc = libc::malloc as unsafe extern "C" fn(usize) -> *mut libc::c_void as usize;
-        assert!(plain.iter().any(|r| r.contains(&libc)), "{plain:x?}");
-    }
-
-    #[test]
-    fn without_symbols_the_count_never_starts() {
-        let mut budget = Budget::unlimited();
-        assert!((1..1000).all(|r| budget.end_after(r, r * 8).is_none()));
-        let mut budget = Budget {
-            shown: &NONE,
-            want: 1,
-        };
-        assert!((1..1000).all(|r| budget.end_after(r, r * 8).is_none()));
-    }
-
-    /// The names told without demangling are hidden when demangled too, on every function of
-    /// this test binary, and they are most of them.
-    #[test]
-    fn names_of_hidden_crates_agree_with_their_demangling() {
-        let own = read as fn() -> Option<Shown> as usize;
-        let module = modules::loaded()
-            .into_iter()
-            .find(|m| m.contains(own))
-            .unwrap();
-        let (mut told, mut all) = (0, 0);
-        let mut demangled = Prefix::default();
-        modules::for_each_function(&module.path, false, |_, _, name| {
-            let Ok(name) = std::str::from_utf8(name) else {
-                return;
-            };
-            all += 1;
-            if in_hidden_crate(name) {
-                told += 1;
-                let shown = match rustc_demangle::try_demangle(name) {
-                    Ok(name) => demangled.is_shown(name),
-                    Err(_) => frames::is_shown_by_name(name),
-                };
-                assert!(!shown, "{name} is shown");
-            }
-        })
-        .unwrap();
-        assert!(told * 2 > all, "{told} of {all} told without demangling");
-    }
-
-    #[test]
-    fn mangled_crates() {
-        let hidden = [
-            "_ZN4core3fmt5write17h0123456789abcdefE",
-            "_ZN4core3fmt5write17h0123456789abcdefE.llvm.1234",
-            "_ZN3std2rt10lang_start17h0123456789abcdefE",
-            "_ZN7memprof6record5alloc17h0123456789abcdefE",
-            "_RNvNtCs1234_4core3fmt5write",
-            "_RNvCsAbC_7memprof4main",
-            "_RNvNtC5alloc3vec3new",
-            "_RINvNtC4core3ptr13drop_in_placeNtC3app3FooEB4_",
-            "_ZN47_$LT$app..Foo$u20$as$u20$core..fmt..Display$GT$3fmt17h0123456789abcdefE",
-            "_ZN42_$LT$$RF$T$u20$as$u20$core..fmt..Debug$GT$3fmt17h0123456789abcdefE",
-        ];
-        let undecided = [
-            "_ZN3app4main17h0123456789abcdefE",
-            "_ZN4core17h0123456789abcdefE",
-            "_ZN4core3fooEv",
-            "_ZN41_$LT$app..Foo$u20$as$u20$app..Display$GT$3fmt17h0123456789abcdefE",
-            "_ZN23_$LT$app..mycore..x$GT$3fmt17h0123456789abcdefE",
-            "_RNvCs1234_3app4main",
-            "_RINvMNtC4core3stre18trim_start_matchesReECs1_3app",
-            "_RNvMNtC4core3fmtNtB2_9Formatter3pad",
-            "main",
-            "_ZN",
-            "_R",
-        ];
-        for name in hidden {
-            assert!(in_hidden_crate(name), "{name}");
-        }
-        for name in undecided {
-            assert!(!in_hidden_crate(name), "{name}");
-        }
-    }
-
-    #[test]
-    fn this_module_reads_its_own_symbols() {
-        let shown = read().expect("the test binary has a symbol table");
-        // memprof's own functions (the test's too: it lives in the crate under test) and std's
-        // are not shown.
-        let own = read as fn() -> Option<Shown> as usize;
-        let test = this_module_reads_its_own_symbols as fn() as usize;
-        let std_fn = std::thread::current as fn() -> std::thread::Thread as usize;
-        for address in [own, test, std_fn] {
-            assert!(!shown.contains(address), "{address:#x}");
-        }
-        assert!(shown.bits.iter().any(|word| *word != 0));
-    }
+/// Takes out of `frames` (a walk's return addresses, innermost first) those in the code of
+/// memprof's functions that call the program's code back ([`crate::calls`]), which stand
+/// between the program's frames; and of the frames left after the first one a report shows,
+/// keeps as many as a walk with a budget of `want` frames would. Returns how many are left at
+/// the start of `frames`. For a walk made while such calls were on the stack, with a budget
+/// larger by their number: each may have left a frame. Without a symbol table read, leaves
+/// `frames` as they are.
+pub(crate) fn drop_calling(frames: &mut [ReturnAddress], want: usize) -> usize {
+    let Some(shown) = SHOWN.get() else {
+        return frames.len();
+    };
+    leave_out_calling(shown, frames, want)
 }
+
+/// [`drop_calling`] with what was read from the symbol table.
+fn leave_out_calling(shown: &Shown, frames: &mut [ReturnAddress], want: usize) -> usize {
+    let mut kept = 0;
+    // Frames wanted in all, once the first shown frame came.
+    let mut end = usize::MAX;
+    for at in 0..frames.len() {
+        let address = frames[at];
+        // The call instruction, as for the budget.
+        let code = address.0.wrapping_sub(1);
+        if shown.calls_program(code) {
+            continue;
+        }
+        frames[kept] = address;
+        kept += 1;
+        if end == usize::MAX && shown.contains(code) {
+            end = (kept - 1).saturating_add(want.saturating_add(shown.margin_after(code)));
+        }
+        if kept >= end {
+            break;
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests;
