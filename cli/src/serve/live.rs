@@ -142,8 +142,14 @@ fn update(
         } else {
             state.resolve_new_stacks();
         }
-        state.live = (!finished).then_some(LiveFigures {
-            pending: followed.pending,
+        // A complete trace whose events came out of order is indexed again from its start next
+        // (`rebuild`): until then its figures are not final, and it stays live, those events
+        // pending.
+        state.live = (!finished || followed.out_of_order > 0).then_some(LiveFigures {
+            pending: match finished {
+                true => followed.pending.max(followed.out_of_order),
+                false => followed.pending,
+            },
             out_of_order: followed.out_of_order,
             through: followed.watermark,
         });
