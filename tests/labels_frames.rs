@@ -13,7 +13,6 @@
 mod common;
 
 use std::alloc::Layout;
-use std::collections::HashMap;
 use std::future::Future;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -258,7 +257,12 @@ mod spans {
     pub fn install() {}
 
     /// Without the feature, no span.
-    pub fn enter() {}
+    pub struct NoSpan;
+
+    /// Without the feature, no span.
+    pub fn enter() -> NoSpan {
+        NoSpan
+    }
 }
 
 // A test scope: scope_1 → scope_2, which opens a scope around scope_3 → scope_4 → scope_5,
@@ -526,8 +530,8 @@ fn check_trace(path: &Path) {
     use memprof_trace::{Reader, Record, Trace};
     let bytes = std::fs::read(path).unwrap();
     let mut reader = Reader::new(&bytes[..]).unwrap();
-    let mut stacks = HashMap::new();
-    let mut by_size: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut stacks = std::collections::HashMap::new();
+    let mut by_size: std::collections::HashMap<u64, Vec<u32>> = std::collections::HashMap::new();
     while let Some(chunk) = reader.next_chunk().unwrap() {
         for record in chunk.records() {
             match record.unwrap() {
