@@ -11,7 +11,7 @@
 
 use std::fs::{self, DirBuilder, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The library's bytes, built with this command (empty without the feature).
@@ -59,6 +59,11 @@ fn install(dir: &Path, path: &Path) -> io::Result<()> {
     }
     let mut replacement = memprof_files::Replacement::create(path)?;
     replacement.file().write_all(LIBRARY)?;
+    // Whatever the umask: a copy others could write to would be refused, and written again, on
+    // every run (`holds_library`).
+    replacement
+        .file()
+        .set_permissions(fs::Permissions::from_mode(0o644))?;
     replacement.file().sync_all()?;
     replacement.commit()?;
     Ok(())
