@@ -70,6 +70,20 @@ fn main() {
     } else {
         workload::run(&TOOL)
     };
+    if std::env::args().nth(1).as_deref() == Some("paths") {
+        // With every block freed: what a report costs after many stacks were seen.
+        let rss = workload::status_kb("VmRSS:").unwrap_or(0);
+        let (s, result) = seconds(|| memprof::log_allocations(&mut io::sink()));
+        result.expect("the report renders");
+        outcome.set("report_s", format!("{s:.3}"));
+        let grown = workload::status_kb("VmRSS:")
+            .unwrap_or(0)
+            .saturating_sub(rss);
+        outcome.set("report_rss_kb", grown);
+        let (s, result) = seconds(|| memprof::pretty_log_allocations(&mut io::sink()));
+        result.expect("the report renders");
+        outcome.set("pretty_report_s", format!("{s:.3}"));
+    }
     outcome.set("unwinder", format!("{:?}", config.unwinder));
     outcome.set("stack_depth", config.stack_depth);
     outcome.print();

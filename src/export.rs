@@ -101,6 +101,21 @@ impl Format {
         matches!(self, Format::Dhat | Format::Heaptrack)
     }
 
+    /// Whether the format shows what stacks allocated over the run, freed or not (pprof's
+    /// `alloc_*`, DHAT's and heaptrack's totals, the HTML report's table, a flame graph of
+    /// allocated bytes): it is written from every stack's counters ([`Snapshot::take_all`]), the
+    /// others from the live stacks' alone ([`Snapshot::take`]).
+    pub(crate) fn shows_allocated(self, options: &ExportOptions) -> bool {
+        match self {
+            Format::Pprof | Format::Dhat | Format::Heaptrack | Format::Html => true,
+            Format::Folded | Format::Flamegraph => matches!(
+                options.value,
+                Value::AllocatedBytes | Value::AllocatedBlocks
+            ),
+            Format::Markdown | Format::Tsv => false,
+        }
+    }
+
     /// The format a file name asks for by its ending, if any.
     pub fn from_path(path: &str) -> Option<Format> {
         Format::EXTENSIONS

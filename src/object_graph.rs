@@ -27,7 +27,7 @@ pub(crate) mod scan;
 
 use crate::address::StackId;
 use crate::guard::untracked;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, Which};
 use crate::types::TypeRow;
 use crate::types::{self, Typing, names};
 pub(crate) use scan::BlockKind;
@@ -121,10 +121,10 @@ impl Heap {
         untracked(|| {
             // Type what is live now first (symbolizing must not happen while the table is held),
             // so that pointer-free blocks need not be read.
-            let before = Snapshot::take();
+            let (before, ids) = Snapshot::take_with_ids(Which::Live);
             let stack_types = types::process_stack_types(&before, |s| s.live_blocks > 0);
             let tag_names = types::tag_names();
-            let kind = block_kinds(&stack_types, &tag_names);
+            let kind = block_kinds(&ids, &stack_types, &tag_names);
             let heap = Heap::scan_with(&kind, PROGRESS_AFTER);
             let stack_types = types::process_stack_types(&heap.snapshot, |s| s.live_blocks > 0);
             let typing = Typing::new(&heap.snapshot, &stack_types, &types::tag_names());
@@ -253,16 +253,25 @@ pub(crate) fn kind_of(name: Option<&str>) -> BlockKind {
 /// How to scan the block of a stack and a tag, by the types known (a block of a stack not typed
 /// yet is read, and only its start is referred to).
 fn block_kinds(
+    ids: &[StackId],
     stack_types: &[Option<Arc<str>>],
     tag_names: &[&'static str],
 ) -> impl Fn(StackId, u32) -> BlockKind + use<> {
-    let by_stack: Vec<BlockKind> = stack_types.iter().map(|t| kind_of(t.as_deref())).collect();
+    let by_stack: Vec<(StackId, BlockKind)> = ids
+        .iter()
+        .zip(stack_types)
+        .map(|(&id, t)| (id, kind_of(t.as_deref())))
+        .collect();
     let by_tag: Vec<BlockKind> = tag_names.iter().map(|n| kind_of(Some(n))).collect();
     move |stack: StackId, tag: u32| {
         if tag != 0 {
             by_tag.get(tag as usize - 1).copied().unwrap_or_default()
         } else {
-            by_stack.get(stack.0 as usize).copied().unwrap_or_default()
+            // `ids` are in increasing order: the stacks of a snapshot.
+            match by_stack.binary_search_by_key(&stack, |&(id, _)| id) {
+                Ok(place) => by_stack[place].1,
+                Err(_) => BlockKind::default(),
+            }
         }
     }
 }
@@ -311,10 +320,10 @@ pub(crate) struct Graph {
 pub fn object_size<T: ?Sized>(value: &T) -> u64 {
     untracked(|| {
         if crate::modules::executable_has_debug_info() {
-            let before = Snapshot::take();
+            let (before, ids) = Snapshot::take_with_ids(Which::Live);
             let stack_types = types::process_stack_types(&before, |s| s.live_blocks > 0);
             let tag_names = types::tag_names();
-            let kind = block_kinds(&stack_types, &tag_names);
+            let kind = block_kinds(&ids, &stack_types, &tag_names);
             return scan::reachable_from(value, &kind);
         }
         let untyped = |_: StackId, _: u32| BlockKind {

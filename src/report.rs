@@ -324,7 +324,8 @@ fn current_diff(diff: &SnapshotDiff) -> DiffReport {
 /// was full, `# dropped label sets: N`.
 pub fn log_labels<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
     untracked(|| {
-        let snapshot = Snapshot::take();
+        // The allocated figures of every label set: every stack's counters.
+        let snapshot = Snapshot::take_all();
         labels::write(
             &labels::rows(&snapshot),
             crate::labels::dropped_label_sets(),
@@ -358,7 +359,7 @@ pub fn log_object_sizes<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
 /// type).
 pub fn log_object_tallies<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
     untracked(|| {
-        let snapshot = Snapshot::take();
+        let snapshot = Snapshot::take_all();
         let stack_types = crate::types::process_stack_types(&snapshot, |s| s.allocated_blocks > 0);
         let rows = crate::types::tallies(
             &snapshot,
@@ -379,7 +380,7 @@ pub fn log_type_contexts<W: Write + ?Sized>(
     out: &mut W,
 ) -> io::Result<()> {
     untracked(|| {
-        let snapshot = Snapshot::take();
+        let snapshot = Snapshot::take_all();
         let stack_types = crate::types::process_stack_types(&snapshot, |s| s.allocated_blocks > 0);
         let names = crate::types::tag_names();
         let counts = crate::types::tag_counts();

@@ -14,7 +14,8 @@
 use crate::address::ReturnAddress;
 use crate::address::StackId;
 use crate::guard::untracked;
-use crate::table::{HeapStats, Locked, TABLE, Table};
+use crate::table::{HeapStats, Locked, PeakTable, TABLE, Table};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// One live block.
@@ -47,14 +48,61 @@ fn blocks_of(table: &Locked<'_>) -> Vec<LiveBlock> {
     blocks
 }
 
-/// Every stack of `table` with its allocated totals (live counts left at 0).
-fn stacks_of(table: &Table) -> Vec<StackSummary> {
-    let allocated = table.allocated();
-    table
-        .stacks
-        .iter()
-        .map(|(id, _)| {
-            let (blocks, bytes) = allocated.get(id.0 as usize).copied().unwrap_or((0, 0));
+/// The stacks a snapshot copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    /// Those of the live blocks, and of the blocks live at the peak when the table keeps it:
+    /// what a snapshot of the live heap costs is in proportion to what is live, never to the
+    /// stacks seen over the run.
+    Live,
+    /// Every stack seen, freed or not: for what shows the figures allocated over the run.
+    All,
+}
+
+/// The table's ids of the stacks `which` asks for, in increasing order: every stack's, or those
+/// of `blocks` and of the stacks live at the captured peak.
+fn stack_ids(
+    table: &Table,
+    which: Which,
+    blocks: &[LiveBlock],
+    peak: Option<&PeakTable>,
+) -> Vec<StackId> {
+    if which == Which::All {
+        return (0..table.stacks.len() as u32).map(StackId).collect();
+    }
+    let mut ids: Vec<StackId> = blocks.iter().map(|b| b.stack).collect();
+    if let Some(peak) = peak {
+        let at_peak = peak.stacks.iter().enumerate();
+        ids.extend(
+            at_peak
+                .filter(|(_, at)| at.0 != 0)
+                .map(|(id, _)| StackId(id as u32)),
+        );
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Renames the stacks of `blocks` from the table's ids to their places in `ids` (sorted, with
+/// every block's stack).
+fn renumber(blocks: &mut [LiveBlock], ids: &[StackId]) {
+    for block in blocks {
+        let place = ids.binary_search(&block.stack).unwrap_or_default();
+        block.stack = StackId(place as u32);
+    }
+}
+
+/// The stacks of `ids` (the table's ids) with their allocated totals (live counts left at 0).
+fn stacks_of(table: &Table, ids: &[StackId]) -> Vec<StackSummary> {
+    let all = ids.len() == table.stacks.len();
+    let allocated = if all { table.allocated() } else { Vec::new() };
+    ids.iter()
+        .map(|&id| {
+            let (blocks, bytes) = match all {
+                true => allocated.get(id.0 as usize).copied().unwrap_or((0, 0)),
+                false => table.allocated_of(id),
+            };
             StackSummary {
                 frames: table.stacks.frames(id),
                 labels: table.stacks.labels(id),
@@ -127,7 +175,9 @@ pub struct StackSummary {
 pub struct Snapshot {
     /// Live blocks, by address.
     pub blocks: Vec<LiveBlock>,
-    /// Every stack seen so far, indexed by [`StackId`]; live counts agree with `blocks`.
+    /// The stacks of the live blocks (and of the blocks live at the peak, when it is known), or
+    /// every stack seen so far ([`Snapshot::take_all`]); [`LiveBlock::stack`] is a place in it.
+    /// Live counts agree with `blocks`.
     pub stacks: Vec<StackSummary>,
     /// Process totals; `live_*` agree with `blocks`.
     pub stats: HeapStats,
@@ -145,33 +195,56 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Copies the process's live table now, without stopping other threads for longer than the copy.
+    /// Copies the process's live table now, without stopping other threads for longer than the
+    /// copy: the live blocks with their stacks. Its cost is in proportion to what is live, not to
+    /// the stacks seen over the run.
     pub fn take() -> Snapshot {
-        untracked(|| Snapshot::of(&TABLE))
+        untracked(|| Snapshot::of(&TABLE, Which::Live))
     }
 
-    /// [`Snapshot::take`], with how long the table was held still for it.
+    /// [`Snapshot::take`] with every stack seen so far, live or not, and what each allocated over
+    /// the run: for the figures of blocks since freed (pprof's `alloc_space`, DHAT's totals).
+    pub fn take_all() -> Snapshot {
+        untracked(|| Snapshot::of(&TABLE, Which::All))
+    }
+
+    /// [`Snapshot::take`] or [`Snapshot::take_all`], with the table's id of each of its stacks.
+    pub(crate) fn take_with_ids(which: Which) -> (Snapshot, Vec<StackId>) {
+        untracked(|| {
+            let (snapshot, ids, _) = Snapshot::of_held(&TABLE, which);
+            (snapshot, ids)
+        })
+    }
+
+    /// [`Snapshot::take`] or [`Snapshot::take_all`], with how long the table was held still.
     #[cfg(feature = "http")]
-    pub(crate) fn take_held() -> (Snapshot, Duration) {
-        untracked(|| Snapshot::of_held(&TABLE))
+    pub(crate) fn take_held(which: Which) -> (Snapshot, Duration) {
+        untracked(|| {
+            let (snapshot, _, held) = Snapshot::of_held(&TABLE, which);
+            (snapshot, held)
+        })
     }
 
     /// Copies `table` now. Call it inside the reentrancy guard when `table` is the process's own.
-    pub(crate) fn of(table: &Table) -> Snapshot {
-        Snapshot::of_held(table).0
+    pub(crate) fn of(table: &Table, which: Which) -> Snapshot {
+        Snapshot::of_held(table, which).0
     }
 
-    /// [`Snapshot::of`], with how long `table` was held still for it.
-    fn of_held(table: &Table) -> (Snapshot, Duration) {
+    /// [`Snapshot::of`], with the table's id of each stack and how long `table` was held still.
+    fn of_held(table: &Table, which: Which) -> (Snapshot, Vec<StackId>, Duration) {
         let start = Instant::now();
-        let (blocks, stats) = {
+        let (mut blocks, stats) = {
             let held = table.lock_all();
             (blocks_of(&held), held.stats())
         };
         let held = start.elapsed();
-        let stacks = stacks_of(table);
-        let label_sets = crate::labels::sets::SETS.all();
         let peak = table.peak_table();
+        let ids = stack_ids(table, which, &blocks, peak.as_ref());
+        if which == Which::Live {
+            renumber(&mut blocks, &ids);
+        }
+        let stacks = stacks_of(table, &ids);
+        let label_sets = crate::labels::sets::SETS.all();
         let mut snapshot =
             Snapshot::sampled(blocks, stacks, stats.peak_bytes, table.sample_interval());
         snapshot.stats.total_blocks = stats.total_blocks;
@@ -181,16 +254,16 @@ impl Snapshot {
         if let Some(peak) = peak {
             // The heap is at (or above) its captured peak now: the peak is this very moment.
             let now = peak.live_bytes <= snapshot.stats.live_bytes;
-            for (id, stack) in snapshot.stacks.iter_mut().enumerate() {
+            for (id, stack) in ids.iter().zip(snapshot.stacks.iter_mut()) {
                 (stack.peak_blocks, stack.peak_bytes) = if now {
                     (stack.live_blocks, stack.live_bytes)
                 } else {
-                    peak.stacks.get(id).copied().unwrap_or_default()
+                    peak.stacks.get(id.0 as usize).copied().unwrap_or_default()
                 };
             }
             snapshot.peak_known = true;
         }
-        (snapshot, held)
+        (snapshot, ids, held)
     }
 
     /// Builds a snapshot from its parts (synthetic snapshots for tests and tools): live counts are
@@ -208,9 +281,12 @@ impl Snapshot {
     }
 
     /// A snapshot of the process's table made of `blocks`, copied while it was held ([`hold`]):
-    /// every stack with its allocated totals, the live counts from `blocks`, the heap's peak now.
-    pub(crate) fn of_held_blocks(blocks: Vec<LiveBlock>) -> Snapshot {
-        let stacks = stacks_of(&TABLE);
+    /// the stacks of `blocks` with their allocated totals, the live counts from `blocks`, the
+    /// heap's peak now.
+    pub(crate) fn of_held_blocks(mut blocks: Vec<LiveBlock>) -> Snapshot {
+        let ids = stack_ids(&TABLE, Which::Live, &blocks, None);
+        renumber(&mut blocks, &ids);
+        let stacks = stacks_of(&TABLE, &ids);
         let stats = TABLE.stats();
         let mut snapshot = Snapshot::from_parts(blocks, stacks, stats.peak_bytes);
         snapshot.stats.peak_exact = stats.peak_exact;
@@ -282,13 +358,26 @@ impl Snapshot {
 
     /// What changed per stack since `earlier` (a snapshot of the same process taken before):
     /// the growth or shrinkage of its live blocks and bytes, and what it allocated in between.
+    /// Stacks are matched by frames and labels. What a stack with nothing live in `self`
+    /// allocated in between is known only when `self` holds every stack ([`Snapshot::take_all`]).
     pub fn diff(&self, earlier: &Snapshot) -> SnapshotDiff {
-        let stacks = self
+        // Stacks are matched by their frames and labels: a snapshot of the live heap holds the
+        // stacks of its live blocks only, so places differ from one snapshot to the next.
+        let before: HashMap<StackKey<'_>, &StackSummary> = earlier
             .stacks
             .iter()
-            .enumerate()
-            .filter_map(|(id, later)| {
-                let before = earlier.stacks.get(id).cloned().unwrap_or_default();
+            .map(|s| ((s.frames.as_slice(), earlier.label_set(s.labels)), s))
+            .collect();
+        let mut stacks: Vec<StackDelta> = self
+            .stacks
+            .iter()
+            .filter_map(|later| {
+                let labels = self.label_set(later.labels);
+                let before = before
+                    .get(&(later.frames.as_slice(), labels))
+                    .copied()
+                    .cloned()
+                    .unwrap_or_default();
                 let delta = StackDelta {
                     frames: later.frames.clone(),
                     live_blocks: later.live_blocks as i64 - before.live_blocks as i64,
@@ -297,18 +386,39 @@ impl Snapshot {
                         .allocated_blocks
                         .saturating_sub(before.allocated_blocks),
                     allocated_bytes: later.allocated_bytes.saturating_sub(before.allocated_bytes),
-                    labels: self.label_set(later.labels).to_vec(),
+                    labels: labels.to_vec(),
                 };
                 (delta.live_blocks != 0 || delta.live_bytes != 0 || delta.allocated_blocks != 0)
                     .then_some(delta)
             })
             .collect();
+        // A stack live before and not now is not in this snapshot's stacks: it lost them all.
+        let now: HashSet<StackKey<'_>> = self
+            .stacks
+            .iter()
+            .map(|s| (s.frames.as_slice(), self.label_set(s.labels)))
+            .collect();
+        for gone in &earlier.stacks {
+            let labels = earlier.label_set(gone.labels);
+            if gone.live_blocks != 0 && !now.contains(&(gone.frames.as_slice(), labels)) {
+                stacks.push(StackDelta {
+                    frames: gone.frames.clone(),
+                    live_blocks: -(gone.live_blocks as i64),
+                    live_bytes: -(gone.live_bytes as i64),
+                    labels: labels.to_vec(),
+                    ..StackDelta::default()
+                });
+            }
+        }
         SnapshotDiff {
             stacks,
             sample_interval: self.sample_interval,
         }
     }
 }
+
+/// What tells a stack of one snapshot from another's: its frames and its labels.
+type StackKey<'a> = (&'a [ReturnAddress], &'a [(String, String)]);
 
 /// The change of one stack between two snapshots.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

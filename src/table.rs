@@ -177,6 +177,17 @@ impl Table {
         allocated
     }
 
+    /// Blocks and bytes allocated from stack `id` over the run: [`Table::allocated`] for one stack.
+    pub(crate) fn allocated_of(&self, id: StackId) -> (u64, u64) {
+        let own = self.stacks.counts(id.0);
+        let mut sum = (own.allocated_blocks, own.allocated_bytes);
+        for w in self.all_writers() {
+            let (blocks, bytes) = w.stack_counts(id.0);
+            sum = (sum.0.wrapping_add(blocks), sum.1.wrapping_add(bytes));
+        }
+        sum
+    }
+
     /// The settings of a change, read now.
     #[inline]
     fn mode(&self) -> Mode {

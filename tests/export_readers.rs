@@ -94,7 +94,7 @@ const SITES: [Expected; 3] = [
 fn real_readers_open_the_exports() {
     let mut kept = Vec::with_capacity(200);
     allocate(&mut kept);
-    let snapshot = Snapshot::take();
+    let snapshot = Snapshot::take_all();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("export_readers");
     std::fs::create_dir_all(&dir).unwrap();
     let options = ExportOptions::default();

@@ -15,6 +15,7 @@
 //! | `tree` | a balanced tree of 2^`size` boxed nodes each owning a `Vec`, walked and freed, then again beside a linked list of 2^(`size` − 2) nodes | levels |
 //! | `crates` | pulldown-cmark, serde_json and syn on generated inputs of `size` units each (a few MB at the default) | units |
 //! | `exchange` | `recursive` on `threads` threads (2 unless given), each handing every 16th block it makes to the next thread, which frees it | iterations per thread |
+//! | `paths` | one 24-byte box at the end of each of `size` distinct call paths 20 frames deep (two mutually recursive functions chosen by the bits of a counter), all kept, then all freed: what a new distinct stack costs as stacks accumulate | distinct paths |
 //!
 //! The last line of standard output is `RESULT key=value ...`: the timed part (`hot_s`), the
 //! allocations the tool counted in it (`allocs`, `-` without a counting tool), the peak resident
@@ -129,10 +130,11 @@ pub fn run(tool: &Tool) -> Outcome {
         "tree" => tree_scenario(tool, size(1, 20)),
         "crates" => crates_scenario(tool, size(1, 20_000)),
         "exchange" => exchange_scenario(tool, size(1, 100_000), size(2, 2)),
+        "paths" => paths_scenario(tool, size(1, 1 << 20)),
         other => {
             eprintln!(
                 "unknown scenario {other:?}; use churn, markdown, json, threads, live, \
-                 recursive, tree, crates or exchange"
+                 recursive, tree, crates, exchange or paths"
             );
             std::process::exit(2);
         }
@@ -229,6 +231,26 @@ fn descend_b(depth: usize, path: u64, f: &mut dyn FnMut()) {
         descend_b(black_box(depth - 1), path >> 1, f);
     }
     black_box(());
+}
+
+/// Levels of the `paths` scenario's call paths.
+const PATH_LEVELS: usize = 20;
+
+/// One 24-byte box at the end of each of `paths` distinct call paths, all kept, then all freed.
+fn paths_scenario(tool: &Tool, paths: usize) -> Outcome {
+    let mut outcome = Outcome::new(tool, "paths", paths);
+    let kept = timed(tool, &mut outcome, || {
+        let mut kept: Vec<Box<[u64; 3]>> = Vec::with_capacity(paths);
+        for i in 0..paths as u64 {
+            descend_a(PATH_LEVELS, i, &mut || {
+                kept.push(black_box(Box::new([i; 3])))
+            });
+        }
+        kept
+    });
+    outcome.set("checksum", kept.iter().map(|b| b[0]).sum::<u64>());
+    drop(black_box(kept));
+    outcome
 }
 
 /// Two short-lived boxes: a node and a byte buffer of random size.

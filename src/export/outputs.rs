@@ -108,8 +108,15 @@ pub(crate) fn write_listed(spec: &str) -> (Vec<PathBuf>, bool) {
             return (written_paths, true);
         }
         let listed = paths.len();
-        let snapshot = Snapshot::take();
         let options = ExportOptions::default();
+        let all = paths
+            .iter()
+            .filter_map(|path| Format::from_path(path))
+            .any(|format| format.shows_allocated(&options));
+        let snapshot = match all {
+            true => Snapshot::take_all(),
+            false => Snapshot::take(),
+        };
         symbolize::with_symbolizer(|symbolizer| {
             for path in paths {
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

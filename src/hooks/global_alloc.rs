@@ -460,7 +460,7 @@ mod tests {
             assert!(memprof.realloc(ptr, layout, FAILS).is_null());
             let back = read_header(ptr, layout).expect("the header is written again");
             assert!(back.is_recorded());
-            let snapshot = crate::snapshot::Snapshot::of(table);
+            let snapshot = crate::snapshot::Snapshot::of(table, crate::snapshot::Which::Live);
             let block = snapshot.blocks.iter().find(|b| b.address == ptr as usize);
             assert_eq!(block.map(|b| (b.size, b.tag)), Some((40, 7)));
             memprof.dealloc(ptr, layout);

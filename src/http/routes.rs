@@ -13,7 +13,7 @@
 
 use crate::export::{ExportOptions, Value, pprof};
 use crate::report::{Report, ReportOptions};
-use crate::snapshot::{Snapshot, StackSummary};
+use crate::snapshot::{Snapshot, StackSummary, Which};
 use crate::symbolize::with_symbolizer;
 use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -189,7 +189,7 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
         }
         ("/debug/memprof/objects", _) => {
             let _turn = turn();
-            let snapshot = snapshot();
+            let snapshot = snapshot(Which::Live);
             Response::made("text/plain; charset=utf-8", |out| {
                 let typing = crate::types::Typing::of_process(&snapshot);
                 crate::report::types::write(&typing.counts(), out)
@@ -197,7 +197,7 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
         }
         ("/debug/memprof/memory", _) => {
             let _turn = turn();
-            let breakdown = crate::breakdown::MemoryBreakdown::of(&snapshot());
+            let breakdown = crate::breakdown::MemoryBreakdown::of(&snapshot(Which::Live));
             Response::made("text/plain; charset=utf-8", |out| breakdown.write_text(out))
         }
         ("/" | "/debug/memprof/" | "/debug/memprof" | "/debug/pprof/" | "/debug/pprof", _) => {
@@ -218,15 +218,16 @@ pub(crate) fn turn() -> MutexGuard<'static, ()> {
 }
 
 /// A snapshot of the process, taken during a [`turn`] once the previous one's share of the time
-/// allows ([`FREEZE_SHARE`]).
-fn snapshot() -> Snapshot {
+/// allows ([`FREEZE_SHARE`]): of the live stacks, or of every stack for the profiles that show
+/// what was allocated over the run.
+fn snapshot(which: Which) -> Snapshot {
     #[cfg(test)]
     tests::SNAPSHOTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut next = NEXT_SNAPSHOT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(at) = *next {
         std::thread::sleep(at.saturating_duration_since(Instant::now()));
     }
-    let (snapshot, held) = Snapshot::take_held();
+    let (snapshot, held) = Snapshot::take_held(which);
     *next = Some(Instant::now() + held * (FREEZE_SHARE - 1));
     snapshot
 }
@@ -234,7 +235,7 @@ fn snapshot() -> Snapshot {
 /// The live-allocation report of the process, with the `MEMPROF_*` options in force, from a
 /// [`snapshot`].
 fn live_report() -> Report {
-    let snapshot = snapshot();
+    let snapshot = snapshot(Which::Live);
     with_symbolizer(|symbolizer| Report::live(&snapshot, symbolizer, &ReportOptions::from_env()))
 }
 
@@ -248,7 +249,7 @@ fn now() -> Duration {
 /// The heap profile now, `value` its default sample type.
 fn heap(value: Value, name: &str) -> Response {
     let _turn = turn();
-    let snapshot = snapshot();
+    let snapshot = snapshot(Which::All);
     let options = ExportOptions::default().value(value);
     Response::profile(name, |out| {
         with_symbolizer(|symbolizer| pprof::write(&snapshot, symbolizer, &options, out))
@@ -260,13 +261,13 @@ fn delta(value: Value, name: &str, seconds: u64) -> Response {
     let (time, at) = (now(), Instant::now());
     let mut earlier = {
         let _turn = turn();
-        snapshot()
+        snapshot(Which::All)
     };
     // Only the stacks' counters are compared: the blocks need not be kept while waiting.
     earlier.blocks = Vec::new();
     std::thread::sleep(Duration::from_secs(seconds));
     let _turn = turn();
-    let later = snapshot();
+    let later = snapshot(Which::All);
     let options = ExportOptions::default()
         .value(value)
         .time(time)
@@ -282,7 +283,7 @@ fn delta(value: Value, name: &str, seconds: u64) -> Response {
 /// for the first), and the live heap now, as Pyroscope's `godeltaprof` serves it.
 fn delta_heap() -> Response {
     let _turn = turn();
-    let later = snapshot();
+    let later = snapshot(Which::All);
     let (time, at) = (now(), Instant::now());
     let mut base = DELTA_BASE.lock().unwrap_or_else(PoisonError::into_inner);
     let previous = base.take();

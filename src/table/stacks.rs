@@ -602,7 +602,7 @@ impl Stacks {
     }
 
     /// The counts of an interned stack.
-    fn counts(&self, id: u32) -> StackCounts {
+    pub(crate) fn counts(&self, id: u32) -> StackCounts {
         self.counters
             .get(id)
             .map_or_else(StackCounts::default, |c| StackCounts {

@@ -6,7 +6,8 @@
 
 use super::*;
 use crate::header::Headed;
-use std::collections::BTreeMap;
+use crate::snapshot::Which;
+use std::collections::{BTreeMap, BTreeSet};
 use writers::Writer;
 
 #[derive(Clone, Debug)]
@@ -154,11 +155,23 @@ fn table_matches_model() {
                 }
             }
         }
-        let snapshot = crate::snapshot::Snapshot::of(&table);
+        let snapshot = crate::snapshot::Snapshot::of(&table, Which::All);
         assert_eq!(blocks_of(&snapshot), model_blocks(&model));
+        // A snapshot of the live heap: the same blocks, the stacks of the live blocks only, each
+        // with what it allocated.
+        let live = crate::snapshot::Snapshot::of(&table, Which::Live);
+        assert_eq!(blocks_of(&live), model_blocks(&model));
+        let live_stacks: BTreeSet<u8> = model.values().map(|m| m.1).collect();
+        assert_eq!(live.stacks.len(), live_stacks.len());
+        for summary in &live.stacks {
+            let stack = (summary.frames.len() - 1) as u8;
+            let totals = (summary.allocated_blocks, summary.allocated_bytes);
+            assert_eq!(totals, allocated[&stack]);
+        }
         // Per-stack counters: live ones from the snapshot, allocated ones from the threads' counters.
         let allocated_per_stack = table.allocated();
         for (id, _) in table.stacks.iter() {
+            assert_eq!(table.allocated_of(id), allocated_per_stack[id.0 as usize]);
             let stack = (table.stacks.frames(id).len() - 1) as u8;
             let live: Vec<_> = model.values().filter(|m| m.1 == stack).collect();
             let summary = snapshot.stack(id);
@@ -222,7 +235,7 @@ fn slots_match_model() {
                 }
             }
         }
-        let snapshot = crate::snapshot::Snapshot::of(&table);
+        let snapshot = crate::snapshot::Snapshot::of(&table, Which::Live);
         assert_eq!(blocks_of(&snapshot), model_blocks(&model));
         let stats = table.stats();
         assert_eq!(stats.live_blocks, model.len() as u64);
@@ -270,7 +283,7 @@ fn large_sizes_and_tags_survive_packing() {
         Some((table.stacks.intern(&frames(3)), 0))
     );
     assert_eq!(table.set_tag(0x6000, 7), None);
-    let snapshot = crate::snapshot::Snapshot::of(&table);
+    let snapshot = crate::snapshot::Snapshot::of(&table, Which::Live);
     let sizes: Vec<(usize, u64, u32)> = snapshot
         .blocks
         .iter()

@@ -196,6 +196,23 @@ impl Writer {
         Some(slot.get_or_init(|| groups))
     }
 
+    /// This writer's `(blocks, bytes)` allocated from stack `id`.
+    pub(super) fn stack_counts(&self, id: u32) -> (u64, u64) {
+        let index = id as usize;
+        let groups = match index < GROUP * GROUPS {
+            true => Some(&self.near),
+            false => self
+                .far
+                .get(index / (GROUP * GROUPS) - 1)
+                .and_then(|slot| slot.get().map(|g| &**g)),
+        };
+        let group = groups.and_then(|groups| groups[index / GROUP % GROUPS].get());
+        group.map_or((0, 0), |group| {
+            let [b, s] = &group[index % GROUP];
+            (b.load(Ordering::Relaxed), s.load(Ordering::Relaxed))
+        })
+    }
+
     /// Adds this writer's per-stack allocated counters to `into`, by stack id.
     pub(super) fn add_stacks(&self, into: &mut Vec<(u64, u64)>) {
         let far = self.far.iter().map(|groups| groups.get().map(|g| &**g));

@@ -178,7 +178,7 @@ pub fn replay(bytes: &[u8], until: Option<&str>) -> Replay {
 /// nothing in the table.
 pub fn write_table(path: &Path) {
     memprof::untracked(|| {
-        let snapshot = memprof::Snapshot::take();
+        let snapshot = memprof::Snapshot::take_all();
         let mut text = String::new();
         for block in &snapshot.blocks {
             text += &format!("B {:#x} {} {}\n", block.address, block.size, block.stack.0);
