@@ -11,10 +11,17 @@
 //! locked instruction.
 //!
 //! Finding the id of a stack: first the thread's cache of recent stacks, by the whole stack's
-//! hash, without a lock; past a miss, node by node from the outermost frame, each child of a node
-//! through a small hash index of (parent, return address) sharded by that pair's hash. The thread
-//! keeps the nodes of the last stacks it walked (one per outermost frame, of a few), so a walk
-//! starts below the frames it shares with the last stack that began at the same frame.
+//! hash, without a lock; then the table's shared cache; past a miss, the tree. A node is indexed
+//! by the hash of its whole path from the outermost frame (`index`: one array of words per shard,
+//! behind a small lock), so a walk can look up any frame of a stack without the nodes above it:
+//! it looks up the innermost frame (a stack seen before), then halves the run of frames it does
+//! not know, and adds the nodes of the new inner frames below the deepest one found. A new stack
+//! of 32 frames costs about six lookups, the same at a thousand stacks as at a million, and their
+//! places in the index are prefetched together before the first. The thread keeps the nodes of
+//! the last stacks it walked (one per outermost frame, of a few), so a walk starts below the
+//! frames it shares with the last stack that began at the same frame.
+
+mod index;
 
 use crate::address::{ReturnAddress, StackId};
 use crate::config::MAX_STACK_DEPTH;
@@ -77,8 +84,21 @@ struct LastPath {
     owner: u64,
     /// Frames walked.
     len: usize,
-    /// `(return address, node)`, outermost first.
-    nodes: [(usize, u32); PATH],
+    /// `(path hash, node)`, outermost first; the node is [`UNKNOWN`] where the walk did not
+    /// look at it (it jumped over that frame, see [`Stacks::walk_from`]).
+    nodes: [(u64, u32); PATH],
+}
+
+/// A node a remembered walk did not look up.
+const UNKNOWN: u32 = u32::MAX - 1;
+
+impl LastPath {
+    /// A walk remembered by no thread: for a thread whose own cannot be had.
+    const EMPTY: LastPath = LastPath {
+        owner: 0,
+        len: 0,
+        nodes: [(0, UNKNOWN); PATH],
+    };
 }
 
 thread_local! {
@@ -100,7 +120,7 @@ thread_local! {
                 LastPath {
                     owner: 0,
                     len: 0,
-                    nodes: [(0, ROOT); PATH],
+                    nodes: [(0, UNKNOWN); PATH],
                 }
             }; PATHS],
         )
@@ -108,7 +128,7 @@ thread_local! {
 }
 
 /// A shard of the node index, held.
-pub(super) type HeldShard<'a> = MutexGuard<'a, hashbrown::HashTable<u32>>;
+pub(super) type HeldShard<'a> = MutexGuard<'a, index::Shard>;
 
 /// Entries in the first bucket of an [`Array`]; bucket `b` holds `FIRST << b`.
 const FIRST: usize = 1 << 10;
@@ -165,9 +185,10 @@ impl<T: bytemuck::Zeroable> Array<T> {
     }
 }
 
-/// A node of the tree: a return address called from its parent's. Word 0: the return address.
-/// Word 1: the parent node + 1 (0 for an outermost frame) in the low half, and the stack whose
-/// innermost frame the node is + 1 (0 while there is none) in the high half.
+/// A node of the tree: a return address called from its parent's. Word 0: the return address,
+/// with bits of the hash of its path from the outermost frame ([`node_word`]). Word 1: the parent
+/// node + 1 (0 for an outermost frame) in the low half, and the stack whose innermost frame the
+/// node is + 1 (0 while there is none) in the high half.
 type Node = [AtomicU64; 2];
 
 /// A stack's counters: blocks and bytes allocated over the run, where threads do not count them
@@ -245,9 +266,23 @@ fn labels_hash(labels: u32) -> u64 {
 }
 
 /// The address of the node that names a label set, below a labelled stack's innermost frame,
-/// with the set's id in the low half: in the kernel's half of the address space, where no return
-/// address of a program is.
-const LABEL_NODE: usize = 0xFFFF_FF00_0000_0000;
+/// with the set's id in the low half: above the user half of a 48-bit address space, where no
+/// return address of a program is, and within the 48 bits a node keeps ([`ADDRESS_BITS`]).
+const LABEL_NODE: usize = 0x0000_FF00_0000_0000;
+
+/// The bits of a return address a node keeps: what a user-space address on the 64-bit targets
+/// has. The 16 above hold bits of the node's path hash ([`node_word`]).
+const ADDRESS_BITS: u32 = 48;
+
+/// A node's first word: the low [`ADDRESS_BITS`] of its return address, and bits 16 to 31 of its
+/// path hash above them. A lookup by path hash compares it whole: with the high half of the hash
+/// in the index's word and the low bits in the shard's number, 52 bits of the hash and the
+/// address must match.
+#[inline]
+fn node_word(hash: u64, address: usize) -> u64 {
+    let address = address as u64 & ((1 << ADDRESS_BITS) - 1);
+    address | ((hash >> 16) & 0xFFFF) << ADDRESS_BITS
+}
 
 /// The label set a node's address names, when it is a label's node.
 #[inline]
@@ -255,21 +290,24 @@ fn label_of(address: usize) -> Option<u32> {
     (address & !0xFFFF_FFFF == LABEL_NODE).then_some(address as u32)
 }
 
-/// Hashes a node's key: its parent and its return address.
+/// The hash of the path above the outermost frames: the root's.
+const ROOT_HASH: u64 = 0x243F_6A88_85A3_08D3;
+
+/// The hash of a node's path from the outermost frame: the hash of its parent's path, `parent`,
+/// with its return address. A node's key in the index: a walk can look a frame up without the
+/// nodes above it, and so jump over the frames a new stack shares with the stacks seen.
 #[inline]
-fn node_hash(parent: u32, address: usize) -> u64 {
+fn path_hash(parent: u64, address: usize) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let h = ((address as u64) ^ u64::from(parent).rotate_left(32)).wrapping_mul(K);
-    (h ^ (h >> 29)).wrapping_mul(K)
+    let h = (parent.rotate_left(23) ^ address as u64).wrapping_mul(K);
+    (h ^ (h >> 29)).wrapping_mul(K) ^ (h >> 32)
 }
 
-/// The index shard of a node's key hash: its bits from 40 up (four of them for 16 shards), which
-/// the shard's table does not use: it takes the low bits for the bucket and the top 7 for the tag
-/// it compares first. Sharding by the top bits would leave the tags within a shard 3 bits that
-/// vary, matching other nodes' 16 times as often, each match a load of the node from memory.
+/// The index shard of a node's path hash: its low bits, which the shard's words do not keep
+/// (they keep the high half, see [`index`]).
 #[inline]
 fn shard_of(hash: u64) -> usize {
-    (hash >> 40) as usize % INDEX_SHARDS
+    hash as usize % INDEX_SHARDS
 }
 
 /// The stack table.
@@ -285,9 +323,10 @@ pub(crate) struct Stacks {
     nodes: Array<Node>,
     /// Nodes in the tree; node ids are given under the lock of the node's index shard.
     node_count: AtomicU32,
-    /// Node ids by the hash of (parent, return address), sharded by bits 40 and up of the hash,
-    /// which the shards' tables use neither for buckets nor for tags ([`shard_of`]).
-    index: [Mutex<hashbrown::HashTable<u32>>; INDEX_SHARDS],
+    /// Node ids by the hash of their path ([`path_hash`]), sharded by its low bits ([`shard_of`]).
+    index: [Mutex<index::Shard>; INDEX_SHARDS],
+    /// Where each shard's words are, to prefetch from without its lock.
+    hints: [index::Hint; INDEX_SHARDS],
     /// The id of the empty stack + 1; 0 until it is interned.
     empty: AtomicU64,
     /// This table's tag for the threads' caches of recent ids; 0 until first needed.
@@ -307,7 +346,8 @@ impl Stacks {
             counters: Array::new(),
             nodes: Array::new(),
             node_count: AtomicU32::new(0),
-            index: [const { Mutex::new(hashbrown::HashTable::new()) }; INDEX_SHARDS],
+            index: [const { Mutex::new(index::Shard::new()) }; INDEX_SHARDS],
+            hints: [const { index::Hint::new() }; INDEX_SHARDS],
             empty: AtomicU64::new(0),
             tag: AtomicU64::new(0),
             shared: OnceLock::new(),
@@ -433,70 +473,115 @@ impl Stacks {
         entries[hash as usize % SHARED].store(entry, Release);
     }
 
-    /// The id of `frames` from the tree: the innermost node, found from the outermost frame in,
-    /// past the frames shared with the thread's last walk, then the node of `labels` below it
-    /// (when not 0), then its stack.
+    /// The id of `frames` from the tree: the innermost node, found below the frames shared with
+    /// the thread's last walk, then the node of `labels` below it (when not 0), then its stack.
     #[cold]
     fn intern_walked(&self, frames: &[ReturnAddress], labels: u32, tag: u64) -> StackId {
         let path = frames.last().map_or(0, |outermost| {
             ((outermost.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % PATHS
         });
-        let leaf = match LAST_PATHS.try_with(|last| match last.try_borrow_mut() {
+        let (leaf, leaf_hash) = match LAST_PATHS.try_with(|last| match last.try_borrow_mut() {
             Ok(mut last) => Some(self.walk_from(&mut last[path], frames, tag)),
             Err(_) => None,
         }) {
             Ok(Some(leaf)) => leaf,
             _ => {
-                let mut node = ROOT;
-                for frame in frames.iter().rev() {
-                    match self.child(node, frame.0) {
-                        Some(child) => node = child,
-                        None => break,
-                    }
-                }
-                node
+                let mut none = LastPath::EMPTY;
+                self.walk_from(&mut none, frames, tag)
             }
         };
         // Should the label's node not be made, the stack goes unlabelled.
         let leaf = match labels {
             0 => leaf,
             labels => self
-                .child(leaf, LABEL_NODE | labels as usize)
-                .unwrap_or(leaf),
+                .child(leaf, leaf_hash, LABEL_NODE | labels as usize)
+                .map_or(leaf, |(node, _)| node),
         };
         self.stack_of(leaf)
     }
 
-    /// The innermost node of `frames`, walked below the frames it shares with `last`, which then
-    /// holds the nodes of `frames`. Should a node's memory run out, the stack ends at the frames
-    /// found so far.
-    fn walk_from(&self, last: &mut LastPath, frames: &[ReturnAddress], tag: u64) -> u32 {
+    /// The innermost node of `frames` and the hash of its path, found past the frames it shares
+    /// with `last`, which then holds the nodes of `frames`. Should a node's memory run out, the
+    /// stack ends at the frames found so far.
+    ///
+    /// The nodes of a stack's outer frames are in the tree before those of its inner ones, so the
+    /// frames of `frames` already in the tree are a run from the outermost one: the walk looks up
+    /// the innermost frame first (a stack seen before, out of the caches), then halves the run it
+    /// does not know, a lookup by path hash each, and adds the nodes of the new inner frames
+    /// below the last one found. A new stack of 32 frames that shares none with `last` costs
+    /// about six lookups, not 32.
+    fn walk_from(&self, last: &mut LastPath, frames: &[ReturnAddress], tag: u64) -> (u32, u64) {
         if last.owner != tag {
             last.owner = tag;
             last.len = 0;
         }
-        let outward = frames.iter().rev().map(|f| f.0);
+        let depth = frames.len().min(PATH);
+        let outward = || frames.iter().rev().map(|f| f.0);
+        // The path hash of every frame, outermost first.
+        let mut hashes = [0u64; PATH];
+        let mut hash = ROOT_HASH;
+        for (slot, address) in hashes.iter_mut().zip(outward()) {
+            hash = path_hash(hash, address);
+            *slot = hash;
+        }
         let shared = last.nodes[..last.len]
             .iter()
-            .zip(outward.clone())
-            .take_while(|&(&(address, _), frame)| address == frame)
+            .zip(&hashes[..depth])
+            .take_while(|&(&(remembered, _), &hash)| remembered == hash)
             .count();
-        let mut node = match shared {
-            0 => ROOT,
-            n => last.nodes[n - 1].1,
-        };
-        last.len = shared;
-        for address in outward.skip(shared) {
-            match self.child(node, address) {
-                Some(child) => node = child,
-                None => break,
-            }
-            if last.len < PATH {
-                last.nodes[last.len] = (address, node);
-                last.len += 1;
+        // The nodes of this walk's frames, where known: those shared with the last walk first.
+        let mut nodes = [UNKNOWN; PATH];
+        for (node, remembered) in nodes.iter_mut().zip(&last.nodes[..shared]) {
+            *node = remembered.1;
+        }
+        // The deepest frame known to be in the tree: `found` frames, ending at `node`.
+        let (mut found, mut node) = (0, ROOT);
+        if let Some(at) = nodes[..shared].iter().rposition(|&n| n != UNKNOWN) {
+            (found, node) = (at + 1, nodes[at]);
+        }
+        let address_at = |level: usize| frames[frames.len() - 1 - level].0;
+        if found < depth {
+            for &hash in &hashes[found..depth] {
+                self.hints[shard_of(hash)].prefetch(hash);
             }
         }
-        node
+        // The frames in the tree end between `found` and `absent`, excluded.
+        let mut absent = depth + 1;
+        while found + 1 < absent {
+            let probe = match absent == depth + 1 {
+                true => depth,
+                false => (found + absent) / 2,
+            };
+            match self.find(hashes[probe - 1], address_at(probe - 1)) {
+                Some(id) => {
+                    (found, node) = (probe, id);
+                    nodes[probe - 1] = id;
+                }
+                None => absent = probe,
+            }
+        }
+        let mut hash = match found {
+            0 => ROOT_HASH,
+            n => hashes[n - 1],
+        };
+        let mut walked = found;
+        for (level, slot) in nodes.iter_mut().enumerate().take(depth).skip(found) {
+            match self.child(node, hash, address_at(level)) {
+                Some((child, child_hash)) => {
+                    (node, hash) = (child, child_hash);
+                    *slot = child;
+                    walked = level + 1;
+                }
+                None => break,
+            }
+        }
+        for ((remembered, &hash), &node) in
+            last.nodes.iter_mut().zip(&hashes).zip(&nodes).take(walked)
+        {
+            *remembered = (hash, node);
+        }
+        last.len = walked;
+        (node, hash)
     }
 
     /// The return address and parent of node `id`, which is in the tree.
@@ -504,40 +589,50 @@ impl Stacks {
     fn node(&self, id: u32) -> (usize, u32) {
         match self.nodes.get(id) {
             Some(node) => (
-                node[0].load(Relaxed) as usize,
+                (node[0].load(Relaxed) & ((1 << ADDRESS_BITS) - 1)) as usize,
                 (node[1].load(Relaxed) as u32).wrapping_sub(1),
             ),
             None => (0, ROOT),
         }
     }
 
-    /// The node of `address` below `parent`, added on first sight; `None` when its memory could
-    /// not be allocated.
-    fn child(&self, parent: u32, address: usize) -> Option<u32> {
-        let hash = node_hash(parent, address);
+    /// The node whose path hashes to `hash`, its return address `address`, when in the tree.
+    fn find(&self, hash: u64, address: usize) -> Option<u32> {
+        let index = self.index[shard_of(hash)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let word = node_word(hash, address);
+        index.find(hash, |id| self.word(id) == word)
+    }
+
+    /// The first word of node `id` ([`node_word`]), which is in the tree.
+    #[inline]
+    fn word(&self, id: u32) -> u64 {
+        self.nodes.get(id).map_or(0, |node| node[0].load(Relaxed))
+    }
+
+    /// The node of `address` below `parent` (whose path hashes to `parent_hash`) with its path's
+    /// hash, added on first sight; `None` when its memory could not be allocated.
+    fn child(&self, parent: u32, parent_hash: u64, address: usize) -> Option<(u32, u64)> {
+        let hash = path_hash(parent_hash, address);
         let mut index = self.index[shard_of(hash)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(&id) = index.find(hash, |id| self.node(*id) == (address, parent)) {
-            return Some(id);
+        let word = node_word(hash, address);
+        if let Some(id) = index.find(hash, |id| {
+            self.word(id) == word && self.node(id).1 == parent
+        }) {
+            return Some((id, hash));
         }
         // Every id below `node_count` is given once; the node is written before the index, or
         // this thread's last path, or a stack's leaf hands it out.
         let id = self.node_count.fetch_add(1, Relaxed);
         let node = self.nodes.make(id)?;
-        node[0].store(address as u64, Relaxed);
+        node[0].store(word, Relaxed);
         node[1].store(u64::from(parent.wrapping_add(1)), Relaxed);
-        if index.try_reserve(1, |id| self.node_hash_of(*id)).is_err() {
-            return None;
-        }
-        index.insert_unique(hash, id, |id| self.node_hash_of(*id));
-        Some(id)
-    }
-
-    /// The index hash of node `id`.
-    fn node_hash_of(&self, id: u32) -> u64 {
-        let (address, parent) = self.node(id);
-        node_hash(parent, address)
+        index
+            .insert(hash, id, &self.hints[shard_of(hash)])
+            .then_some((id, hash))
     }
 
     /// The stack whose innermost node is `leaf`, interned on first sight. Should its memory run
@@ -672,143 +767,4 @@ impl Stacks {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn empty_cache_entries_match_no_lookup() {
-        for (slot, &(hash, _)) in no_ids().iter().enumerate() {
-            assert_ne!(hash as usize % RECENT, slot);
-        }
-    }
-
-    #[test]
-    fn cached_ids_stay_with_their_table() {
-        let frames = |i: usize| [ReturnAddress(0x1000 + i), ReturnAddress(0x2000)];
-        let first = Stacks::new();
-        for i in 0..8 {
-            assert_eq!(first.intern(&frames(i)), StackId(i as u32));
-        }
-        let second = Stacks::new();
-        assert_eq!(second.intern(&frames(7)), StackId(0));
-        assert_eq!(first.intern(&frames(7)), StackId(7));
-        assert_eq!(second.intern(&frames(7)), StackId(0));
-        assert_eq!(second.intern(&frames(3)), StackId(1));
-        assert_eq!(first.intern(&frames(3)), StackId(3));
-        assert_eq!(second.len(), 2);
-        assert_eq!(first.len(), 8);
-    }
-
-    #[test]
-    fn stacks_sharing_a_prefix_share_its_nodes() {
-        let table = Stacks::new();
-        // Innermost first: two frames of their own, then the 30 shared outer frames.
-        let prefix: Vec<ReturnAddress> = (0..30).map(|i| ReturnAddress(0x10_0000 + i)).collect();
-        for i in 0..1000 {
-            let mut frames = vec![
-                ReturnAddress(0x20_0000 + i),
-                ReturnAddress(0x30_0000 + i % 10),
-            ];
-            frames.extend_from_slice(&prefix);
-            let id = table.intern(&frames);
-            assert_eq!(table.frames(id), frames);
-        }
-        assert_eq!(table.len(), 1000);
-        // 32,000 frames in all; nodes: the prefix's 30, 10 below it, and one per stack.
-        assert_eq!(table.nodes(), 30 + 10 + 1000);
-    }
-
-    #[test]
-    fn the_empty_stack_and_its_frames() {
-        let table = Stacks::new();
-        let empty = table.intern(&[]);
-        let one = table.intern(&[ReturnAddress(7)]);
-        assert_ne!(empty, one);
-        assert_eq!(table.intern(&[]), empty);
-        assert!(table.frames(empty).is_empty());
-        assert_eq!(table.frames(one), [ReturnAddress(7)]);
-        // A stack whose innermost node is another's inner node.
-        let longer = table.intern(&[ReturnAddress(8), ReturnAddress(7)]);
-        assert_eq!(table.frames(longer), [ReturnAddress(8), ReturnAddress(7)]);
-        assert_eq!(table.intern(&[ReturnAddress(7)]), one);
-        assert_eq!(table.nodes(), 2);
-    }
-
-    #[test]
-    fn a_labelled_stack_shares_its_frames_and_keeps_its_label() {
-        let table = Stacks::new();
-        let frames = [ReturnAddress(0x20), ReturnAddress(0x10)];
-        let plain = table.intern(&frames);
-        let acme = table.intern_labelled(&frames, 1);
-        let other = table.intern_labelled(&frames, 2);
-        assert_eq!(table.intern_labelled(&frames, 1), acme);
-        assert_eq!(table.intern_labelled(&frames, 0), plain);
-        assert!(plain != acme && acme != other);
-        for (id, labels) in [(plain, 0), (acme, 1), (other, 2)] {
-            assert_eq!(table.frames(id), frames);
-            assert_eq!(table.labels(id), labels);
-        }
-        // The frames' two nodes, and one per label.
-        assert_eq!(table.nodes(), 4);
-        let empty = table.intern_labelled(&[], 3);
-        assert!(table.frames(empty).is_empty());
-        assert_eq!(table.labels(empty), 3);
-    }
-
-    /// The resident set of this process, in bytes.
-    fn resident() -> usize {
-        let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
-        let pages: usize = statm
-            .split(' ')
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .expect("rss");
-        pages * 4096
-    }
-
-    /// Interns the stacks of a depth-first walk of a binary tree of `levels` levels below
-    /// `outer` shared outer frames: each node's path is its own stack, as in the `tree` workload.
-    fn intern_tree(table: &Stacks, outer: usize, levels: usize) -> usize {
-        fn visit(table: &Stacks, frames: &mut Vec<ReturnAddress>, left: usize, count: &mut usize) {
-            table.intern(frames);
-            *count += 1;
-            if left > 0 {
-                for call_site in [0x7000, 0x7010] {
-                    frames.insert(0, ReturnAddress(call_site));
-                    visit(table, frames, left - 1, count);
-                    frames.remove(0);
-                }
-            }
-        }
-        let mut frames: Vec<ReturnAddress> = (0..outer)
-            .map(|i| ReturnAddress(0x1000 + i * 0x10))
-            .collect();
-        let mut count = 0;
-        visit(table, &mut frames, levels, &mut count);
-        count
-    }
-
-    /// The table's memory per stack at depth 32 on a tree of a million stacks: `cargo nextest
-    /// run -p memprof --release -E 'test(memory_per_stack)' --run-ignored only --no-capture`.
-    #[test]
-    #[ignore = "a measurement: run it alone, in a release build"]
-    fn memory_per_stack_on_a_tree() {
-        let table = Stacks::new();
-        let before = resident();
-        let start = std::time::Instant::now();
-        // 12 outer frames and 19 levels below the root: 2^20 - 1 stacks of 12 to 31 frames.
-        let stacks = intern_tree(&table, 12, 19);
-        let elapsed = start.elapsed();
-        let grown = resident() - before;
-        println!(
-            "{stacks} stacks ({} interned, {} nodes): {:.1} MB resident, {:.1} bytes per stack, \
-             {:.0} ns per intern",
-            table.len(),
-            table.nodes(),
-            grown as f64 / 1e6,
-            grown as f64 / stacks as f64,
-            elapsed.as_nanos() as f64 / stacks as f64,
-        );
-        assert_eq!(table.len(), stacks);
-    }
-}
+mod tests;
