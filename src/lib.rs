@@ -196,7 +196,7 @@ pub use report::{
     log_type_contexts, pretty_log_allocations, pretty_log_diff, pretty_log_object_graph,
     pretty_log_object_graph_of,
 };
-pub use scope::{Scope, ScopeStats};
+pub use scope::{Scope, ScopeStats, Tolerance};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Resolve, Symbolizer, with_symbolizer};
 pub use table::HeapStats;
