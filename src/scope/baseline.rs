@@ -185,11 +185,13 @@ impl Baseline {
 # Every test run checks it; a run with MEMPROF_BLESS=1 (`MEMPROF_BLESS=1 cargo test`) rewrites
 # it, to review in the diff and commit. Lines kept when it is rewritten: `tolerance: bytes 5%,
 # blocks 0%` (how far the figures may drift) and `lines: yes` (sites with their file and line).
-# `build:` is the build that measured it: a debug build checks NAME.txt, a release build
-# NAME.release.txt, site by site; a build without its own file checks the other's totals only.
+# `build:` is the build that measured it: a debug build checks {debug}, a release build
+# {release}, site by site; a build without its own file checks the other's totals only.
 build: {}
 ",
-            self.build.name()
+            self.build.name(),
+            debug = Build::Debug.file_name(name),
+            release = Build::Release.file_name(name),
         );
         if let Some(t) = self.tolerance {
             let _ = writeln!(
