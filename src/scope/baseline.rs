@@ -178,15 +178,17 @@ impl Baseline {
         let _ = write!(
             out,
             "\
-# memprof allocation baseline \"{name}\": the blocks and bytes that the code in a test's
-# memprof::Scope allocated, and those still live when Scope::assert_baseline(\"{name}\") checked
-# them, per call site: the program's first frame → the collection operation it called (function
-# names only, no line numbers: moving code leaves the file as it is).
+# memprof allocation baseline, checked by Scope::assert_baseline(\"{name}\"):
+# the blocks and bytes that the code in a test's memprof::Scope allocated, and those still live
+# at the check, per call site: the program's first frame → the collection operation it called
+# (function names only, no line numbers: moving code leaves the file as it is).
 # Every test run checks it; a run with MEMPROF_BLESS=1 (`MEMPROF_BLESS=1 cargo test`) rewrites
 # it, to review in the diff and commit. Lines kept when it is rewritten: `tolerance: bytes 5%,
 # blocks 0%` (how far the figures may drift) and `lines: yes` (sites with their file and line).
-# `build:` is the build that measured it: a debug build checks {debug}, a release build
-# {release}, site by site; a build without its own file checks the other's totals only.
+# `build:` is the build that measured it; each build checks its own file site by site:
+#   debug: {debug}
+#   release: {release}
+# and without it, the other build's totals only.
 build: {}
 ",
             self.build.name(),
