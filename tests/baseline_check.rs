@@ -176,6 +176,16 @@ fn baseline_check() {
     assert!(child(&dir, "exact", 4, 1000, true).0);
     assert_eq!(read(&own), text);
 
+    // A file broken by hand fails the check, naming its line; a rewrite mends it.
+    std::fs::write(&own, text.replace("(total)", "(total)\nbuild debug")).unwrap();
+    let (passed, printed) = child(&dir, "exact", 4, 1000, false);
+    assert!(
+        !passed && printed.contains("neither a comment, a setting nor a site"),
+        "{printed}"
+    );
+    assert!(child(&dir, "exact", 4, 1000, true).0);
+    assert_eq!(read(&own), text);
+
     // Checked: the same code passes.
     let (passed, printed) = child(&dir, "exact", 4, 1000, false);
     assert!(passed, "{printed}");
