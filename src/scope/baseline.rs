@@ -12,7 +12,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::Scope;
+use super::{NO_STACK, Scope};
 use crate::address::StackId;
 use crate::frames::{self, Frame};
 use crate::guard::untracked;
@@ -143,9 +143,6 @@ impl Figures {
             .all(|(&(before, bytes), (after, _))| tolerance.accepts(before, after, bytes))
     }
 }
-
-/// The name of the row of blocks recorded without a stack (while paused, or not sampled).
-const NO_STACK: &str = "(no stack: allocated while recording was paused, or not sampled)";
 
 /// The name of the totals' row.
 const TOTAL: &str = "(total)";
