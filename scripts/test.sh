@@ -25,8 +25,10 @@ echo "== the command without its optional features"
 cargo nextest run -p memprof-cli --no-fail-fast -E 'binary(output_files)'
 
 echo "== the stack tests in release builds, where the allocator's entry is inlined into the program"
+# With them the allocation baselines' end-to-end test: a release build checks its own file,
+# and the debug build's totals only.
 cargo nextest run --cargo-profile release --no-fail-fast \
-  -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(export_readers) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames) | binary(no_debug_info)'
+  -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(export_readers) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames) | binary(no_debug_info) | binary(baseline_check)'
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'

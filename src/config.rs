@@ -63,6 +63,7 @@ pub enum Unwinder {
 /// | `MEMPROF_DUMP_KEEP` | unset | the most dumps whose files (named with `%n`) stay on disk; the oldest are removed; unset or `0`: all |
 /// | `MEMPROF_DUMP_NEAR_LIMIT` | unset | a share of the process's memory limit (`90%`, the cgroup v2 `memory.max`) or a size (`1536MiB`, compared with the process's resident memory): the `MEMPROF_OUTPUT` files are written once each time memory use crosses it upwards; with a share and no cgroup limit, a warning and no such dumps |
 /// | `MEMPROF_RUN_PID` | unset | set by `memprof run` to its own process id: only a process it started itself (its program, and what that program `exec`s) says that its executable has no debug information; the processes those start stay quiet about it |
+/// | `MEMPROF_BLESS` | unset | `1`: `Scope::assert_baseline` writes (or rewrites) the baseline file of the figures it measured instead of checking them; `0` or unset: it checks them, and a missing file fails the test |
 /// | `MEMPROF_UNWINDER` | `auto` | `fp` walks frame pointers, `dwarf` unwinds with the DWARF call-frame information, `auto` takes `fp` when the build forces frame pointers (`-C force-frame-pointers=yes`) and `dwarf` otherwise; `fp` in a build without them warns and takes `dwarf` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -119,6 +120,11 @@ pub struct Config {
     pub dump_near_limit: Option<NearLimit>,
     /// The `memprof run` that started this process or an ancestor (`MEMPROF_RUN_PID`).
     pub(crate) run_pid: Option<u32>,
+    /// Whether `Scope::assert_baseline` writes the baseline files (`MEMPROF_BLESS=1`).
+    pub(crate) bless: bool,
+    /// The package directory of the test being run (Cargo's `CARGO_MANIFEST_DIR` in the test's
+    /// environment), under which the baseline files are; `None` outside Cargo.
+    pub(crate) manifest_dir: Option<PathBuf>,
 }
 
 /// Where `MEMPROF_DUMP_NEAR_LIMIT` writes a dump.
@@ -163,6 +169,8 @@ impl Default for Config {
             dump_keep: 0,
             dump_near_limit: None,
             run_pid: None,
+            bless: false,
+            manifest_dir: None,
         }
     }
 }
@@ -203,6 +211,9 @@ impl Config {
             |warning| warn(format_args!("{warning}")),
         );
         config.working_dir = std::env::current_dir().ok();
+        config.manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from);
         let names = std::env::vars_os().map(|(name, _)| name.to_string_lossy().into_owned());
         if let Some(warning) = unknown_names_warning(names) {
             warn(format_args!("{warning}"));
@@ -328,6 +339,17 @@ impl Config {
             }
             pid
         });
+        let bless = match lookup("MEMPROF_BLESS").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => {
+                warn(format!(
+                    "MEMPROF_BLESS={other:?} is neither 1 nor 0; using the default 0: baselines \
+                     are checked, not written"
+                ));
+                false
+            }
+        };
         let trace = lookup("MEMPROF_TRACE").and_then(|raw| {
             let value = raw.trim();
             if value.is_empty() {
@@ -456,6 +478,8 @@ impl Config {
             dump_keep,
             dump_near_limit,
             run_pid,
+            bless,
+            manifest_dir: None,
         }
     }
 }
@@ -464,7 +488,6 @@ impl Config {
 /// these (docs/layout.md); `MEMPROF_TEST_` names are its tests' own.
 const OTHER_NAMES: &[&str] = &[
     "MEMPROF_FOLLOW_EXEC",
-    "MEMPROF_BLESS",
     "MEMPROF_REQUIRE_TOOLS",
     "MEMPROF_EXPECT_FP",
     "MEMPROF_STRESS_SECONDS",
@@ -506,6 +529,7 @@ const NAMES: &[&str] = &[
     "MEMPROF_DUMP_NEAR_LIMIT",
     "MEMPROF_RUN_PID",
     "MEMPROF_UNWINDER",
+    "MEMPROF_BLESS",
 ];
 
 /// One warning naming every `MEMPROF_` variable among `names` that memprof does not know (a

@@ -82,7 +82,7 @@
 //! | [`log_labels`] | TSV: live and allocated blocks and bytes per label set ([`with_labels`], `docs/labels.md`) |
 //! | [`HeapStats::get`] | live, peak and total blocks and bytes, at any time |
 //! | [`MemoryBreakdown::get`] | resident memory by what holds it: the live heap, the allocator's rounding and free memory, memprof's own, stacks, code, other mappings |
-//! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests |
+//! | [`Scope`] | what the code a thread runs allocates and keeps, with assertions for tests, and per-call-site baselines kept in a file (`assert_baseline`, [`Tolerance`]) |
 //! | [`mark`], [`close_trace`], [`trace`] | trace mode (cargo feature `trace`, `MEMPROF_TRACE`): every event with its time, thread and stack, to a file or a socket, for tools to report on any moment of the run |
 //!
 //! The exports are described in `docs/exports.md`; trace mode and the `memprof` command that reads
@@ -196,7 +196,7 @@ pub use report::{
     log_type_contexts, pretty_log_allocations, pretty_log_diff, pretty_log_object_graph,
     pretty_log_object_graph_of,
 };
-pub use scope::{Scope, ScopeStats};
+pub use scope::{Scope, ScopeStats, Tolerance};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};
 pub use symbolize::{Resolve, Symbolizer, with_symbolizer};
 pub use table::HeapStats;

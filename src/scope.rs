@@ -13,7 +13,10 @@ use crate::table::TABLE;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod baseline;
+
 pub use crate::record::scope_tap::ScopeStats;
+pub use baseline::Tolerance;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -163,6 +166,24 @@ impl Scope {
         SEEN.load(Ordering::Relaxed)
     }
 
+    /// Why nothing reached the scopes.
+    fn why_nothing_recorded() -> &'static str {
+        if crate::config::get().enabled {
+            "memprof is not the program's global allocator \
+             (`#[global_allocator] static GLOBAL: memprof::MemProf = memprof::MemProf::new();`)"
+        } else {
+            "MEMPROF_ENABLED=0 turned recording off"
+        }
+    }
+
+    /// Why the scope's counts say nothing, when they do not: nothing reaches the scopes (see
+    /// [`Scope::recording_reaches_scopes`]). Call it tracked: the probe must take the allocation
+    /// path.
+    fn nothing_recorded(&self) -> Option<&'static str> {
+        let recorded = self.stats().allocated_blocks > 0 || self.recording_reaches_scopes();
+        (!recorded).then(Scope::why_nothing_recorded)
+    }
+
     /// Panics with what was expected, what was measured and where the blocks came from, unless
     /// `ok` holds of the scope's counts; also when nothing was recorded at all, since then the
     /// counts say nothing. Every step runs untracked, so the assertion's own allocations do not
@@ -183,12 +204,7 @@ impl Scope {
         }
         let message = untracked(|| {
             if !recorded {
-                let why = if crate::config::get().enabled {
-                    "memprof is not the program's global allocator \
-                     (`#[global_allocator] static GLOBAL: memprof::MemProf = memprof::MemProf::new();`)"
-                } else {
-                    "MEMPROF_ENABLED=0 turned recording off"
-                };
+                let why = Scope::why_nothing_recorded();
                 return format!(
                     "memprof: expected {} in this scope, but nothing was recorded: {why}",
                     expected()

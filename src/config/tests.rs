@@ -331,3 +331,19 @@ fn depth_above_the_limit_warns() {
     assert_eq!(config.stack_depth, 5);
     assert_eq!(warnings.len(), 1);
 }
+
+#[test]
+fn bless_is_one_or_zero() {
+    let read = |value: &str| {
+        let mut warnings = Vec::new();
+        let config = Config::from_lookup(
+            |name| (name == "MEMPROF_BLESS").then(|| value.to_owned()),
+            |w| warnings.push(w),
+        );
+        (config.bless, warnings.len())
+    };
+    assert_eq!(read("1"), (true, 0));
+    assert_eq!(read(" 0 "), (false, 0));
+    assert_eq!(read("yes"), (false, 1));
+    assert!(!Config::from_lookup(|_| None, |_| {}).bless);
+}
