@@ -27,6 +27,8 @@ cargo nextest run -p memprof-cli --no-fail-fast -E 'binary(output_files)'
 echo "== the stack tests in release builds, where the allocator's entry is inlined into the program"
 cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(export_readers) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames) | binary(no_debug_info)'
+# The crate table on a program with three dependencies, whose generics inline into its code.
+cargo nextest run --cargo-profile release -p memprof-bench --no-fail-fast -E 'binary(crates_table)'
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'

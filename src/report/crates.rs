@@ -37,6 +37,9 @@
 //! program's own crates, `my_cache ← serde_json`: a Rust frame with a source file outside the
 //! Cargo registry, Cargo's git checkouts and the toolchain (the main crate and the workspace's
 //! members, path dependencies). A crate of the program's own is its own caller and reads alone.
+//! A stack is recorded only as deep as reports show (`MEMPROF_STACK_DEPTH` frames past the
+//! allocator's): where a dependency's own frames fill it, the program's frame is not on it, and
+//! the row reads `(no own frame) ← serde_json`; a deeper `MEMPROF_STACK_DEPTH` gives it.
 
 use super::markdown::{code_span, thousands};
 use crate::address::ReturnAddress;
@@ -53,6 +56,10 @@ pub(crate) const UNKNOWN: &str = "(unknown)";
 
 /// The name of the row of stacks with only the standard library's frames.
 pub(crate) const STD: &str = "std";
+
+/// The caller of a crate's row when the stack holds no frame of the program's own crates: a
+/// dependency's own thread, or a stack cut at its depth before it reached the program's code.
+pub(crate) const NO_OWN_FRAME: &str = "(no own frame)";
 
 /// What the blocks of one crate (or caller crate and crate) add up to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -126,6 +133,8 @@ pub(crate) fn crate_of(frames: &[&Frame], modules: &[Option<&str>], caller: bool
     let found = range
         .clone()
         .find_map(|i| match frame_crate(frames[i], modules[i]) {
+            // The `main` rustc makes, which calls std's runtime: no crate's code.
+            _ if i > 0 && is_generated_main(frames[i], frames[i - 1]) => None,
             Named::Crate(name) => Some((i, name)),
             Named::Unknown => {
                 unknown = true;
@@ -143,7 +152,7 @@ pub(crate) fn crate_of(frames: &[&Frame], modules: &[Option<&str>], caller: bool
     match own {
         Some(own) if own == name => name,
         Some(own) => format!("{own} ← {name}"),
-        None => format!("(none) ← {name}"),
+        None => format!("{NO_OWN_FRAME} ← {name}"),
     }
 }
 
@@ -156,6 +165,16 @@ fn searched(frames: &[&Frame]) -> Range<usize> {
         .map_or(0, |last| last + 1);
     let end = frames::program_frames(frames).end.max(start);
     start..end
+}
+
+/// Whether `frame` is the C `main` rustc makes for a Rust program (it calls std's
+/// `lang_start`, the frame `inner` to it).
+fn is_generated_main(frame: &Frame, inner: &Frame) -> bool {
+    frame.function.as_deref() == Some("main")
+        && inner
+            .function
+            .as_deref()
+            .is_some_and(|f| f.starts_with("std::rt::lang_start"))
 }
 
 /// What a frame tells of its crate.

@@ -276,7 +276,7 @@ fn std_alone_unknown_and_no_own_frame() {
         "serde_json::to_string",
     )]);
     frames.truncate(frames.len() - runtime().len());
-    assert_eq!(name(&frames, true), "(none) ← serde_json");
+    assert_eq!(name(&frames, true), "(no own frame) ← serde_json");
     // A path dependency of the workspace is the program's own.
     let frames = stack(vec![
         frame("my_cache::Cache::new", "/work/app/my_cache/src/lib.rs", 3),
