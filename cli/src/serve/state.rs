@@ -240,6 +240,8 @@ pub struct State {
     pub live: Option<LiveFigures>,
     /// What resolving more stacks into call sites needs.
     resolving: Resolving,
+    /// The crate of each stack resolved so far ([`State::stack_crates`]).
+    crates: Mutex<Vec<Arc<str>>>,
 }
 
 /// Where the index of a trace being received stands.
@@ -377,6 +379,25 @@ impl State {
         Ok(State::new(trace, index, classes))
     }
 
+    /// Each stack's crate, by the crate table's rule (`memprof::Report::crate_of`): for the
+    /// `crate` filter. Resolved once per stack, the first time a query asks (and for the stacks
+    /// a live trace added since).
+    pub fn stack_crates(&self) -> Vec<Arc<str>> {
+        let mut crates = self.crates.lock().unwrap_or_else(PoisonError::into_inner);
+        let stacks = self.trace.stacks();
+        let from = crates.len();
+        if from < stacks.len() {
+            let mut resolver = crate::moment::resolver_for(&self.trace, &stacks[from..]);
+            for stack in &stacks[from..] {
+                let addresses: Vec<ReturnAddress> =
+                    stack.iter().map(|&a| ReturnAddress(a as usize)).collect();
+                let name = memprof::Report::crate_of(&addresses, &mut resolver, false);
+                crates.push(Arc::from(name));
+            }
+        }
+        crates.clone()
+    }
+
     /// `trace` with this index, its stacks resolved into call sites.
     pub fn new(trace: Trace, index: Agg, classes: Classes) -> State {
         State::with_resolved(trace, index, classes, None).0
@@ -416,6 +437,7 @@ impl State {
                 site_ids: HashMap::new(),
                 name_ids: HashMap::new(),
             },
+            crates: Mutex::new(Vec::new()),
         };
         if let Some(resolved) = resolved
             && let Some(sites) = resolved.sites()
