@@ -582,7 +582,8 @@ impl State {
         }
     }
 
-    /// Resolves every stack again (a live trace whose symbols arrived at its end).
+    /// Resolves every stack again (a live trace whose symbols arrived at its end), and forgets
+    /// their crates.
     pub fn resolve_all_stacks(&mut self) {
         self.stacks.clear();
         self.frames.clear();
@@ -590,6 +591,10 @@ impl State {
         self.sites.clear();
         self.resolving.site_ids.clear();
         self.resolving.name_ids.clear();
+        self.crates
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         self.resolve_new_stacks();
     }
 
