@@ -8,15 +8,25 @@ use memprof_trace::{Moment, Trace};
 use std::io::Write;
 
 /// The crate table of the live heap at `at` (and the allocations up to it), per crate or, with
-/// `by_caller`, per caller crate and crate, written to `out` as Markdown or TSV.
+/// `by_caller`, per caller crate and crate, written to `out` as Markdown or TSV; with `label`,
+/// of the blocks allocated with that label only.
 pub fn report(
     trace: &Trace,
     at: &Moment,
     by_caller: bool,
+    label: Option<&(String, String)>,
     format: Style,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let (snapshot, _) = snapshot_at(trace, at)?;
+    let (mut snapshot, _) = snapshot_at(trace, at)?;
+    if let Some((key, value)) = label {
+        let others: Vec<usize> = (0..snapshot.stacks.len())
+            .filter(|&i| !snapshot.has_label(&snapshot.stacks[i], key, value))
+            .collect();
+        for i in others {
+            snapshot.stacks[i] = memprof::StackSummary::default();
+        }
+    }
     let rows = Report::crates(&snapshot, &mut crate::moment::resolver(trace), by_caller);
     written(match format {
         Style::Md => Report::write_crates_markdown(&rows, snapshot.sample_interval, out),

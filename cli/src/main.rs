@@ -263,7 +263,14 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                         2,
                     ));
                 }
-                crates::report(&trace, &at, by == By::CallerCrate, report.format, &mut out)?;
+                crates::report(
+                    &trace,
+                    &at,
+                    by == By::CallerCrate,
+                    options.label.as_ref(),
+                    report.format,
+                    &mut out,
+                )?;
                 common::hint_symbolize(&trace, &path);
                 return written(out.flush());
             }

@@ -24,7 +24,7 @@ const REGISTRY: &str = "/home/u/.cargo/registry/src/index.crates.io-1949cf8c6b5b
 /// | stack | frames                                                     | events                          |
 /// |-------|------------------------------------------------------------|---------------------------------|
 /// | 0     | `serde_json::de::..parse_str`, `my_cache::Cache::load`, `app::main` | 100 alloc 1000; 150 alloc 200, freed at 160 |
-/// | 1     | `regex_lite::Regex::new`, `app::main`                       | 200 alloc 3000                  |
+/// | 1     | `regex_lite::Regex::new`, `app::main` (label `tenant=acme`) | 200 alloc 3000                 |
 /// | 2     | hashbrown's `reserve_rehash` and `insert` inlined into `my_cache::Cache::put`, `app::main` | 300 alloc 500; 310 alloc 300, freed at 320 |
 /// | 3     | std's vendored hashbrown and `HashMap::insert`, `app::main` | 400 alloc 64                   |
 /// | 4     | `sqlite3Malloc` in `libsqlite3.so.0` (no debug information), `app::main` | 500 alloc 4096 |
@@ -46,6 +46,8 @@ fn crates_trace() -> Vec<u8> {
     for (id, stack) in stacks.iter().enumerate() {
         defs.stack(id as u32, stack.iter().copied());
     }
+    defs.label_set(5, &[("tenant".into(), "acme".into())]);
+    defs.stack_labels(1, 5);
     defs.thread(1, 100, "main");
     defs.finish(Some(&mut compressor), &mut out).unwrap();
     let mut events = ChunkEncoder::new(1);
@@ -183,6 +185,20 @@ fn crates_of_a_trace() {
          my_cache ← hashbrown\t500\t1\t800\t2\n\
          app\t64\t1\t64\t1\n\
          (total)\t8660\t5\t9160\t7\n"
+    );
+    // One label's blocks.
+    assert_eq!(
+        memprof(&[
+            "report",
+            trace,
+            "--by",
+            "crate",
+            "--label",
+            "tenant=acme",
+            "--format",
+            "tsv"
+        ]),
+        "2\nregex_lite\t3000\t1\t3000\t1\n(total)\t3000\t1\t3000\t1\n"
     );
     // Before the last allocation, in Markdown.
     let markdown = memprof(&["report", trace, "--by", "crate", "--at", "0.000000450"]);
