@@ -240,8 +240,9 @@ pub struct State {
     pub live: Option<LiveFigures>,
     /// What resolving more stacks into call sites needs.
     resolving: Resolving,
-    /// The crate of each stack resolved so far ([`State::stack_crates`]).
-    crates: Mutex<Vec<Arc<str>>>,
+    /// The crate of each stack resolved so far ([`State::stack_crates`]), and its caller crate
+    /// and crate.
+    crates: Mutex<[Vec<Arc<str>>; 2]>,
 }
 
 /// Where the index of a trace being received stands.
@@ -383,7 +384,14 @@ impl State {
     /// `crate` filter. Resolved once per stack, the first time a query asks (and for the stacks
     /// a live trace added since).
     pub fn stack_crates(&self) -> Vec<Arc<str>> {
+        self.stack_crates_by(false)
+    }
+
+    /// [`State::stack_crates`], or with `by_caller` each stack's `caller ← crate`: what
+    /// `/api/crates` sums.
+    pub fn stack_crates_by(&self, by_caller: bool) -> Vec<Arc<str>> {
         let mut crates = self.crates.lock().unwrap_or_else(PoisonError::into_inner);
+        let crates = &mut crates[usize::from(by_caller)];
         let stacks = self.trace.stacks();
         let from = crates.len();
         if from < stacks.len() {
@@ -391,7 +399,7 @@ impl State {
             for stack in &stacks[from..] {
                 let addresses: Vec<ReturnAddress> =
                     stack.iter().map(|&a| ReturnAddress(a as usize)).collect();
-                let name = memprof::Report::crate_of(&addresses, &mut resolver, false);
+                let name = memprof::Report::crate_of(&addresses, &mut resolver, by_caller);
                 crates.push(Arc::from(name));
             }
         }
@@ -437,7 +445,7 @@ impl State {
                 site_ids: HashMap::new(),
                 name_ids: HashMap::new(),
             },
-            crates: Mutex::new(Vec::new()),
+            crates: Mutex::new([Vec::new(), Vec::new()]),
         };
         if let Some(resolved) = resolved
             && let Some(sites) = resolved.sites()
@@ -591,10 +599,10 @@ impl State {
         self.sites.clear();
         self.resolving.site_ids.clear();
         self.resolving.name_ids.clear();
-        self.crates
+        *self
+            .crates
             .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+            .unwrap_or_else(PoisonError::into_inner) = [Vec::new(), Vec::new()];
         self.resolve_new_stacks();
     }
 
