@@ -29,6 +29,8 @@ echo "== the stack tests in release builds, where the allocator's entry is inlin
 # and the debug build's totals only.
 cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(export_readers) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames) | binary(no_debug_info) | binary(baseline_check)'
+# The crate table on a program with three dependencies, whose generics inline into its code.
+cargo nextest run --cargo-profile release -p memprof-bench --no-fail-fast -E 'binary(crates_table)'
 RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=target/fp \
   cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'

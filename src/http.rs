@@ -9,6 +9,7 @@
 //! | `/debug/pprof/heap?seconds=N`, `/debug/pprof/allocs?seconds=N` | after N seconds (1 to 300), what changed during them: allocated blocks and bytes, and the change of the live ones |
 //! | `/debug/pprof/delta_heap` | what was allocated since the previous request of this path (since the start for the first one), and the live heap now, as Pyroscope's `godeltaprof` serves it |
 //! | `/debug/memprof/report.md`, `/debug/memprof/report.tsv` | the live-allocation reports |
+//! | `/debug/memprof/crates` | live and allocated bytes and blocks per crate (which dependency holds the memory) |
 //! | `/debug/memprof/objects` | live objects per type |
 //! | `/debug/memprof/`, `/debug/pprof/` | an index page linking them |
 //!
@@ -47,7 +48,7 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 /// | `/debug/pprof/allocs` | the same with `alloc_space` as the default sample type (what Parca and Grafana Alloy scrape) |
 /// | `?seconds=N` on either | what changed during the next N seconds (1 to 300), as Go serves it |
 /// | `/debug/pprof/delta_heap` | allocations since the previous request of this path, and the live heap now (Pyroscope's `godeltaprof`) |
-/// | `/debug/memprof/report.md`, `report.tsv`, `objects` | the reports |
+/// | `/debug/memprof/report.md`, `report.tsv`, `crates`, `objects` | the reports |
 /// | `/debug/memprof/` | an index of them |
 ///
 /// Profiles carry the sampling interval as their period, and their values are already unbiased

@@ -191,10 +191,10 @@ pub use object_graph::object_size;
 pub use record::{is_paused, pause, resume};
 pub use report::context_range;
 pub use report::{
-    DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_diff,
-    log_labels, log_object_counts, log_object_sizes, log_object_tallies, log_trace_target,
-    log_type_contexts, pretty_log_allocations, pretty_log_diff, pretty_log_object_graph,
-    pretty_log_object_graph_of,
+    DiffGroup, DiffReport, Group, Report, ReportOptions, context_of, log_allocations, log_crates,
+    log_diff, log_labels, log_object_counts, log_object_sizes, log_object_tallies,
+    log_trace_target, log_type_contexts, pretty_log_allocations, pretty_log_diff,
+    pretty_log_object_graph, pretty_log_object_graph_of,
 };
 pub use scope::{Scope, ScopeStats, Tolerance};
 pub use snapshot::{LiveBlock, Snapshot, SnapshotDiff, StackDelta, StackSummary};

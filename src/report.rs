@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod contexts;
+pub(crate) mod crates;
 pub(crate) mod labels;
 pub(crate) mod markdown;
 pub(crate) mod mermaid;
@@ -180,6 +181,55 @@ impl Report {
         }
     }
 
+    /// The crate table of `snapshot` (what [`log_crates`] prints): one row per crate, by the
+    /// rule `docs/reports.md` gives (the innermost frame outside the standard library and
+    /// memprof; a C or C++ frame's shared object), with `by_caller` per caller crate and crate
+    /// (`my_cache ← serde_json`). Each row is the crate and its `[live bytes, live blocks,
+    /// allocated bytes, allocated blocks]`, most live bytes first; the rows sum to the
+    /// snapshot's stacks.
+    pub fn crates(
+        snapshot: &Snapshot,
+        resolver: &mut dyn Resolve,
+        by_caller: bool,
+    ) -> Vec<(String, [u64; 4])> {
+        crates::rows(snapshot, resolver, by_caller)
+            .into_iter()
+            .map(|row| {
+                let figures = row.figures();
+                (row.name, figures)
+            })
+            .collect()
+    }
+
+    /// The crate of one stack (return addresses, innermost first) by the rule of
+    /// [`Report::crates`]; with `by_caller`, `caller ← crate`.
+    pub fn crate_of(
+        stack: &[ReturnAddress],
+        resolver: &mut dyn Resolve,
+        by_caller: bool,
+    ) -> String {
+        crates::crate_of_stack(stack, resolver, by_caller)
+    }
+
+    /// Writes rows of [`Report::crates`] as the Markdown table [`log_crates`] prints, with the
+    /// total row; `sample_interval` (when not 0) says the figures are estimates.
+    pub fn write_crates_markdown<W: Write + ?Sized>(
+        rows: &[(String, [u64; 4])],
+        sample_interval: u64,
+        out: &mut W,
+    ) -> io::Result<()> {
+        crates::write_markdown(&crate_rows(rows), sample_interval, out)
+    }
+
+    /// Writes rows of [`Report::crates`] as TSV: the number of lines, then `crate \t live_bytes
+    /// \t live_blocks \t allocated_bytes \t allocated_blocks` per crate and for `(total)`.
+    pub fn write_crates_tsv<W: Write + ?Sized>(
+        rows: &[(String, [u64; 4])],
+        out: &mut W,
+    ) -> io::Result<()> {
+        crates::write_tsv(&crate_rows(rows), out)
+    }
+
     /// The report of the process's live heap now, with the options in force.
     pub fn current() -> Report {
         let snapshot = Snapshot::take();
@@ -332,6 +382,38 @@ pub fn log_labels<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
             out,
         )
     })
+}
+
+/// Writes which crate holds the memory: a Markdown table of the live and allocated bytes and
+/// blocks per crate, most live bytes first, and their total. The crate of an allocation is the
+/// crate of its innermost frame outside the standard library and memprof (a generic function
+/// inlined from a crate is that crate's frame; a C or C++ frame is named by its shared object);
+/// `std` for what only the standard library's frames allocated, `(unknown)` where no frame could
+/// be named, so the rows sum to the totals. `docs/reports.md` has the rule.
+pub fn log_crates<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
+    untracked(|| {
+        let snapshot = Snapshot::take();
+        let rows =
+            symbolize::with_symbolizer(|symbolizer| crates::rows(&snapshot, symbolizer, false));
+        crates::write_markdown(&rows, snapshot.sample_interval, out)
+    })
+}
+
+/// Rows of [`Report::crates`] as the renderer's.
+fn crate_rows(rows: &[(String, [u64; 4])]) -> Vec<crates::CrateRow> {
+    rows.iter()
+        .map(
+            |(name, [live_bytes, live_blocks, allocated_bytes, allocated_blocks])| {
+                crates::CrateRow {
+                    name: name.clone(),
+                    live_bytes: *live_bytes,
+                    live_blocks: *live_blocks,
+                    allocated_bytes: *allocated_bytes,
+                    allocated_blocks: *allocated_blocks,
+                }
+            },
+        )
+        .collect()
 }
 
 /// Writes the live objects of each type: the number of lines, then `count \t TypeName` per type,

@@ -72,6 +72,14 @@ pub trait Resolve {
     fn resolve_stack(&mut self, stack: &[ReturnAddress]) -> Vec<Arc<[Frame]>> {
         stack.iter().map(|&address| self.resolve(address)).collect()
     }
+
+    /// The file name of the module (executable or shared object) whose code holds `address`
+    /// (`libsqlite3.so.0`), when known: what names the frames of C and C++ code in the crate
+    /// table ([`log_crates`](crate::log_crates)). By default, unknown.
+    fn module_name(&mut self, address: ReturnAddress) -> Option<Arc<str>> {
+        let _ = address;
+        None
+    }
 }
 
 /// The frame of an address nothing is known about.
@@ -540,6 +548,13 @@ impl Resolve for Symbolizer {
         let frames = self.lookup(address);
         self.cache.insert(address, frames.clone());
         frames
+    }
+
+    fn module_name(&mut self, address: ReturnAddress) -> Option<Arc<str>> {
+        self.follow_the_loader();
+        let index = self.module_of(address.lookup_address())?;
+        let path = &self.modules[index].path;
+        Some(Arc::from(path.file_name()?.to_string_lossy().as_ref()))
     }
 
     /// Each address's frames, and before the frames of a caller whose direct call went to a

@@ -253,6 +253,29 @@ fn go_pprof_reads_the_endpoint() {
     let lines: usize = tsv.lines().next().unwrap().parse().unwrap();
     assert_eq!(lines, tsv.lines().count() - 1, "{tsv}");
     assert!(tsv.contains("http_pprof::half_192k"), "{tsv}");
+    // The crate table: the test's own crate holds most of the heap (its blocks, allocated with
+    // std's `Vec::with_capacity`, are the caller's); its rows add up to the total row.
+    let crates = String::from_utf8(get_ok(address, "/debug/memprof/crates").body).unwrap();
+    let rows: Vec<Vec<String>> = crates
+        .lines()
+        .skip(2)
+        .map(|line| {
+            line.split('|')
+                .map(|cell| cell.trim().replace(',', ""))
+                .filter(|cell| !cell.is_empty())
+                .collect()
+        })
+        .collect();
+    assert!(crates.starts_with("| Crate "), "{crates}");
+    assert_eq!(rows[0][0], "` http_pprof `", "{crates}");
+    let total = rows.iter().position(|r| r[0] == "**total**").unwrap();
+    for column in 1..5 {
+        let sum: u64 = rows[..total]
+            .iter()
+            .map(|r| r[column].parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(sum.to_string(), rows[total][column], "{crates}");
+    }
     let objects = String::from_utf8(get_ok(address, "/debug/memprof/objects").body).unwrap();
     assert!(objects.lines().count() > 1, "{objects}");
     let index = get_ok(address, "/debug/memprof/");
@@ -264,6 +287,7 @@ fn go_pprof_reads_the_endpoint() {
         "/debug/pprof/delta_heap",
         "/debug/memprof/report.md",
         "/debug/memprof/report.tsv",
+        "/debug/memprof/crates",
         "/debug/memprof/objects",
     ] {
         assert!(

@@ -35,12 +35,13 @@ const RING: usize = 500;
 
 const SCRAPERS: usize = 20;
 
-const PATHS: [&str; 8] = [
+const PATHS: [&str; 9] = [
     "/debug/pprof/heap",
     "/debug/pprof/allocs",
     "/debug/pprof/delta_heap",
     "/debug/memprof/report.md",
     "/debug/memprof/report.tsv",
+    "/debug/memprof/crates",
     "/debug/memprof/objects",
     "/debug/memprof/",
     "/debug/pprof/heap?seconds=1",

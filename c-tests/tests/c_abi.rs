@@ -72,6 +72,29 @@ fn c_blocks_in_rust_reports() {
         "{made:#?}"
     );
 
+    // The crate table names C code by its object: here the test's executable, which links it;
+    // by caller crate, with the test's own Rust code that called it.
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let snapshot = memprof::Snapshot::take();
+    let (rows, by_caller) = memprof::with_symbolizer(|s| {
+        (
+            memprof::Report::crates(&snapshot, s, false),
+            memprof::Report::crates(&snapshot, s, true),
+        )
+    });
+    let live = |rows: &[(String, [u64; 4])], name: &str| {
+        rows.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, figures)| [figures[0], figures[1]])
+            .unwrap_or_else(|| panic!("{name}: {rows:#?}"))
+    };
+    assert_eq!(live(&rows, &exe), [100 * 1000 + 100 * 8, 101]);
+    assert_eq!(
+        live(&by_caller, &format!("c_abi ← {exe}")),
+        [100 * 1000 + 100 * 8, 101]
+    );
+
     // The report functions, called from C.
     let markdown = written_by(c_write_report);
     assert!(

@@ -9,6 +9,7 @@
 mod alys;
 mod common;
 mod convert;
+mod crates;
 mod diff;
 mod labels;
 mod moment;
@@ -58,6 +59,11 @@ enum Command {
         /// unit (`ns`, `us` or `µs`, `ms`, `s`).
         #[arg(long, default_value = "1ms", value_parser = shortlived::parse)]
         short_lived: u64,
+        /// What a row is: `site` (a call site's context), `crate` (the crate that holds the
+        /// memory: its innermost frame outside std and memprof) or `caller-crate` (that crate
+        /// and the program's own crate that called it, `my_cache ← serde_json`).
+        #[arg(long, value_enum, default_value_t = By::Site)]
+        by: By,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -188,6 +194,14 @@ impl Default for ReportArgs {
     }
 }
 
+/// `memprof report --by`.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum By {
+    Site,
+    Crate,
+    CallerCrate,
+}
+
 /// `memprof report --sort`.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum Sort {
@@ -234,11 +248,32 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             at,
             sort,
             short_lived,
+            by,
             report,
         } => {
             let path = trace;
             let trace = open(&path)?;
             let options = report_options(&trace, &report);
+            if by != By::Site {
+                if sort != Sort::Bytes {
+                    return Err(Failure(
+                        "--by crate and --by caller-crate count the live heap and what was \
+                         allocated; --sort short-lived is for call sites"
+                            .to_owned(),
+                        2,
+                    ));
+                }
+                crates::report(
+                    &trace,
+                    &at,
+                    by == By::CallerCrate,
+                    options.label.as_ref(),
+                    report.format,
+                    &mut out,
+                )?;
+                common::hint_symbolize(&trace, &path);
+                return written(out.flush());
+            }
             report::report(
                 &trace,
                 &at,
@@ -263,6 +298,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             let summary = summary::Summary::of(&trace, &options, top, short_lived, &bar)?;
             written(summary.write(&mut out))?;
+            crates::write_section(&trace, top, &mut out)?;
             labels::write_label_sets(&trace, &mut out)?;
             common::hint_symbolize(&trace, &path);
         }

@@ -37,6 +37,19 @@ impl Resolve for TraceResolver<'_> {
             })
             .collect()
     }
+
+    /// The file name of the module whose code holds `address`, from the trace's `MODULES`
+    /// records (the latest list first): what names C and C++ frames in the crate table.
+    fn module_name(&mut self, address: ReturnAddress) -> Option<Arc<str>> {
+        let pc = (address.0 as u64).wrapping_sub(1);
+        let module = self.trace.modules().iter().rev().flatten().find(|m| {
+            m.text
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&pc))
+        })?;
+        let name = module.path.rsplit('/').next().unwrap_or(&module.path);
+        Some(Arc::from(name))
+    }
 }
 
 /// The trace's symbols as a resolver for reports and exports. An address without a symbol (a

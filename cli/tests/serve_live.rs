@@ -1,7 +1,8 @@
 //! `memprof serve --listen-trace`: a real traced program (this test binary run again, its
 //! allocator memprof's) streams its trace over TCP for about eight seconds from four threads; while it
 //! runs, the viewer's figures grow and stay consistent, and once the trace is complete every
-//! answer equals that of `memprof serve` opening the file afresh.
+//! answer equals that of `memprof serve` opening the file afresh (the crate filter's too, asked
+//! before the symbols came).
 
 #[path = "support/server.rs"]
 mod server;
@@ -111,6 +112,9 @@ fn a_traced_program_served_live() {
                 .map(|s| s["allocations"].as_u64().unwrap_or(0))
                 .sum();
             assert!(allocated >= allocations, "{allocated} < {allocations}");
+            // The crate filter, before the symbols came: the stacks' crates are worked out
+            // again once they have.
+            server.json("/api/sites?crate=serve_live");
         }
         std::thread::sleep(Duration::from_millis(300));
     };
@@ -132,6 +136,8 @@ fn a_traced_program_served_live() {
         "/api/flame?what=allocated",
         "/api/flame?what=live&at=peak",
         "/api/markers",
+        "/api/crates",
+        "/api/sites?crate=serve_live&limit=100000",
     ] {
         let (mut live, mut afresh) = (server.json(path), fresh.json(path));
         for answer in [&mut live, &mut afresh] {
@@ -141,6 +147,8 @@ fn a_traced_program_served_live() {
         }
         assert_eq!(live, afresh, "{path}");
     }
+    let own = fresh.json("/api/sites?crate=serve_live&limit=100000");
+    assert!(!own["sites"].as_array().unwrap().is_empty(), "{own}");
     drop(fresh);
     drop(server);
     remove(&dir);

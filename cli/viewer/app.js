@@ -11,13 +11,13 @@
 // The filters every endpoint takes, with the same names in the URL and in the API.
 // The group filters have no input: written in the URL, they are kept and applied.
 const FILTERS = ["size_min", "size_max", "address_min", "address_max", "life_min", "life_max", "life", "thread", "func",
-  "nofunc", "file", "nofile", "label", "marker_from", "marker_to", "group_allocations_min",
+  "nofunc", "file", "nofile", "label", "crate", "marker_from", "marker_to", "group_allocations_min",
   "group_allocations_max", "group_leaked_min", "group_leaked_max", "group_interval_min",
   "group_interval_max"];
 const MOMENTS = ["at", "from", "to"];
-const VIEWS = ["timeline", "sites", "flame", "diff", "labels", "mappings"];
+const VIEWS = ["timeline", "sites", "flame", "diff", "labels", "crates", "mappings"];
 // The filters `/api/mappings` takes: a mapping is no block, and has no size class or lifetime.
-const MAPPING_FILTERS = ["thread", "func", "nofunc", "file", "nofile", "label"];
+const MAPPING_FILTERS = ["thread", "func", "nofunc", "file", "nofile", "label", "crate"];
 const MAX_POINTS = 10000;
 const SITES_PAGE = 100;
 const LIVE_POLL_MS = 2000;
@@ -1162,6 +1162,40 @@ async function drawLabels() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Crates: the heap at the moment per crate (the crate table of `memprof::log_crates`); a crate's
+// name filters every view to it
+
+async function drawCrates() {
+  const q = state();
+  const at = q.get("at") || "end";
+  const byCaller = q.get("by") === "caller-crate";
+  document.getElementById("crates-by").checked = byCaller;
+  const caption = document.getElementById("crates-caption");
+  const body = document.querySelector("#crates tbody");
+  await guarded(body, async () => {
+    const params = apiParams(["at", "from", "to"]);
+    if (byCaller) params.set("by", "caller-crate");
+    const data = await api("crates", "crates", params);
+    if (!data) return;
+    caption.textContent = `Live at ${at} (${fmtSeconds(data.time_ns)}) and allocated up to it, per ${byCaller ? "caller crate ← crate" : "crate"}: the innermost frame outside the standard library and memprof.`;
+    const row = (name, r, link) => el("tr", {},
+      el("td", { class: "text" }, link),
+      el("td", { text: estBytes(r.live_bytes) }), el("td", { text: estCount(r.live_blocks) }),
+      el("td", { text: estBytes(r.allocated_bytes) }), el("td", { text: estCount(r.allocated_blocks) }));
+    body.replaceChildren(...data.crates.map((c) => {
+      // By caller crate, the crate is the name after the arrow.
+      const name = c.crate.includes(" ← ") ? c.crate.split(" ← ").pop() : c.crate;
+      const link = el("a", { href: "#", text: c.crate, title: `only ${name}'s blocks in every view` });
+      link.dataset.crate = name;
+      link.addEventListener("click", (e) => { e.preventDefault(); navigate({ crate: name }); });
+      return row(c.crate, c, link);
+    }));
+    if (!data.crates.length) body.append(el("tr", {}, el("td", { colspan: 5, class: "empty", text: "nothing allocated" })));
+    else body.append(row("total", data.total, el("strong", { text: "total" })));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Putting it together
 
 async function render() {
@@ -1182,6 +1216,7 @@ async function render() {
   if (view === "flame") work.push(drawFlameView());
   if (view === "diff") work.push(drawDiff());
   if (view === "labels") work.push(drawLabels());
+  if (view === "crates") work.push(drawCrates());
   if (view === "mappings") work.push(drawMappings());
   await Promise.all(work);
   document.body.dataset.state = "ready";
@@ -1194,6 +1229,7 @@ async function start() {
   document.getElementById("reset").addEventListener("click", resetForm);
   document.getElementById("diff-traces").addEventListener("submit", submitDiffTraces);
   document.getElementById("trace").addEventListener("change", (e) => switchTrace(e.target.value));
+  document.getElementById("crates-by").addEventListener("change", (e) => navigate({ by: e.target.checked ? "caller-crate" : null }));
   for (const tab of document.querySelectorAll("#tabs [data-view]")) {
     tab.addEventListener("click", () => navigate({ view: tab.dataset.view }));
   }

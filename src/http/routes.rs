@@ -187,6 +187,16 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
                 report.write_tsv(out)
             })
         }
+        ("/debug/memprof/crates", _) => {
+            let _turn = turn();
+            let snapshot = snapshot();
+            let rows = with_symbolizer(|symbolizer| {
+                crate::report::crates::rows(&snapshot, symbolizer, false)
+            });
+            Response::made("text/markdown; charset=utf-8", |out| {
+                crate::report::crates::write_markdown(&rows, snapshot.sample_interval, out)
+            })
+        }
         ("/debug/memprof/objects", _) => {
             let _turn = turn();
             let snapshot = snapshot(Which::Live);
@@ -345,6 +355,8 @@ fn index() -> Response {
          <li><a href=\"/debug/memprof/report.md\">report.md</a>: live allocations by call site, \
          Markdown</li>\n\
          <li><a href=\"/debug/memprof/report.tsv\">report.tsv</a>: the same, tab-separated</li>\n\
+         <li><a href=\"/debug/memprof/crates\">crates</a>: live and allocated bytes per \
+         crate, which dependency holds the memory</li>\n\
          <li><a href=\"/debug/memprof/objects\">objects</a>: live objects per type</li>\n\
          <li><a href=\"/debug/memprof/memory\">memory</a>: resident memory by what holds it \
          (the heap, the allocator's rounding and free memory, memprof, stacks, code)</li>\n\
@@ -375,6 +387,7 @@ mod tests {
             "/debug/pprof/allocs",
             "/debug/memprof/report.md",
             "/debug/memprof/report.tsv",
+            "/debug/memprof/crates",
             "/debug/memprof/objects",
             "/debug/memprof/memory",
         ] {

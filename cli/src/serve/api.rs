@@ -10,6 +10,7 @@ mod common;
 mod diff;
 mod export;
 mod flame;
+mod crates;
 mod labels;
 mod mappings;
 mod sites;
@@ -69,6 +70,7 @@ fn answer(traces: &[&State], trace: usize, path: &str, query: &str) -> Result<Re
         "/api/diff" => diff::diff(traces, trace, &params).map(Reply::json_text),
         "/api/mappings" => mappings::mappings(state, &params).map(|v| Reply::json(&v)),
         "/api/labels" => labels::labels(state, &params).map(|v| Reply::json(&v)),
+        "/api/crates" => crates::crates(state, &params).map(|v| Reply::json(&v)),
         "/api/allocations" => allocations::allocations(state, &params).map(|v| Reply::json(&v)),
         _ => {
             if let Some(id) = endpoint.strip_prefix("/api/site/") {

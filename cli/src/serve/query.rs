@@ -237,6 +237,8 @@ pub struct Filters {
     pub temporary: bool,
     /// `label=KEY=VALUE`: only stacks whose label set has that label.
     pub label: Option<(String, String)>,
+    /// `crate=NAME`: only stacks whose crate (the crate table's rule) is NAME.
+    pub krate: Option<String>,
     /// `life=freed_in_range` (true) or `life=kept_in_range` (false): blocks freed, or not
     /// freed, within [`Filters::range`].
     pub in_range: Option<bool>,
@@ -386,7 +388,12 @@ impl Filters {
                 )));
             }
         };
+        let krate = params
+            .get("crate")
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned);
         Ok(Filters {
+            krate,
             chunk: ChunkFilter {
                 mmapped,
                 main_arena,
@@ -456,19 +463,32 @@ impl Filters {
             || self.depth != (0, u64::MAX)
     }
 
-    /// The classes selected, given each stack's return addresses, each address's frames and
-    /// each stack's label set (called only with a `label` filter). The regular expressions run
-    /// once per address.
+    /// The classes selected, given each stack's return addresses, each address's frames, each
+    /// stack's label set (called only with a `label` filter) and each stack's crate (called
+    /// only with a `crate` filter). The regular expressions run once per address.
     pub fn classes<'a>(
         &self,
         classes: &Classes,
         stacks: &[Vec<u64>],
         frames: &HashMap<u64, Arc<[FrameInfo]>>,
         labels: impl FnOnce() -> Vec<&'a [(String, String)]>,
+        crates: impl FnOnce() -> Vec<Arc<str>>,
     ) -> Option<Vec<bool>> {
-        if self.threads.is_empty() && !self.by_frames() && self.label.is_none() {
+        if self.threads.is_empty()
+            && !self.by_frames()
+            && self.label.is_none()
+            && self.krate.is_none()
+        {
             return None;
         }
+        let crates = match &self.krate {
+            Some(_) => crates(),
+            None => Vec::new(),
+        };
+        let in_crate = |stack: u32| match &self.krate {
+            None => true,
+            Some(name) => crates.get(stack as usize).is_some_and(|c| **c == **name),
+        };
         let labels = match &self.label {
             Some(_) => labels(),
             None => Vec::new(),
@@ -510,6 +530,7 @@ impl Filters {
                 && (self.file.is_none() || any[2])
                 && !any[3]
                 && labelled(stack)
+                && in_crate(stack)
         };
         Some(
             classes

@@ -240,6 +240,9 @@ pub struct State {
     pub live: Option<LiveFigures>,
     /// What resolving more stacks into call sites needs.
     resolving: Resolving,
+    /// The crate of each stack resolved so far ([`State::stack_crates`]), and its caller crate
+    /// and crate.
+    crates: Mutex<[Vec<Arc<str>>; 2]>,
 }
 
 /// Where the index of a trace being received stands.
@@ -377,6 +380,32 @@ impl State {
         Ok(State::new(trace, index, classes))
     }
 
+    /// Each stack's crate, by the crate table's rule (`memprof::Report::crate_of`): for the
+    /// `crate` filter. Resolved once per stack, the first time a query asks (and for the stacks
+    /// a live trace added since).
+    pub fn stack_crates(&self) -> Vec<Arc<str>> {
+        self.stack_crates_by(false)
+    }
+
+    /// [`State::stack_crates`], or with `by_caller` each stack's `caller ← crate`: what
+    /// `/api/crates` sums.
+    pub fn stack_crates_by(&self, by_caller: bool) -> Vec<Arc<str>> {
+        let mut crates = self.crates.lock().unwrap_or_else(PoisonError::into_inner);
+        let crates = &mut crates[usize::from(by_caller)];
+        let stacks = self.trace.stacks();
+        let from = crates.len();
+        if from < stacks.len() {
+            let mut resolver = crate::moment::resolver_for(&self.trace, &stacks[from..]);
+            for stack in &stacks[from..] {
+                let addresses: Vec<ReturnAddress> =
+                    stack.iter().map(|&a| ReturnAddress(a as usize)).collect();
+                let name = memprof::Report::crate_of(&addresses, &mut resolver, by_caller);
+                crates.push(Arc::from(name));
+            }
+        }
+        crates.clone()
+    }
+
     /// `trace` with this index, its stacks resolved into call sites.
     pub fn new(trace: Trace, index: Agg, classes: Classes) -> State {
         State::with_resolved(trace, index, classes, None).0
@@ -416,6 +445,7 @@ impl State {
                 site_ids: HashMap::new(),
                 name_ids: HashMap::new(),
             },
+            crates: Mutex::new([Vec::new(), Vec::new()]),
         };
         if let Some(resolved) = resolved
             && let Some(sites) = resolved.sites()
@@ -560,7 +590,8 @@ impl State {
         }
     }
 
-    /// Resolves every stack again (a live trace whose symbols arrived at its end).
+    /// Resolves every stack again (a live trace whose symbols arrived at its end), and forgets
+    /// their crates.
     pub fn resolve_all_stacks(&mut self) {
         self.stacks.clear();
         self.frames.clear();
@@ -568,6 +599,10 @@ impl State {
         self.sites.clear();
         self.resolving.site_ids.clear();
         self.resolving.name_ids.clear();
+        *self
+            .crates
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = [Vec::new(), Vec::new()];
         self.resolve_new_stacks();
     }
 

@@ -26,9 +26,13 @@ impl Query {
     pub fn parse(state: &State, params: &Params) -> Result<Query, ApiError> {
         let filters = Filters::parse(params)?;
         filters.check_chunk_flags(params, state.index.totals.chunk_flags)?;
-        let classes = filters.classes(&state.classes, state.trace.stacks(), &state.frames, || {
-            state.trace.stack_label_sets()
-        });
+        let classes = filters.classes(
+            &state.classes,
+            state.trace.stacks(),
+            &state.frames,
+            || state.trace.stack_label_sets(),
+            || state.stack_crates(),
+        );
         let totals = &state.index.totals;
         let at = match params.get("at") {
             Some(text) => moment(state, "at", text)?,

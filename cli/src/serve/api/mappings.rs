@@ -171,6 +171,7 @@ pub fn mappings(state: &State, params: &Params) -> Result<Value, ApiError> {
         state.trace.stacks(),
         &state.frames,
         || state.trace.stack_label_sets(),
+        || state.stack_crates(),
     );
     let totals = &state.index.totals;
     let start = q.lo.unwrap_or(0);
