@@ -392,7 +392,8 @@ pub fn log_labels<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
 /// be named, so the rows sum to the totals. `docs/reports.md` has the rule.
 pub fn log_crates<W: Write + ?Sized>(out: &mut W) -> io::Result<()> {
     untracked(|| {
-        let snapshot = Snapshot::take();
+        // The allocated figures of every crate: every stack's counters.
+        let snapshot = Snapshot::take_all();
         let rows =
             symbolize::with_symbolizer(|symbolizer| crates::rows(&snapshot, symbolizer, false));
         crates::write_markdown(&rows, snapshot.sample_interval, out)

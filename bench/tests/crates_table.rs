@@ -77,7 +77,7 @@ fn main() {
         map
     });
 
-    let snapshot = Snapshot::take();
+    let snapshot = Snapshot::take_all();
     let (rows, by_caller) = memprof::with_symbolizer(|symbolizer| {
         (
             Report::crates(&snapshot, symbolizer, false),

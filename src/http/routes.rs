@@ -189,7 +189,8 @@ pub(crate) fn respond(request: &Request<'_>) -> Response {
         }
         ("/debug/memprof/crates", _) => {
             let _turn = turn();
-            let snapshot = snapshot();
+            // The allocated figures of every crate: every stack's counters.
+            let snapshot = snapshot(Which::All);
             let rows = with_symbolizer(|symbolizer| {
                 crate::report::crates::rows(&snapshot, symbolizer, false)
             });
