@@ -1,0 +1,91 @@
+//! `memprof attach` at awkward moments: the program's main thread asleep in `sleep(3)` (the
+//! attach's call interrupts it; it sleeps on, its output unchanged) with four threads
+//! allocating through the attach and the detach; attached twice in a row (each time a copy of the
+//! library of its own: the second records the leak made while it was attached, the first leak
+//! being a block from before it); the second detached by Ctrl-C (SIGINT to the command) rather
+//! than `--duration`. The program keeps working after each detach.
+
+#[path = "support/attach.rs"]
+mod attach;
+
+use attach::*;
+
+#[test]
+fn twice_in_a_row_while_asleep_the_second_ended_by_ctrl_c() {
+    let dir = scratch("timing");
+    let program = compile("cc", &dir, &["attach_target.c"], "target", &["-pthread"]);
+    let mut command = Command::new(&program);
+    command.args(["4", "sleep"]);
+    let mut target = Target::start(command, "ready");
+    let line = line_of("attach_target.c", "LEAK_LINE");
+    let site = format!("attach_target.c:{line}");
+
+    let first = dir.join("first.tsv");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &[
+            "--duration",
+            "2",
+            "--trace",
+            "first-%p.mptrace",
+            "--output",
+            "first.tsv",
+        ],
+        &mut target,
+        |target, _| {
+            target.signal("-USR1");
+            target.expect("leaked 1");
+        },
+    );
+    assert!(status.success(), "{said}");
+    let log = tsv(&first);
+    let leak = at(&log, &site);
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!(
+        (leak[0].count, leak[0].bytes),
+        (37, 37 * 1500),
+        "{}",
+        show(&log)
+    );
+
+    target.signal("-USR2");
+    target.expect("alive 1");
+
+    let second = dir.join("second.tsv");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "second-%p.mptrace", "--output", "second.tsv"],
+        &mut target,
+        |target, memprof| {
+            target.signal("-USR1");
+            target.expect("leaked 2");
+            let status = Command::new("kill")
+                .args(["-INT", &memprof.to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        },
+    );
+    assert!(status.success(), "{said}");
+    assert!(said.contains("memprof: detached from process"), "{said}");
+    let log = tsv(&second);
+    let leak = at(&log, &site);
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    // The second leak only: the first one's blocks are from before this attach.
+    assert_eq!(
+        (leak[0].count, leak[0].bytes),
+        (37, 37 * 1500),
+        "{}",
+        show(&log)
+    );
+    assert!(said.contains("leaked at end: "), "the summary: {said}");
+
+    target.signal("-USR2");
+    target.expect("alive 2");
+    let (lines, stderr) = target.finish();
+    assert_eq!(
+        lines,
+        ["ready", "leaked 1", "alive 1", "leaked 2", "alive 2", "bye"]
+    );
+    assert_eq!(stderr, "");
+}
