@@ -221,9 +221,9 @@ fn attach_in(
             stopped(&answer)
         );
     } else {
+        // The library closed the trace and wrote the files in the process's exit handlers, which
+        // ran before it became a zombie or went.
         eprintln!("memprof: process {pid} ended");
-        // The library closes the trace at the process's exit; a moment for the file to be whole.
-        std::thread::sleep(Duration::from_millis(200));
     }
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);

@@ -89,3 +89,70 @@ fn twice_in_a_row_while_asleep_the_second_ended_by_ctrl_c() {
     );
     assert_eq!(stderr, "");
 }
+
+#[test]
+fn inside_a_signal_handler() {
+    let dir = scratch("handler");
+    let program = compile("cc", &dir, &["attach_target.c"], "target", &["-pthread"]);
+    let mut command = Command::new(&program);
+    command.args(["2", "read"]);
+    let mut target = Target::start(command, "ready");
+    // The main thread sleeps 3 s inside SIGHUP's handler while memprof attaches.
+    target.signal("-HUP");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &[
+            "--duration",
+            "5",
+            "--output",
+            "handler.tsv",
+            "--trace",
+            "h-%p.mptrace",
+        ],
+        &mut target,
+        |target, _| {
+            target.expect("slept");
+            target.signal("-USR1");
+            target.expect("leaked 1");
+        },
+    );
+    assert!(status.success(), "{said}");
+    let line = line_of("attach_target.c", "LEAK_LINE");
+    let log = tsv(&dir.join("handler.tsv"));
+    let leak = at(&log, &format!("attach_target.c:{line}"));
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!((leak[0].count, leak[0].bytes), (37, 37 * 1500));
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "slept", "leaked 1", "bye"]);
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn the_process_ends_while_attached() {
+    let dir = scratch("ends");
+    let program = compile("cc", &dir, &["attach_target.c"], "target", &["-pthread"]);
+    let mut command = Command::new(&program);
+    command.args(["2", "read"]);
+    let mut target = Target::start(command, "ready");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--output", "ends.tsv", "--trace", "e-%p.mptrace"],
+        &mut target,
+        |target, _| {
+            target.signal("-USR1");
+            target.expect("leaked 1");
+            // Its stdin's end ends it: the library closes the trace and writes the files at its
+            // exit, and the command prints the summary.
+            drop(target.stdin.take());
+        },
+    );
+    assert!(status.success(), "{said}");
+    assert!(said.contains("ended"), "{said}");
+    assert!(said.contains("leaked at end: "), "{said}");
+    let line = line_of("attach_target.c", "LEAK_LINE");
+    let log = tsv(&dir.join("ends.tsv"));
+    let leak = at(&log, &format!("attach_target.c:{line}"));
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!((leak[0].count, leak[0].bytes), (37, 37 * 1500));
+}

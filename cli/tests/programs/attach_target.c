@@ -3,7 +3,8 @@
  * all the time. Each SIGUSR1 makes the main thread leak LEAK_COUNT blocks of LEAK_SIZE bytes at
  * leak_site and print "leaked N"; SIGUSR2 makes it print "alive" and the number of rounds its
  * threads made; stdin's end ends it ("bye"). argv[2] is the main thread's wait between rounds:
- * "read" blocks in read(2) on stdin (a pipe), "sleep" in sleep(3). */
+ * "read" blocks in read(2) on stdin (a pipe), "sleep" in sleep(3). SIGHUP's handler sleeps 3 s
+ * (a process attached to while inside a signal handler), then prints "slept". */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <poll.h>
+#include <time.h>
 
 #define LEAK_COUNT 37
 #define LEAK_SIZE 1500
@@ -22,6 +24,13 @@ static int nkept = 0;
 
 static void on_usr1(int s) { (void)s; leak_asked++; }
 static void on_usr2(int s) { (void)s; alive_asked++; }
+static void on_hup(int s) {
+    (void)s;
+    struct timespec t = { 3, 0 };
+    while (nanosleep(&t, &t) != 0) {}
+    static const char said[] = "slept\n";
+    write(1, said, sizeof said - 1);
+}
 
 __attribute__((noinline)) void *leak_site(size_t n) {
     void *p = malloc(n); /* LEAK_LINE */
@@ -52,6 +61,8 @@ int main(int argc, char **argv) {
     sigaction(SIGUSR1, &sa, NULL);
     sa.sa_handler = on_usr2;
     sigaction(SIGUSR2, &sa, NULL);
+    sa.sa_handler = on_hup;
+    sigaction(SIGHUP, &sa, NULL);
     static void *before[2000];
     for (int i = 0; i < 2000; i++) before[i] = malloc(40 + i % 300);
     int freed = 0;
