@@ -40,6 +40,10 @@ pub struct AttachOptions {
     /// Detach by itself after this many seconds (default: at Ctrl-C, or when the process ends).
     #[arg(long)]
     duration: Option<f64>,
+    /// The viewer, live, on what arrives, at this address (`127.0.0.1:8080`; port 0 picks one);
+    /// it stays up after the detach until Ctrl-C.
+    #[arg(long)]
+    serve: Option<String>,
     /// The preloaded library (default: the one `memprof run` uses: beside this command, else the
     /// one it carries).
     #[arg(long)]
@@ -122,11 +126,13 @@ fn attach_in(
             sample_setting(sample)?
         ));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .map_err(|e| Failure(format!("cannot handle Ctrl-C: {e}"), 1))?;
-    }
+    // Ctrl-C (or SIGTERM) detaches; with --serve, the next one ends the viewer.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| Failure(format!("cannot handle Ctrl-C: {e}"), 1))?;
+    let mut interrupts = 0;
     let started = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
@@ -187,6 +193,19 @@ fn attach_in(
         }
         _ => return Err(gdb_failure(pid, &answer)),
     };
+    let followed = Arc::new(AtomicBool::new(false));
+    if let Some(listen) = &options.serve {
+        let path = trace_of(pattern, started, pid).ok_or_else(|| {
+            Failure(
+                format!(
+                    "--serve: process {pid} opened no trace at {}",
+                    absolute.display()
+                ),
+                1,
+            )
+        })?;
+        crate::serve::serve_following(path, listen, Arc::clone(&followed))?;
+    }
     eprintln!(
         "memprof: attached to process {pid} (stopped {}); {}",
         stopped(&answer),
@@ -202,7 +221,8 @@ fn attach_in(
         if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
             break true;
         }
-        if stop.load(Ordering::Relaxed) || until.is_some_and(|u| Instant::now() >= u) {
+        interrupts += signals.pending().count();
+        if interrupts > 0 || until.is_some_and(|u| Instant::now() >= u) {
             break false;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -225,9 +245,10 @@ fn attach_in(
         // ran before it became a zombie or went.
         eprintln!("memprof: process {pid} ended");
     }
+    followed.store(true, Ordering::SeqCst);
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);
-    match own {
+    let summary = match own {
         Some(index) => run::summarise(&found[index..=index], Some(0), options.short_lived),
         None => Err(Failure(
             format!(
@@ -236,6 +257,30 @@ fn attach_in(
             ),
             1,
         )),
+    };
+    if options.serve.is_some() && summary.is_ok() {
+        eprintln!("memprof: the viewer stays up on the whole trace; Ctrl-C ends it");
+        interrupts += signals.pending().count();
+        if interrupts < 2 {
+            let _ = signals.forever().next();
+        }
+    }
+    summary
+}
+
+/// The trace process `pid` opened since `started` (ns since the epoch) by `pattern`, once its
+/// header is there (at most 5 s).
+fn trace_of(pattern: &traces::Pattern, started: u64, pid: u32) -> Option<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = pattern.traces_since(started);
+        if let Some(own) = found.into_iter().find(|f| f.header.pid == pid) {
+            return Some(own.path);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

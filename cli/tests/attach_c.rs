@@ -33,7 +33,7 @@ fn a_leak_after_a_signal_is_named_with_its_count_and_bytes() {
             "attached.tsv",
         ],
         &mut target,
-        |target, _| {
+        |target, _, _| {
             target.signal("-USR1");
             target.expect("leaked 1");
         },

@@ -28,7 +28,7 @@ fn leak_while_attached(dir: &std::path::Path, mut target: Target) -> Vec<Group> 
             "attached.tsv",
         ],
         &mut target,
-        |target, _| {
+        |target, _, _| {
             let stdin = target.stdin.as_mut().unwrap();
             stdin.write_all(b"leak\n").unwrap();
             stdin.flush().unwrap();

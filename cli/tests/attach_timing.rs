@@ -32,7 +32,7 @@ fn twice_in_a_row_while_asleep_the_second_ended_by_ctrl_c() {
             "first.tsv",
         ],
         &mut target,
-        |target, _| {
+        |target, _, _| {
             target.signal("-USR1");
             target.expect("leaked 1");
         },
@@ -56,7 +56,7 @@ fn twice_in_a_row_while_asleep_the_second_ended_by_ctrl_c() {
         memprof(&dir),
         &["--trace", "second-%p.mptrace", "--output", "second.tsv"],
         &mut target,
-        |target, memprof| {
+        |target, memprof, _| {
             target.signal("-USR1");
             target.expect("leaked 2");
             let status = Command::new("kill")
@@ -111,7 +111,7 @@ fn inside_a_signal_handler() {
             "h-%p.mptrace",
         ],
         &mut target,
-        |target, _| {
+        |target, _, _| {
             target.expect("slept");
             target.signal("-USR1");
             target.expect("leaked 1");
@@ -139,7 +139,7 @@ fn the_process_ends_while_attached() {
         memprof(&dir),
         &["--output", "ends.tsv", "--trace", "e-%p.mptrace"],
         &mut target,
-        |target, _| {
+        |target, _, _| {
             target.signal("-USR1");
             target.expect("leaked 1");
             // Its stdin's end ends it: the library closes the trace and writes the files at its

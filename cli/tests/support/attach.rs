@@ -277,13 +277,13 @@ pub fn both(output: &Output) -> String {
 }
 
 /// Runs `memprof attach ARGS PID` (`command` from [`memprof`]), calls `during` with the target
-/// (and the command's pid) once the command says it attached, then waits for the command's end (at most 120 s): its
+/// (with the command's pid and the lines it said so far) once the command says it attached, then waits for the command's end (at most 120 s): its
 /// status, stdout and stderr.
 pub fn attach_during(
     mut command: Command,
     args: &[&str],
     target: &mut Target,
-    during: impl FnOnce(&mut Target, u32),
+    during: impl FnOnce(&mut Target, u32, &[String]),
 ) -> (std::process::ExitStatus, String) {
     let mut child = command
         .arg("attach")
@@ -321,7 +321,7 @@ pub fn attach_during(
             }
         }
     }
-    during(target, child.id());
+    during(target, child.id(), &said);
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
