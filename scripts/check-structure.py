@@ -185,7 +185,8 @@ def cycles(edges):
 
 def root_items(code):
     """The names the crate root defines itself (a child may use its parent's items)."""
-    return set(re.findall(r"^(?:pub(?:\([^)]*\))?\s+)?(?:struct|enum|fn|static|const|type|trait|union)"
+    return set(re.findall(r"^(?:pub(?:\([^)]*\))?\s+)?(?:unsafe\s+)?(?:extern\s+\"C\"\s+)?"
+                          r"(?:struct|enum|fn|static|const|type|trait|union)"
                           r"\s+([A-Za-z_]\w*)", code, re.M))
 
 

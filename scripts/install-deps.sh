@@ -25,6 +25,9 @@ need_command c++ g++
 need_package libc6-dev
 need_command python3 python3
 need_command git git
+# memprof attach loads the preloaded library into a running process through gdb (its Python
+# scripting picks the thread to call into); its 32-bit refusal test assembles with binutils.
+need_command gdb gdb
 # scripts/preload-overhead.py --real and --trace-memory run ripgrep under the preloaded library.
 need_command rg ripgrep
 

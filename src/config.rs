@@ -656,14 +656,61 @@ fn parse_signal(raw: &str) -> Option<i32> {
 /// `eprintln!` would panic, and a panic there aborts the program.
 pub(crate) fn warn(message: std::fmt::Arguments<'_>) {
     use std::io::Write;
+    if quiet() {
+        return;
+    }
     let _ = writeln!(std::io::stderr(), "memprof: {message}");
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
-/// The configuration in force: read from the environment the first time it is asked for.
+/// The `MEMPROF_*` pairs given in place of the environment ([`give`]).
+static GIVEN: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Whether memprof keeps off the process's stderr: when the settings were given ([`give`]), the
+/// program's output stays its own; the command that gave them says what there is to say.
+pub(crate) fn quiet() -> bool {
+    GIVEN.get().is_some()
+}
+
+/// The configuration in force: read the first time it is asked for, from the pairs [`give`]
+/// gave when it did, else from the environment.
 pub(crate) fn get() -> &'static Config {
-    CONFIG.get_or_init(Config::from_env)
+    CONFIG.get_or_init(|| match GIVEN.get() {
+        Some(pairs) => Config::from_pairs(pairs),
+        None => Config::from_env(),
+    })
+}
+
+/// Gives the `MEMPROF_*` variables as `(name, value)` pairs, read in place of the process's
+/// environment, which is then never read: the preloaded library attached to a running process
+/// (`memprof attach`) takes its settings from the command, not from the program's environment.
+/// memprof then writes nothing on the process's stderr ([`quiet`]).
+/// Returns false, and changes nothing, when the configuration was read or given already.
+#[cfg(feature = "preload")]
+pub(crate) fn give(pairs: Vec<(String, String)>) -> bool {
+    CONFIG.get().is_none() && GIVEN.set(pairs).is_ok()
+}
+
+impl Config {
+    /// The configuration from the given `pairs`, as [`Config::from_env`] reads the environment.
+    fn from_pairs(pairs: &[(String, String)]) -> Config {
+        let mut config = Config::from_lookup(
+            |name| {
+                pairs
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            },
+            |warning| warn(format_args!("{warning}")),
+        );
+        config.working_dir = std::env::current_dir().ok();
+        if let Some(warning) = unknown_names_warning(pairs.iter().map(|(n, _)| n.clone())) {
+            warn(format_args!("{warning}"));
+        }
+        config
+    }
 }
 
 #[cfg(test)]

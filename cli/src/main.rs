@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod alys;
+mod attach;
 mod common;
 mod convert;
 mod crates;
@@ -128,6 +129,13 @@ enum Command {
         /// The program and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
+    },
+    /// Profiles a running, dynamically linked process from now on, without a restart: loads the
+    /// preloaded library into it (through gdb), then detaches at Ctrl-C, after --duration, or at
+    /// its exit, and prints the trace's summary (docs/preload.md).
+    Attach {
+        #[command(flatten)]
+        options: attach::AttachOptions,
     },
     /// The viewer: a web page and a REST API over a trace (docs/viewer-api.md).
     Serve {
@@ -342,6 +350,10 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Run { options, command } => {
             drop(out);
             return run::run_program(&options, &command);
+        }
+        Command::Attach { options } => {
+            drop(out);
+            return attach::attach(&options);
         }
     }
     written(out.flush())

@@ -3,7 +3,7 @@
 //! (`libmemprof_preload.so`, docs/preload.md) in `LD_PRELOAD`.
 
 mod embedded;
-mod traces;
+pub(crate) mod traces;
 
 use crate::common::{bar, open, report_options};
 use crate::{Failure, ReportArgs, summary};
@@ -185,7 +185,11 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
 
 /// Writes to stderr the summary of `found[own]`, the program's trace, then a line for each other
 /// trace of `found`; `short_lived`: the summary's bound, ns.
-fn summarise(found: &[traces::Found], own: Option<usize>, short_lived: u64) -> Result<(), Failure> {
+pub(crate) fn summarise(
+    found: &[traces::Found],
+    own: Option<usize>,
+    short_lived: u64,
+) -> Result<(), Failure> {
     let mut err = io::stderr().lock();
     let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
     if let Some(index) = own {
@@ -333,6 +337,15 @@ impl Kind {
     }
 }
 
+/// Whether the program in `executable` has memprof built in: it holds a name only memprof's
+/// configuration reader holds (`memprof attach` asks it of a running process's program too).
+pub(crate) fn has_memprof_marker(executable: &Path) -> io::Result<bool> {
+    match Kind::of(executable) {
+        Ok(kind) => Ok(kind == Kind::BuiltIn),
+        Err(Failure(why, _)) => Err(io::Error::other(why)),
+    }
+}
+
 /// Whether `bytes` is a 64-bit little-endian ELF executable with no `PT_INTERP` program header.
 fn is_static_elf(bytes: &[u8]) -> bool {
     let field = |at: usize, len: usize| -> Option<u64> {
@@ -371,7 +384,7 @@ fn find_executable(program: &Path) -> Option<PathBuf> {
 
 /// The preloaded library: `given`, or the one beside this command (or in `../lib` from it), or
 /// the one it carries, written to the user's cache ([`embedded`]).
-fn preload_library(given: Option<&Path>) -> Result<PathBuf, Failure> {
+pub(crate) fn preload_library(given: Option<&Path>) -> Result<PathBuf, Failure> {
     if let Some(given) = given {
         return match given.canonicalize() {
             Ok(path) if path.is_file() => Ok(path),

@@ -97,6 +97,33 @@ pub fn serve(
     }
 }
 
+/// The viewer on `listen` over the trace file being written at `path` (`memprof attach --serve`):
+/// its index follows the file until `done` is set and the rest of it is indexed. The server runs on
+/// threads of its own; returns the address it listens on, once it listens.
+pub fn serve_following(
+    path: PathBuf,
+    listen: &str,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<SocketAddr, Failure> {
+    let shared: Shared = Arc::new(RwLock::new(None));
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))?;
+    let following = shared.clone();
+    std::thread::spawn(move || live::follow(&path, &following, &done));
+    let viewer = Viewer {
+        shared,
+        others: Vec::new(),
+    };
+    memprof_http::start(listener, viewer, options())
+        .map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))?;
+    eprintln!("memprof: serving on http://{address}/");
+    warn_beyond_loopback(address, "--serve");
+    Ok(address)
+}
+
 /// The server's bounds: enough workers for a page's parallel requests and a few clients, few
 /// enough that scans and exports cannot multiply memory; time to read answers of many MBs.
 fn options() -> memprof_http::Options {

@@ -21,13 +21,18 @@
 //! (`dlclose`), which notes the modules loaded before a library goes, so that its code is still
 //! named in reports.
 //!
+//! Loaded by `dlopen` into a process already running (`memprof attach`), it starts only when told
+//! to, and redirects the modules' entries of those functions to its own (`attach`, `got`).
+//!
 //! The library's own allocations (memprof's tables, its reports) go to the C library directly
 //! ([`Forward`]), never through the functions it defines.
 
+mod attach;
 mod dlclose;
 mod exec;
 mod follow;
 mod forward;
+mod got;
 mod mappings;
 
 use forward::{
@@ -73,6 +78,13 @@ fn seen() {
 /// `malloc(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
+    imp_malloc(size)
+}
+
+/// What [`malloc`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) extern "C" fn imp_malloc(size: usize) -> *mut c_void {
     allocate(size)
 }
 
@@ -90,6 +102,13 @@ fn allocate(size: usize) -> *mut c_void {
 /// `calloc(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    imp_calloc(count, size)
+}
+
+/// What [`calloc`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) extern "C" fn imp_calloc(count: usize, size: usize) -> *mut c_void {
     // SAFETY: the C library's own `calloc`, which checks the product for overflow.
     let block = unsafe { __libc_calloc(count, size) };
     recorded(block, count.wrapping_mul(size))
@@ -101,6 +120,14 @@ pub extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
 /// `block` is null or a block of the C library's allocator not freed yet.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(block: *mut c_void) {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_free(block) }
+}
+
+/// What [`free`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_free(block: *mut c_void) {
     if block.is_null() {
         return;
     }
@@ -118,6 +145,14 @@ pub unsafe extern "C" fn free(block: *mut c_void) {
 /// `block` is null or a block of the C library's allocator not freed yet.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_realloc(block, size) }
+}
+
+/// What [`realloc`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_realloc(block: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: as the caller's.
     unsafe { reallocate(block, size) }
 }
@@ -161,6 +196,18 @@ pub unsafe extern "C" fn reallocarray(
     count: usize,
     size: usize,
 ) -> *mut c_void {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_reallocarray(block, count, size) }
+}
+
+/// What [`reallocarray`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_reallocarray(
+    block: *mut c_void,
+    count: usize,
+    size: usize,
+) -> *mut c_void {
     match count.checked_mul(size) {
         // SAFETY: as the caller's.
         Some(bytes) => unsafe { reallocate(block, bytes) },
@@ -174,6 +221,13 @@ pub unsafe extern "C" fn reallocarray(
 /// `memalign(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    imp_memalign(align, size)
+}
+
+/// What [`memalign`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) extern "C" fn imp_memalign(align: usize, size: usize) -> *mut c_void {
     aligned(align, size)
 }
 
@@ -187,6 +241,13 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
 /// `aligned_alloc(3)`: the C library's `memalign`, as glibc's own is.
 #[unsafe(no_mangle)]
 pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    imp_aligned_alloc(align, size)
+}
+
+/// What [`aligned_alloc`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) extern "C" fn imp_aligned_alloc(align: usize, size: usize) -> *mut c_void {
     aligned(align, size)
 }
 
@@ -196,6 +257,18 @@ pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
 /// `out` is valid for a write of a pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_posix_memalign(out, align, size) }
+}
+
+/// What [`posix_memalign`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_posix_memalign(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
     if !align.is_power_of_two() || !align.is_multiple_of(size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
@@ -214,6 +287,13 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 /// `valloc(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn valloc(size: usize) -> *mut c_void {
+    imp_valloc(size)
+}
+
+/// What [`valloc`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) extern "C" fn imp_valloc(size: usize) -> *mut c_void {
     // SAFETY: the C library's own `valloc`.
     recorded(unsafe { __libc_valloc(size) }, size)
 }
@@ -221,6 +301,13 @@ pub extern "C" fn valloc(size: usize) -> *mut c_void {
 /// `pvalloc(3)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    imp_pvalloc(size)
+}
+
+/// What [`pvalloc`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) extern "C" fn imp_pvalloc(size: usize) -> *mut c_void {
     // SAFETY: the C library's own `pvalloc`.
     recorded(unsafe { __libc_pvalloc(size) }, size)
 }
@@ -231,6 +318,14 @@ pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
 /// `block` is null or a live block of the C library's allocator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_malloc_usable_size(block) }
+}
+
+/// What [`malloc_usable_size`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_malloc_usable_size(block: *mut c_void) -> usize {
     // SAFETY: as the caller's.
     unsafe { forward::malloc_usable_size(block) }
 }
@@ -242,8 +337,14 @@ fn set_errno(value: c_int) {
 }
 
 /// The constructor: runs when the dynamic loader has loaded the program and its libraries, before
-/// the program's own constructors, while the process has one thread.
+/// the program's own constructors, while the process has one thread. Loaded by `dlopen` into a
+/// running process instead (`memprof attach`), it only notes that: `memprof_attach` starts
+/// memprof then, with the settings the command gives (`attach`).
 extern "C" fn init() {
+    if attach::loaded_late() {
+        attach::note_dlopened();
+        return;
+    }
     follow::apply();
     forward::resolve();
     exec::resolve();

@@ -54,6 +54,21 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     offset: libc::off_t,
 ) -> *mut c_void {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_mmap(address, length, prot, flags, fd, offset) }
+}
+
+/// What [`mmap`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_mmap(
+    address: *mut c_void,
+    length: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
     // SAFETY: the system call with the caller's arguments; it returns -1 and sets `errno` on
     // failure.
     let mapped = unsafe {
@@ -89,8 +104,23 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     offset: libc::off64_t,
 ) -> *mut c_void {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_mmap64(address, length, prot, flags, fd, offset) }
+}
+
+/// What [`mmap64`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_mmap64(
+    address: *mut c_void,
+    length: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off64_t,
+) -> *mut c_void {
     // SAFETY: as the caller's.
-    unsafe { mmap(address, length, prot, flags, fd, offset) }
+    unsafe { imp_mmap(address, length, prot, flags, fd, offset) }
 }
 
 /// `munmap(2)`.
@@ -99,6 +129,14 @@ pub unsafe extern "C" fn mmap64(
 /// As the system call's: the pages are the caller's to give up.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(address: *mut c_void, length: usize) -> c_int {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_munmap(address, length) }
+}
+
+/// What [`munmap`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_munmap(address: *mut c_void, length: usize) -> c_int {
     let call = || {
         // SAFETY: the system call with the caller's arguments.
         let result = unsafe { libc::syscall(libc::SYS_munmap, address, length) };
@@ -118,6 +156,20 @@ pub unsafe extern "C" fn munmap(address: *mut c_void, length: usize) -> c_int {
 /// As the system call's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_length: usize,
+    new_length: usize,
+    flags: c_int,
+    new_address: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: the caller's arguments, as the function's.
+    unsafe { imp_mremap(old, old_length, new_length, flags, new_address) }
+}
+
+/// What [`mremap`] does, under a name of the library's own: the address `attach` points the
+/// rewritten entries to (the exported name's would be the one the loader bound).
+#[inline(always)]
+pub(crate) unsafe extern "C" fn imp_mremap(
     old: *mut c_void,
     old_length: usize,
     new_length: usize,

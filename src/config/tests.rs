@@ -347,3 +347,28 @@ fn bless_is_one_or_zero() {
     assert_eq!(read("yes"), (false, 1));
     assert!(!Config::from_lookup(|_| None, |_| {}).bless);
 }
+
+#[test]
+fn given_pairs_are_read_in_place_of_the_environment() {
+    // The test process's environment may hold MEMPROF_* variables: none counts here.
+    let pairs = vec![
+        ("MEMPROF_STACK_DEPTH".to_owned(), "9".to_owned()),
+        (
+            "MEMPROF_TRACE".to_owned(),
+            "/tmp/given-%p.mptrace".to_owned(),
+        ),
+        ("MEMPROF_STACK_DEPTH".to_owned(), "7".to_owned()),
+    ];
+    let config = Config::from_pairs(&pairs);
+    // The last pair of a name wins, as a variable set twice.
+    assert_eq!(config.stack_depth, 7);
+    assert_eq!(config.trace.as_deref(), Some("/tmp/given-%p.mptrace"));
+    assert_eq!(config.output, None);
+    assert!(
+        Config::from_pairs(&[])
+            == Config {
+                working_dir: config.working_dir.clone(),
+                ..Config::default()
+            }
+    );
+}

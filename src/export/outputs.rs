@@ -123,6 +123,12 @@ pub(crate) fn write_listed(spec: &str) -> (Vec<PathBuf>, bool) {
                     write_path(path, &snapshot, symbolizer, &options)
                 }));
                 let mut stderr = io::stderr().lock();
+                if crate::config::quiet() {
+                    if let Ok(Ok(written)) = result {
+                        written_paths.push(written);
+                    }
+                    continue;
+                }
                 let _ = match result {
                     Ok(Ok(written)) => {
                         let line = writeln!(stderr, "memprof: wrote {}", written.display());

@@ -138,3 +138,22 @@ pub fn before_dlclose() {
         crate::guard::untracked(crate::modules::note_loaded);
     }
 }
+
+/// Gives the settings (`MEMPROF_*` names and values) that [`start`] reads in place of the
+/// process's environment: the library attached to a running process (`memprof attach`) takes
+/// them from the command. False when the configuration was read already.
+pub fn configure(pairs: Vec<(String, String)>) -> bool {
+    crate::config::give(pairs)
+}
+
+/// Ends recording in a process the library was attached to, as its exit would: closes the trace
+/// (its events, symbols and end record written) and writes the `MEMPROF_OUTPUT` files, which the
+/// exit then leaves alone. Called once the library's functions are no longer bound. Returns the
+/// trace's error, if closing it failed.
+pub fn detach() -> std::io::Result<()> {
+    crate::guard::untracked(|| {
+        let closed = crate::trace::close_trace().map(drop);
+        super::triggers::write_exit_files();
+        closed
+    })
+}

@@ -87,8 +87,22 @@ fn start_http(address: std::net::SocketAddr) {
     ));
 }
 
+/// Set once the exit files were written (at exit, or when the library attached to a running
+/// process detaches): they are written once.
+static EXIT_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes the exit files now, before the process ends (the preloaded library detached from a
+/// running process); the exit then writes nothing.
+#[cfg(feature = "preload")]
+pub(crate) fn write_exit_files() {
+    at_exit();
+}
+
 /// Writes what the configuration asks for at exit: the TSV log to stderr, the output files.
 extern "C" fn at_exit() {
+    if EXIT_WRITTEN.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let _ = std::panic::catch_unwind(|| {
         let config = crate::config::get();
         match Turn::take(Some(Instant::now() + EXIT_WAIT)) {

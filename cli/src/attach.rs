@@ -1,0 +1,586 @@
+//! `memprof attach PID`: profiles a running, dynamically linked process from now on, without a
+//! restart. The process is stopped briefly while gdb has it load a copy of the preloaded library
+//! (`dlopen`) and call its `memprof_attach` with the command's settings (`preload/src/attach.rs`:
+//! the library redirects every module's entries of the allocation functions to its own); at the
+//! end (`--duration`, Ctrl-C, or the process's exit) `memprof_detach` puts them back, closes the
+//! trace and writes the `--output` files, and the trace's summary is printed as `memprof run`
+//! prints it (docs/preload.md, "Attach to a running process").
+//!
+//! Every check that can refuse is made before the process is touched: nothing in it changes when
+//! the command refuses.
+
+mod gdb;
+mod target;
+
+use crate::Failure;
+use crate::run::{self, traces};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The options of `memprof attach`.
+#[derive(clap::Args, Debug)]
+pub struct AttachOptions {
+    /// The trace to write: `%p` is the process's id, `%e` its name, `%t` the time; relative to
+    /// this command's working directory.
+    #[arg(long, default_value = "memprof-%e-%p.mptrace")]
+    trace: String,
+    /// Exports written at the detach (`MEMPROF_OUTPUT`'s endings: `.pb.gz`, `.folded`, `.html`,
+    /// `.dhat.json`, `.heaptrack.gz`, `.md`, `.tsv`), separated by commas.
+    #[arg(long)]
+    output: Option<String>,
+    /// Frames shown per context (`MEMPROF_STACK_DEPTH`).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Record one allocation per this many bytes on average (`bytes:N` or `N`; 0 records every one).
+    #[arg(long)]
+    sample: Option<String>,
+    /// Detach by itself after this many seconds (default: at Ctrl-C, or when the process ends).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// The viewer, live, on what arrives, at this address (`127.0.0.1:8080`; port 0 picks one);
+    /// it stays up after the detach until Ctrl-C.
+    #[arg(long)]
+    serve: Option<String>,
+    /// The preloaded library (default: the one `memprof run` uses: beside this command, else the
+    /// one it carries).
+    #[arg(long)]
+    preload: Option<PathBuf>,
+    /// The summary's short-lived bound, with its unit (`ns`, `us`, `ms`, `s`).
+    #[arg(long, default_value = "1ms", value_parser = crate::shortlived::parse)]
+    short_lived: u64,
+    /// The process to attach to.
+    pid: u32,
+}
+
+/// How long one gdb session may take: loading the library and starting memprof, or detaching
+/// (which writes the trace's symbols and the exports).
+const SESSION_DEADLINE: Duration = Duration::from_secs(300);
+
+/// How many times a process whose every thread is inside the C library is tried again.
+const BUSY_TRIES: u32 = 20;
+
+/// `memprof attach`.
+pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
+    let pid = options.pid;
+    let checked = check(pid)?;
+    let spec = options.trace.trim();
+    if spec.starts_with("tcp://") {
+        return Err(Failure(
+            "--trace tcp://: memprof attach reads its trace file at the detach; give a file".into(),
+            2,
+        ));
+    }
+    let absolute = std::env::current_dir()
+        .map_err(|e| Failure(format!("cannot read the working directory: {e}"), 1))?
+        .join(spec);
+    let pattern =
+        traces::Pattern::new(&absolute).map_err(|e| Failure(format!("--trace {e}"), 2))?;
+    if let Some(sample) = &options.sample {
+        sample_setting(sample)?;
+    }
+    let library = run::preload_library(options.preload.as_deref())?;
+    let dir = private_dir().map_err(|e| Failure(format!("cannot make a directory: {e}"), 1))?;
+    let result = attach_in(options, pid, &checked, &absolute, &pattern, &library, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// [`attach`] once checked, with `dir` the command's own directory for the library's copy and
+/// gdb's scripts.
+fn attach_in(
+    options: &AttachOptions,
+    pid: u32,
+    checked: &gdb::Addresses,
+    absolute: &Path,
+    pattern: &traces::Pattern,
+    library: &Path,
+    dir: &Path,
+) -> Result<(), Failure> {
+    // A copy of its own for each attach: the loader gives a second `dlopen` of the same file the
+    // copy loaded before, which has recorded and detached already.
+    let copy = dir.join("libmemprof_preload.so");
+    std::fs::copy(library, &copy)
+        .map_err(|e| Failure(format!("cannot copy {}: {e}", library.display()), 1))?;
+    let mut settings = format!("MEMPROF_TRACE={}\n", absolute.display());
+    if let Some(output) = &options.output {
+        let absolute_outputs: Vec<String> = output
+            .split(',')
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| {
+                std::env::current_dir()
+                    .map(|d| d.join(o.trim()).display().to_string())
+                    .unwrap_or_else(|_| o.to_owned())
+            })
+            .collect();
+        settings.push_str(&format!("MEMPROF_OUTPUT={}\n", absolute_outputs.join(",")));
+    }
+    if let Some(depth) = options.depth {
+        settings.push_str(&format!("MEMPROF_STACK_DEPTH={depth}\n"));
+    }
+    if let Some(sample) = &options.sample {
+        settings.push_str(&format!(
+            "MEMPROF_SAMPLE_INTERVAL={}\n",
+            sample_setting(sample)?
+        ));
+    }
+    // Ctrl-C (or SIGTERM) detaches; with --serve, the next one ends the viewer.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| Failure(format!("cannot handle Ctrl-C: {e}"), 1))?;
+    let mut interrupts = 0;
+    let started = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let script = gdb::attach_script(pid, checked, &copy, &settings);
+    let answer = session(dir, "attach", &script)?;
+    let detach_at = match (answer.get("ATTACH"), answer.get("DETACH_AT")) {
+        (Some(count), Some(at)) => match count.trim().parse::<i64>() {
+            Ok(n) if n > 0 => at
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| Failure(format!("gdb answered {at:?}"), 1))?,
+            Ok(-1) => {
+                return Err(Failure(
+                    format!(
+                        "process {pid} has libmemprof_preload.so preloaded already (memprof run, or \
+                 LD_PRELOAD): it records itself; read its trace at its exit"
+                    ),
+                    1,
+                ));
+            }
+            Ok(-3) => {
+                return Err(Failure(
+                    format!(
+                        "process {pid} is being recorded by another memprof attach: stop that one first"
+                    ),
+                    1,
+                ));
+            }
+            Ok(-4) => {
+                return Err(Failure(
+                    format!(
+                        "process {pid}: no module calls the C library's malloc (an allocator of the \
+                 program's own); nothing was changed, nothing to record"
+                    ),
+                    1,
+                ));
+            }
+            other => {
+                return Err(Failure(
+                    format!(
+                        "process {pid}: memprof_attach answered {other:?}; the library is loaded but \
+                 does not record"
+                    ),
+                    1,
+                ));
+            }
+        },
+        _ if answer.get("DLOPEN") == Some("0") => {
+            return Err(Failure(
+                format!(
+                    "process {pid} could not load {}: {}",
+                    library.display(),
+                    answer.get("DLERROR").unwrap_or("no reason given")
+                ),
+                1,
+            ));
+        }
+        _ => return Err(gdb_failure(pid, &answer)),
+    };
+    let followed = Arc::new(AtomicBool::new(false));
+    if let Some(listen) = &options.serve {
+        let path = trace_of(pattern, started, pid).ok_or_else(|| {
+            Failure(
+                format!(
+                    "--serve: process {pid} opened no trace at {}",
+                    absolute.display()
+                ),
+                1,
+            )
+        })?;
+        crate::serve::serve_following(path, listen, Arc::clone(&followed))?;
+    }
+    eprintln!(
+        "memprof: attached to process {pid} (stopped {}); {}",
+        stopped(&answer),
+        match options.duration {
+            Some(seconds) => format!("detaching after {seconds} s or at Ctrl-C"),
+            None => "detaching at Ctrl-C or when it ends".to_owned(),
+        }
+    );
+    let until = options
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let ended = loop {
+        if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
+            break true;
+        }
+        interrupts += signals.pending().count();
+        if interrupts > 0 || until.is_some_and(|u| Instant::now() >= u) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !ended {
+        let script = gdb::detach_script(pid, checked, detach_at);
+        let answer = session(dir, "detach", &script)?;
+        match answer.get("DETACHED").map(|v| v.trim().parse::<i64>()) {
+            Some(Ok(n)) if n >= 0 => {}
+            Some(Ok(-2)) => eprintln!("memprof: the trace could not be closed whole"),
+            _ if !Path::new(&format!("/proc/{pid}")).exists() => {}
+            _ => return Err(gdb_failure(pid, &answer)),
+        }
+        eprintln!(
+            "memprof: detached from process {pid} (stopped {})",
+            stopped(&answer)
+        );
+    } else {
+        // The library closed the trace and wrote the files in the process's exit handlers, which
+        // ran before it became a zombie or went.
+        eprintln!("memprof: process {pid} ended");
+    }
+    followed.store(true, Ordering::SeqCst);
+    let found = pattern.traces_since(started);
+    let own = found.iter().position(|f| f.header.pid == pid);
+    let summary = match own {
+        Some(index) => run::summarise(&found[index..=index], Some(0), options.short_lived),
+        None => Err(Failure(
+            format!(
+                "no trace of process {pid} was found at {}",
+                absolute.display()
+            ),
+            1,
+        )),
+    };
+    if options.serve.is_some() && summary.is_ok() {
+        eprintln!("memprof: the viewer stays up on the whole trace; Ctrl-C ends it");
+        interrupts += signals.pending().count();
+        if interrupts < 2 {
+            let _ = signals.forever().next();
+        }
+    }
+    summary
+}
+
+/// The trace process `pid` opened since `started` (ns since the epoch) by `pattern`, once its
+/// header is there (at most 5 s).
+fn trace_of(pattern: &traces::Pattern, started: u64, pid: u32) -> Option<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = pattern.traces_since(started);
+        if let Some(own) = found.into_iter().find(|f| f.header.pid == pid) {
+            return Some(own.path);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs a gdb session, trying again while every thread of the process is inside the C library.
+fn session(dir: &Path, name: &str, script: &str) -> Result<gdb::Answer, Failure> {
+    for attempt in 0..BUSY_TRIES {
+        let answer = gdb::run(
+            dir,
+            &format!("{name}-{attempt}.gdb"),
+            script,
+            SESSION_DEADLINE,
+        )
+        .map_err(|e| Failure(format!("gdb: {e}"), 1))?;
+        if answer.get("BUSY").is_none() {
+            return Ok(answer);
+        }
+        std::thread::sleep(Duration::from_millis(10 + 10 * u64::from(attempt)));
+    }
+    Err(Failure(
+        "every thread of the process was inside the C library at each of 20 tries (an allocator \
+         lock may be held); nothing was changed: try again"
+            .into(),
+        1,
+    ))
+}
+
+/// How long a session stopped the process, as gdb measured it.
+fn stopped(answer: &gdb::Answer) -> String {
+    match answer
+        .get("STOPPED_US")
+        .and_then(|us| us.trim().parse::<u64>().ok())
+    {
+        Some(us) => format!("{:.1} ms", us as f64 / 1000.0),
+        None => format!("at most {} ms", answer.session.as_millis()),
+    }
+}
+
+/// A failure of gdb's that the answers do not explain.
+fn gdb_failure(pid: u32, answer: &gdb::Answer) -> Failure {
+    Failure(
+        format!(
+            "gdb could not make process {pid} load the library: {}",
+            answer.stderr.trim()
+        ),
+        1,
+    )
+}
+
+/// `--sample` as `MEMPROF_SAMPLE_INTERVAL`.
+fn sample_setting(sample: &str) -> Result<String, Failure> {
+    match sample.trim().parse::<u64>() {
+        Ok(0) => Ok("0".to_owned()),
+        Ok(bytes) => Ok(format!("bytes:{bytes}")),
+        Err(_) if sample.trim().starts_with("bytes:") => Ok(sample.trim().to_owned()),
+        Err(_) => Err(Failure(
+            format!("--sample {sample:?}: a number of bytes, or bytes:N"),
+            2,
+        )),
+    }
+}
+
+/// Whether process `pid` has ended and waits for its parent (`Z`).
+fn is_zombie(pid: u32) -> bool {
+    target::status_field(pid, "State")
+        .ok()
+        .flatten()
+        .is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
+}
+
+/// A new directory of the command's own, readable by all (the process may be another user's,
+/// for root) and writable by the command alone; made, never found, so nothing can be planted in
+/// it.
+fn private_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    for attempt in 0..100u32 {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let dir = base.join(format!(
+            "memprof-attach-{}-{nanos:x}{attempt}",
+            std::process::id()
+        ));
+        match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other("no new name"))
+}
+
+/// Whether the program of process `pid` has memprof built in: a symbol of the `memprof` crate or
+/// of its C functions in its executable's symbol tables, or the name only memprof's configuration
+/// reader holds. Such a program records itself; loading the library would record it twice.
+pub fn has_memprof_built_in(pid: u32) -> io::Result<bool> {
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let elf = target::read_elf(&exe, true)?;
+    if elf
+        .symbols
+        .iter()
+        .any(|(name, _, defined, _)| *defined && target::is_memprof_symbol(name))
+    {
+        return Ok(true);
+    }
+    run::has_memprof_marker(&exe)
+}
+
+/// Every check made before the process is touched, each failure naming the cause and the fix;
+/// returns the addresses the injection calls.
+fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    if pid == 0 || !proc.exists() || is_zombie(pid) {
+        return Err(Failure(
+            format!("no such process: {pid} (ps -e lists the running ones)"),
+            1,
+        ));
+    }
+    if pid == std::process::id() {
+        return Err(Failure("memprof cannot attach to itself".into(), 2));
+    }
+    let fail = |e: io::Error| Failure(format!("process {pid}: {e}"), 1);
+    let euid = target::own_euid().unwrap_or(u32::MAX);
+    let owner = target::status_field(pid, "Uid")
+        .map_err(fail)?
+        .and_then(|uid| uid.split_whitespace().nth(1)?.parse::<u32>().ok());
+    if euid != 0 && owner != Some(euid) {
+        return Err(Failure(
+            format!(
+                "process {pid} belongs to another user (uid {}): attach as that user, or as root",
+                owner.map_or("unknown".to_owned(), |o| o.to_string())
+            ),
+            1,
+        ));
+    }
+    let exe = proc.join("exe");
+    let elf = target::read_elf(&exe, false).map_err(|e| {
+        if e.kind() == io::ErrorKind::PermissionDenied {
+            Failure(
+                format!(
+                    "process {pid}: its program cannot be read ({e}): attach as its user, or as \
+                     root"
+                ),
+                1,
+            )
+        } else {
+            fail(e)
+        }
+    })?;
+    if !elf.is_64 {
+        return Err(Failure(
+            format!(
+                "process {pid} is a 32-bit program: memprof attach handles 64-bit (x86-64) \
+                 programs only; rebuild it for 64 bits, or run it under `memprof run` built for \
+                 32 bits"
+            ),
+            1,
+        ));
+    }
+    if !elf.dynamic {
+        return Err(Failure(
+            format!(
+                "process {pid} is a statically linked program: there is no dynamic loader to \
+                 load the library into it, nor C library functions to redirect. Link it \
+                 dynamically, or build memprof into it (docs/preload.md)"
+            ),
+            1,
+        ));
+    }
+    if has_memprof_built_in(pid).map_err(fail)? {
+        return Err(Failure(
+            format!(
+                "process {pid} has memprof built in and records itself: loading the library \
+                 would record it twice. Ask it for its profile through its own settings \
+                 (MEMPROF_DUMP_SIGNAL, MEMPROF_HTTP: docs/configuration.md)"
+            ),
+            1,
+        ));
+    }
+    let tracer = target::status_field(pid, "TracerPid")
+        .map_err(fail)?
+        .and_then(|t| t.parse::<u32>().ok())
+        .unwrap_or(0);
+    if tracer != 0 {
+        let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+            .map(|n| n.trim().to_owned())
+            .unwrap_or_default();
+        return Err(Failure(
+            format!(
+                "process {pid} is being traced already by process {tracer} ({name}): a process \
+                 has one tracer at a time; detach that debugger or tracer first"
+            ),
+            1,
+        ));
+    }
+    check_ptrace_scope(pid, euid)?;
+    let modules = target::modules(pid).map_err(fail)?;
+    let named = |prefix: &str| {
+        modules
+            .iter()
+            .find(|m| m.file_name().starts_with(prefix) && !m.code.is_empty())
+    };
+    if let Some(preloaded) = modules
+        .iter()
+        .find(|m| m.file_name().starts_with("libmemprof_preload"))
+    {
+        return Err(Failure(
+            format!(
+                "process {pid} has {} loaded already (memprof run, LD_PRELOAD, or a memprof \
+                 attach not detached): it is being recorded; read that trace",
+                preloaded.path.display()
+            ),
+            1,
+        ));
+    }
+    let (Some(libc), Some(loader)) = (named("libc.so"), named("ld-linux")) else {
+        return Err(Failure(
+            format!(
+                "process {pid} has no GNU C library (libc.so.6, ld-linux) mapped: memprof attach \
+                 needs glibc's dynamic loader (a musl or static program is not supported)"
+            ),
+            1,
+        ));
+    };
+    for module in &modules {
+        if module.code.is_empty() || module.path == libc.path || module.path == loader.path {
+            continue;
+        }
+        let Ok(elf) = target::read_elf(&module.path, true) else {
+            continue;
+        };
+        if elf
+            .symbols
+            .iter()
+            .any(|(name, _, defined, function)| name == "malloc" && *defined && *function)
+        {
+            return Err(Failure(
+                format!(
+                    "process {pid}: its malloc is {}'s, not the C library's (an allocator of its \
+                     own, such as jemalloc or tcmalloc): the library records the C library's \
+                     allocator only. Run the program with its allocator's own profiler, or \
+                     without that allocator",
+                    module.path.display()
+                ),
+                1,
+            ));
+        }
+    }
+    let libc_elf = target::read_elf(&libc.path, true).map_err(fail)?;
+    let function = |name: &str| {
+        target::function_address(libc, &libc_elf, name).ok_or_else(|| {
+            Failure(
+                format!(
+                    "{} has no {name}: memprof attach needs glibc 2.34 or later",
+                    libc.path.display()
+                ),
+                1,
+            )
+        })
+    };
+    Ok(gdb::Addresses {
+        mmap: function("mmap")?,
+        munmap: function("munmap")?,
+        dlopen: function("dlopen")?,
+        dlsym: function("dlsym")?,
+        dlerror: function("dlerror")?,
+        libc_code: libc.code_span(),
+        loader_code: loader.code_span(),
+    })
+}
+
+/// `kernel.yama.ptrace_scope`: 1 lets a process trace its descendants only (and root any), 2
+/// root only, 3 nobody.
+fn check_ptrace_scope(pid: u32, euid: u32) -> Result<(), Failure> {
+    let Ok(scope) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") else {
+        return Ok(());
+    };
+    let scope = scope.trim();
+    let refuse = |why: &str| {
+        Err(Failure(
+            format!(
+                "process {pid} cannot be traced: kernel.yama.ptrace_scope is {scope} ({why}). \
+                 Run memprof attach as root, or allow it for now with `sudo sysctl \
+                 kernel.yama.ptrace_scope=0`"
+            ),
+            1,
+        ))
+    };
+    match scope {
+        // gdb, the tracer, is never the process's ancestor.
+        "1" if euid != 0 => refuse("only a process's ancestors may trace it"),
+        "2" if euid != 0 => refuse("only root may trace"),
+        "3" => Err(Failure(
+            format!(
+                "process {pid} cannot be traced: kernel.yama.ptrace_scope is 3 (no process may \
+                 trace another until the next boot)"
+            ),
+            1,
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,186 @@
+//! What `memprof attach` reads of the running process before it touches it: `/proc/PID` (its
+//! status, its mappings) and the ELF files of its modules (their class, interpreter and symbols).
+
+use object::{Object, ObjectSymbol};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A line of `/proc/PID/status`: the value after `name:`.
+pub fn status_field(pid: u32, name: &str) -> io::Result<Option<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(|value| value.trim().to_owned()))
+}
+
+/// This process's effective user id (from `/proc/self/status`).
+pub fn own_euid() -> Option<u32> {
+    let uid = status_field(std::process::id(), "Uid").ok()??;
+    uid.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A file mapped into the process, as `/proc/PID/maps` lists it.
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// The file.
+    pub path: PathBuf,
+    /// The start of its first mapping (file offset 0): its load address.
+    pub base: u64,
+    /// Its executable ranges.
+    pub code: Vec<(u64, u64)>,
+}
+
+impl Module {
+    /// The file's name (its last part).
+    pub fn file_name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The range of addresses from its first executable byte to its last.
+    pub fn code_span(&self) -> (u64, u64) {
+        let low = self.code.iter().map(|c| c.0).min().unwrap_or(0);
+        let high = self.code.iter().map(|c| c.1).max().unwrap_or(0);
+        (low, high)
+    }
+}
+
+/// The files mapped into process `pid`, in the order of their first mapping.
+pub fn modules(pid: u32) -> io::Result<Vec<Module>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut found: Vec<Module> = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms), Some(offset), _, _) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            continue;
+        };
+        let path: Vec<&str> = fields.collect();
+        let path = path.join(" ");
+        if !path.starts_with('/') || path.ends_with(" (deleted)") {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(start, 16),
+            u64::from_str_radix(end, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            continue;
+        };
+        let path = PathBuf::from(path);
+        let index = match found.iter().position(|m| m.path == path) {
+            Some(index) => index,
+            None => {
+                found.push(Module {
+                    path,
+                    base: if offset == 0 { start } else { 0 },
+                    code: Vec::new(),
+                });
+                found.len() - 1
+            }
+        };
+        let module = &mut found[index];
+        if offset == 0 && (module.base == 0 || start < module.base) {
+            module.base = start;
+        }
+        if perms.contains('x') {
+            module.code.push((start, end));
+        }
+    }
+    Ok(found)
+}
+
+/// What an ELF file says of itself.
+pub struct Elf {
+    /// Its class: 64-bit or not.
+    pub is_64: bool,
+    /// Whether it names an interpreter (dynamically linked).
+    pub dynamic: bool,
+    /// Position-independent (`ET_DYN`): its symbols are relative to its load address.
+    pub relocatable: bool,
+    /// Its symbols (the symbol table's, then the dynamic symbol table's): name, value, whether
+    /// defined, whether a function.
+    pub symbols: Vec<(String, u64, bool, bool)>,
+}
+
+/// Reads the ELF file at `path`; `symbols`: its symbol tables too.
+pub fn read_elf(path: &Path, symbols: bool) -> io::Result<Elf> {
+    let bytes = std::fs::read(path)?;
+    let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+    if bytes.get(..4) != Some(b"\x7fELF") {
+        return Err(invalid(format!("{} is not an ELF file", path.display())));
+    }
+    if bytes.get(4) == Some(&1) {
+        return Ok(Elf {
+            is_64: false,
+            dynamic: false,
+            relocatable: false,
+            symbols: Vec::new(),
+        });
+    }
+    let file =
+        object::File::parse(&*bytes).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    let dynamic = match &file {
+        object::File::Elf64(elf) => {
+            use object::read::elf::ProgramHeader;
+            let endian = elf.endian();
+            elf.elf_program_headers()
+                .iter()
+                .any(|h| h.p_type(endian) == object::elf::PT_INTERP)
+        }
+        _ => false,
+    };
+    let relocatable = file.kind() == object::ObjectKind::Dynamic;
+    let mut list = Vec::new();
+    if symbols {
+        for symbol in file.symbols().chain(file.dynamic_symbols()) {
+            if let Ok(name) = symbol.name() {
+                list.push((
+                    name.to_owned(),
+                    symbol.address(),
+                    symbol.is_definition(),
+                    symbol.kind() == object::SymbolKind::Text,
+                ));
+            }
+        }
+    }
+    Ok(Elf {
+        is_64: true,
+        dynamic,
+        relocatable,
+        symbols: list,
+    })
+}
+
+/// The address in the process of the function `name` defined by `module`.
+pub fn function_address(module: &Module, elf: &Elf, name: &str) -> Option<u64> {
+    let value = elf
+        .symbols
+        .iter()
+        .find(|(n, value, defined, function)| n == name && *defined && *function && *value != 0)?
+        .1;
+    Some(if elf.relocatable {
+        module.base + value
+    } else {
+        value
+    })
+}
+
+/// Whether a symbol's name is one of memprof's: a Rust symbol of the `memprof` crate (legacy or
+/// v0 mangling), or one of its C functions (`memprof_*`, `include/memprof.h`).
+pub fn is_memprof_symbol(name: &str) -> bool {
+    name.starts_with("memprof_")
+        || (name.starts_with("_ZN7memprof") && !name.starts_with("_ZN7memprof_"))
+        || (name.starts_with("_R") && name.contains("7memprof") && !name.contains("7memprof_"))
+}

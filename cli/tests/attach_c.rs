@@ -1,0 +1,91 @@
+//! `memprof attach` on a running C program (`-O2`, no frame pointers) that leaks at a known site
+//! only after SIGUSR1, with four threads allocating, reallocating and freeing during the attach
+//! and the detach, and its main thread blocked in `read` on a pipe: attach, send the signal,
+//! detach after 2 s. The TSV file written at the detach names the site with the exact count and
+//! bytes; the 2000 blocks made before the attach and freed while attached disturb no figure (the
+//! summary's frees never outnumber its allocations, and the live heap at the end is the leak and
+//! the threads' blocks in flight); a leak after the detach is not recorded. The target keeps
+//! working, and its output is what it would have been without memprof.
+
+#[path = "support/attach.rs"]
+mod attach;
+
+use attach::*;
+
+#[test]
+fn a_leak_after_a_signal_is_named_with_its_count_and_bytes() {
+    let dir = scratch("c");
+    let program = compile("cc", &dir, &["attach_target.c"], "target", &["-pthread"]);
+    let mut command = Command::new(&program);
+    command.args(["4", "read"]);
+    let mut target = Target::start(command, "ready");
+    let tsv_path = dir.join("attached.tsv");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &[
+            "--duration",
+            "2",
+            "--depth",
+            "3",
+            "--trace",
+            "t-%p.mptrace",
+            "--output",
+            "attached.tsv",
+        ],
+        &mut target,
+        |target, _, _| {
+            target.signal("-USR1");
+            target.expect("leaked 1");
+        },
+    );
+    assert!(status.success(), "{said}");
+    assert!(said.contains("memprof: detached from process"), "{said}");
+
+    let log = tsv(&tsv_path);
+    let shown = show(&log);
+    let line = line_of("attach_target.c", "LEAK_LINE");
+    let leak = at(&log, &format!("attach_target.c:{line}"));
+    assert_eq!(leak.len(), 1, "{shown}");
+    assert_eq!((leak[0].count, leak[0].bytes), (37, 37 * 1500), "{shown}");
+    assert!(leak[0].frames[1].contains("'main'"), "{shown}");
+    // Every other live block is one of the threads' in flight (16 per thread at most).
+    let others: u64 = log.iter().map(|g| g.count).sum::<u64>() - 37;
+    assert!(others <= 4 * 16, "{shown}");
+
+    // The summary, as memprof run prints it.
+    let summary_line = |prefix: &str| {
+        said.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{prefix} in\n{said}"))
+            .to_owned()
+    };
+    let allocations = summary_line("allocations: ");
+    let numbers: Vec<u64> = allocations
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let (allocated, frees) = (numbers[0], numbers[2]);
+    assert!(frees <= allocated && allocated > 37, "{allocations}");
+    let leaked = summary_line("leaked at end: ");
+    let leaked_bytes: u64 = leaked.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(
+        (37 * 1500..=37 * 1500 + 4 * 16 * 850).contains(&leaked_bytes),
+        "{leaked}"
+    );
+    assert!(said.contains("attach_target.c:"), "{said}");
+
+    // After the detach: the program runs on as before, its leaks no longer recorded.
+    target.signal("-USR1");
+    target.expect("leaked 2");
+    target.signal("-USR2");
+    target.expect("alive 1");
+    let log_again = tsv(&tsv_path);
+    assert_eq!(
+        show(&log_again),
+        shown,
+        "the file was written once, at the detach"
+    );
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "leaked 1", "leaked 2", "alive 1", "bye"]);
+    assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
+}

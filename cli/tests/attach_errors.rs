@@ -1,0 +1,198 @@
+//! `memprof attach` refuses, naming the cause and the fix, and changes nothing in the process: no
+//! such process; a statically linked program; a 32-bit one; a program whose `malloc` is its own;
+//! one with memprof built in; one another tracer holds; another user's process. After each, the
+//! process has no tracer, no library of memprof's mapped, and answers as before.
+//!
+//! `kernel.yama.ptrace_scope` cannot be set from a test (it is the machine's); its message is
+//! built by the same check (`check_ptrace_scope`).
+
+#[path = "support/attach.rs"]
+mod attach;
+
+use attach::*;
+
+/// Runs `memprof attach PID` and checks that it failed with a message holding every one of
+/// `words`; then that `target` was left alone and still answers.
+fn refused(dir: &std::path::Path, mut memprof: Command, target: &mut Target, words: &[&str]) {
+    let output = run(memprof
+        .args(["attach", "--duration", "1"])
+        .arg(target.pid().to_string()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{}", both(&output));
+    for word in words {
+        assert!(stderr.contains(word), "{word:?} in {stderr}");
+    }
+    left_alone(target.pid());
+    target.signal("-USR2");
+    target.expect("alive 1");
+    assert!(
+        std::fs::read_dir(dir).unwrap().all(|e| {
+            let name = e.unwrap().file_name();
+            !name.to_string_lossy().ends_with(".mptrace")
+        }),
+        "a trace was written"
+    );
+}
+
+/// Process `pid` has no tracer and no library of memprof's.
+fn left_alone(pid: u32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.lines().any(|l| l == "TracerPid:\t0"), "{status}");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("memprof"), "{maps}");
+}
+
+fn refused_program(name: &str, define: &str, words: &[&str]) {
+    let dir = scratch(name);
+    let program = compile("cc", &dir, &["attach_refused.c"], name, &[define]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    refused(&dir, memprof(&dir), &mut target, words);
+}
+
+#[test]
+fn no_such_process() {
+    let dir = scratch("none");
+    // Above the largest pid Linux gives (4194304).
+    let output = run(memprof(&dir).args(["attach", "4194999"]));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no such process: 4194999"), "{stderr}");
+}
+
+#[test]
+fn a_static_program() {
+    refused_program(
+        "static",
+        "-static",
+        &["statically linked", "Link it dynamically"],
+    );
+}
+
+#[test]
+fn a_program_with_its_own_malloc() {
+    refused_program(
+        "own_malloc",
+        "-DOWN_MALLOC",
+        &["its malloc is", "own_malloc's", "jemalloc or tcmalloc"],
+    );
+}
+
+#[test]
+fn a_program_with_memprof_built_in() {
+    refused_program(
+        "built_in",
+        "-DBUILT_IN",
+        &["has memprof built in", "record it twice"],
+    );
+}
+
+#[test]
+fn a_32_bit_program() {
+    let dir = scratch("bits32");
+    let object = dir.join("sleep32.o");
+    let program = dir.join("sleep32");
+    for command in [
+        Command::new("as")
+            .arg("--32")
+            .arg("-o")
+            .arg(&object)
+            .arg(source("sleep32.s")),
+        Command::new("ld")
+            .args(["-m", "elf_i386", "-o"])
+            .arg(&program)
+            .arg(&object),
+    ] {
+        let output = command.output().expect("binutils (as, ld) are required");
+        assert!(output.status.success(), "{}", both(&output));
+    }
+    let mut child = Command::new(&program).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let output = run(memprof(&dir).args(["attach"]).arg(child.id().to_string()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{}", both(&output));
+    assert!(stderr.contains("is a 32-bit program"), "{stderr}");
+    left_alone(child.id());
+    assert!(child.try_wait().unwrap().is_none(), "the program ended");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_process_another_tracer_holds() {
+    let dir = scratch("traced");
+    let program = compile("cc", &dir, &["attach_refused.c"], "traced", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let pid = target.pid();
+    // gdb holds it for a few seconds, then lets it go.
+    let mut gdb = Command::new("gdb")
+        .args([
+            "-nx",
+            "-q",
+            "-batch",
+            "-p",
+            &pid.to_string(),
+            "-ex",
+            "shell sleep 6",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("gdb is required (scripts/install-deps.sh)");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        if !status.lines().any(|l| l == "TracerPid:\t0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "gdb did not attach");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = run(memprof(&dir).args(["attach"]).arg(pid.to_string()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{}", both(&output));
+    assert!(
+        stderr.contains("is being traced already by process"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(gdb)"), "{stderr}");
+    assert!(gdb.wait().unwrap().success());
+    left_alone(pid);
+    target.signal("-USR2");
+    target.expect("alive 1");
+}
+
+#[test]
+fn another_users_process() {
+    let dir = scratch("other_user");
+    let program = compile("cc", &dir, &["attach_refused.c"], "mine", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let euid = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap();
+    let memprof = memprof(&dir);
+    if euid == "0" {
+        // The command as `nobody`, the process root's.
+        let mut as_nobody = Command::new("setpriv");
+        as_nobody
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(memprof.get_program())
+            .env("HOME", dir.join("home"));
+        refused(
+            &dir,
+            as_nobody,
+            &mut target,
+            &["belongs to another user (uid 0)", "as root"],
+        );
+    } else {
+        // The command as this user, against init, root's.
+        let output = run(Command::new(memprof.get_program()).args(["attach", "1"]));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("belongs to another user (uid 0)"),
+            "{stderr}"
+        );
+    }
+}

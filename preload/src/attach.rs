@@ -1,0 +1,193 @@
+//! Attach mode: the library loaded by `dlopen` into a process that is already running (`memprof
+//! attach PID` has the process call `dlopen`, then [`memprof_attach`]), rather than preloaded.
+//!
+//! The program's modules were bound to the C library's `malloc` long before: [`memprof_attach`]
+//! starts memprof with the settings the command passes (never the program's environment), then
+//! rewrites the entries of the allocation functions in the global offset table of every loaded
+//! module but this one (`got`), the C library's own included, and the entries of `dlopen`, so that
+//! the modules loaded later are rewritten too. [`memprof_detach`] puts every entry back, closes
+//! the trace and writes the exit files; the library stays mapped, since a thread may still be
+//! inside one of its functions.
+//!
+//! Blocks made before the attach are not in memprof's table: their frees and reallocations go to
+//! the C library untouched, as in the preloaded library from its start.
+
+use crate::got;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+
+/// Set by the constructor when the library was loaded by `dlopen` into a running process.
+static DLOPENED: AtomicBool = AtomicBool::new(false);
+
+/// Where this copy of the library is: not attached yet, attached, detached.
+static PHASE: AtomicU8 = AtomicU8::new(IDLE);
+const IDLE: u8 = 0;
+const ATTACHED: u8 = 1;
+const DETACHED: u8 = 2;
+
+/// What [`memprof_attach`] returns when it cannot attach (a count of entries otherwise).
+const NOT_DLOPENED: c_int = -1;
+const ALREADY: c_int = -2;
+const OTHER_COPY: c_int = -3;
+const NO_MALLOC: c_int = -4;
+const BAD_SETTINGS: c_int = -5;
+
+/// Whether the library was loaded by `dlopen` after the program started, not preloaded: the
+/// loader lists the modules in the order it loaded them, and a preloaded library comes before the
+/// C library, which the program needs from its start.
+pub(crate) fn loaded_late() -> bool {
+    let own = own_base();
+    // SAFETY: the C library's `malloc`, whose address is only looked up.
+    let libc = got::base_of(crate::forward::__libc_malloc as *const () as usize);
+    let mut order: Vec<usize> = Vec::new();
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: a valid `dl_phdr_info` for the call; `data` is the vector passed below.
+        let (info, order) = unsafe { (&*info, &mut *(data as *mut Vec<usize>)) };
+        order.push(info.dlpi_addr as usize);
+        0
+    }
+    // SAFETY: `each` only pushes to `order`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut order).cast()) };
+    let position = |base| order.iter().position(|&b| b == base);
+    matches!((position(own), position(libc)), (Some(o), Some(l)) if o > l)
+}
+
+/// Notes, from the constructor, that the library was loaded late: it does nothing more until
+/// [`memprof_attach`].
+pub(crate) fn note_dlopened() {
+    DLOPENED.store(true, Relaxed);
+}
+
+/// This library's load address.
+fn own_base() -> usize {
+    got::base_of(own_base as *const () as usize)
+}
+
+/// The functions redirected, with this library's own: `malloc` first. The addresses are those of
+/// the library's private names for them (`imp_*`): the address of one of the library's exported functions, taken
+/// here, is the one the loader bound the name to (the C library's, in a library loaded late).
+fn table() -> [(&'static CStr, usize); 16] {
+    [
+        (c"malloc", crate::imp_malloc as *const () as usize),
+        (c"calloc", crate::imp_calloc as *const () as usize),
+        (c"realloc", crate::imp_realloc as *const () as usize),
+        (
+            c"reallocarray",
+            crate::imp_reallocarray as *const () as usize,
+        ),
+        (c"free", crate::imp_free as *const () as usize),
+        (
+            c"posix_memalign",
+            crate::imp_posix_memalign as *const () as usize,
+        ),
+        (
+            c"aligned_alloc",
+            crate::imp_aligned_alloc as *const () as usize,
+        ),
+        (c"memalign", crate::imp_memalign as *const () as usize),
+        (c"valloc", crate::imp_valloc as *const () as usize),
+        (c"pvalloc", crate::imp_pvalloc as *const () as usize),
+        (
+            c"malloc_usable_size",
+            crate::imp_malloc_usable_size as *const () as usize,
+        ),
+        (c"mmap", crate::mappings::imp_mmap as *const () as usize),
+        (c"mmap64", crate::mappings::imp_mmap as *const () as usize),
+        (c"munmap", crate::mappings::imp_munmap as *const () as usize),
+        (c"mremap", crate::mappings::imp_mremap as *const () as usize),
+        (c"dlopen", dlopen as *const () as usize),
+    ]
+}
+
+/// `dlopen(3)` while attached: the C library's, then the new modules' entries rewritten. Called
+/// by the program's modules only through the entries [`memprof_attach`] rewrote.
+///
+/// # Safety
+/// As the C library's.
+unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
+    // SAFETY: the caller's arguments.
+    let handle = unsafe { libc::dlopen(file, mode) };
+    if !handle.is_null() && PHASE.load(Relaxed) == ATTACHED {
+        memprof::untracked(|| got::patch(own_base(), &table()));
+    }
+    handle
+}
+
+/// Starts memprof in the running process this library was loaded into, with `settings`: lines
+/// of `NAME=VALUE` (`MEMPROF_TRACE`, `MEMPROF_STACK_DEPTH`, ...), read in place of the process's
+/// environment. Returns the number of entries rewritten (at least one for `malloc`), or a
+/// negative number: -1 the library was preloaded, not loaded by `dlopen`; -2 attached already;
+/// -3 another copy of the library is attached; -4 no module calls the C library's `malloc` (an
+/// allocator of the program's own; nothing changed); -5 the settings are not text.
+///
+/// # Safety
+/// `settings` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
+    if PHASE.load(Relaxed) != IDLE {
+        return ALREADY;
+    }
+    if !DLOPENED.load(Relaxed) || crate::READY.load(Relaxed) {
+        return NOT_DLOPENED;
+    }
+    let text = if settings.is_null() {
+        ""
+    } else {
+        // SAFETY: the caller's NUL-terminated string.
+        match unsafe { CStr::from_ptr(settings) }.to_str() {
+            Ok(text) => text,
+            Err(_) => return BAD_SETTINGS,
+        }
+    };
+    let own = own_base();
+    let table = table();
+    if got::taken_by_another(own, &table) {
+        return OTHER_COPY;
+    }
+    let pairs = text
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    if !memprof::preload::configure(pairs) {
+        return ALREADY;
+    }
+    PHASE.store(ATTACHED, Relaxed);
+    crate::forward::resolve();
+    crate::mappings::init();
+    memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
+    crate::READY.store(true, Relaxed);
+    let (changed, mallocs) = memprof::untracked(|| got::patch(own, &table));
+    if mallocs == 0 {
+        memprof::untracked(|| got::restore(own));
+        let _ = memprof::preload::detach();
+        PHASE.store(DETACHED, Relaxed);
+        return NO_MALLOC;
+    }
+    changed as c_int
+}
+
+/// Detaches: puts back every entry [`memprof_attach`] rewrote, closes the trace and writes the
+/// `MEMPROF_OUTPUT` files, as at exit. Returns the number of entries put back, or -1 when not
+/// attached, -2 when the trace could not be closed (the entries are put back all the same).
+#[unsafe(no_mangle)]
+pub extern "C" fn memprof_detach() -> c_int {
+    if PHASE
+        .compare_exchange(ATTACHED, DETACHED, Relaxed, Relaxed)
+        .is_err()
+    {
+        return -1;
+    }
+    let restored = memprof::untracked(|| got::restore(own_base()));
+    match memprof::preload::detach() {
+        Ok(()) => restored as c_int,
+        Err(error) => {
+            memprof::preload::warn(format_args!("detaching: the trace: {error}"));
+            -2
+        }
+    }
+}
