@@ -4,9 +4,11 @@
 //! replay, which the summary, the viewer's index and the exports visit); `moment` turns a replay
 //! into the library's snapshot; this binary is its command line.
 
-#![forbid(unsafe_code)]
+// `unsafe` only in `attach`, which signals a process and asks a socket who holds it.
+#![deny(unsafe_code)]
 
 mod alys;
+mod attach;
 mod common;
 mod convert;
 mod diff;
@@ -28,6 +30,7 @@ use memprof_trace::{Moment, TraceError};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -134,6 +137,31 @@ enum Command {
         /// Receives a trace sent to `MEMPROF_TRACE=tcp://HOST:PORT` and serves it as it arrives.
         #[arg(long)]
         listen_trace: Option<String>,
+    },
+    /// `memprof attach` for a program with memprof built in, alone (until `attach` dispatches to
+    /// it).
+    #[command(hide = true)]
+    AttachBuiltin {
+        /// The process.
+        pid: u32,
+        /// The trace to write (`%p` the process's id, `%e` its name, `%t` the time).
+        #[arg(long, default_value = "memprof-%e-%p.mptrace")]
+        trace: String,
+        /// Files the process writes of its heap when the attach ends, as `MEMPROF_OUTPUT`.
+        #[arg(long)]
+        output: Option<String>,
+        /// Seconds to trace (default: until Ctrl-C).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Only pause the process's recording.
+        #[arg(long, conflicts_with = "resume")]
+        pause: bool,
+        /// Only resume the process's recording.
+        #[arg(long)]
+        resume: bool,
+        /// The summary's short-lived bound.
+        #[arg(long, default_value = "1ms", value_parser = shortlived::parse)]
+        short_lived: u64,
     },
     /// Receives one trace sent to `MEMPROF_TRACE=tcp://HOST:PORT` and saves it.
     Receive {
@@ -302,6 +330,25 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Receive { listen, output } => {
             drop(out);
             return receive::receive(&listen, &output);
+        }
+        Command::AttachBuiltin {
+            pid,
+            trace,
+            output,
+            duration,
+            pause,
+            resume,
+            short_lived,
+        } => {
+            let options = attach::builtin::Options {
+                trace,
+                output,
+                duration: duration.map(Duration::from_secs_f64),
+                pause,
+                resume,
+                short_lived,
+            };
+            return attach::builtin::attach(pid, &options);
         }
         Command::Run { options, command } => {
             drop(out);

@@ -1,0 +1,3 @@
+//! `memprof attach PID`.
+
+pub(crate) mod builtin;
