@@ -49,7 +49,10 @@ pub(crate) fn install(config: &Config, settings: Settings) {
         handle(signal, on_toggle, "MEMPROF_TOGGLE_SIGNAL");
     }
     let watched = watch::install(config, settings);
-    let wanted = config.dump_signal.is_some() || watched || config.control_signal.is_some();
+    let control = config
+        .control_signal
+        .filter(|_| !super::PRELOADED.load(Ordering::Relaxed));
+    let wanted = config.dump_signal.is_some() || watched || control.is_some();
     if wanted && start_dump_thread(true) {
         // SAFETY: `in_forked_child` is an `extern "C" fn()` that never unwinds; no prepare or
         // parent handler is registered.
@@ -64,7 +67,7 @@ pub(crate) fn install(config: &Config, settings: Settings) {
         }
         // Read, so that the mark is kept in the program's file by any linker that drops what
         // nothing uses: the mark is there exactly when this handler may be.
-        if let Some(signal) = config.control_signal
+        if let Some(signal) = control
             && std::hint::black_box(&CONTROL_MARK)[0] != 0
         {
             handle(signal, on_control, "MEMPROF_CONTROL_SIGNAL");

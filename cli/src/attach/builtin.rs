@@ -291,12 +291,16 @@ fn trace(pid: u32, signal: i32, path: &Path, duration: Option<Duration>) -> Resu
     let stream = channel.0;
     let mut first = Vec::new();
     // The answer's first line: `ok`, then the trace; or `error WHY`.
-    for byte in (&stream).bytes() {
-        let byte = byte.map_err(|e| Failure(format!("control channel: {e}"), 1))?;
-        if byte == b'\n' {
-            break;
+    // A byte at a time: what follows the line is the trace, for the file.
+    let mut byte = [0u8; 1];
+    while first.len() < 4096 {
+        match (&stream).read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => first.push(byte[0]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Failure(format!("control channel: {e}"), 1)),
         }
-        first.push(byte);
     }
     let first = String::from_utf8_lossy(&first).into_owned();
     if first != "ok" {
