@@ -69,7 +69,8 @@ fn the_control_channel() {
 
     // The mark, an allocated section that `strip` keeps.
     let sections = Command::new("readelf")
-        .args(["-S", "-W", "/proc/self/exe"])
+        .args(["-S", "-W"])
+        .arg(std::env::current_exe().unwrap())
         .output()
         .expect("readelf (binutils) is needed");
     let sections = String::from_utf8_lossy(&sections.stdout);
@@ -77,7 +78,10 @@ fn the_control_channel() {
         .lines()
         .find(|l| l.contains(".memprof.control"))
         .unwrap_or_else(|| panic!("no mark:\n{sections}"));
-    let flags = mark.split_whitespace().nth(8).unwrap_or("");
+    // Type, address, offset, size, entry size, then the flags.
+    let fields: Vec<&str> = mark.split_whitespace().collect();
+    let kind = fields.iter().position(|f| *f == "PROGBITS").unwrap();
+    let flags = fields.get(kind + 5).copied().unwrap_or("");
     assert!(flags.contains('A'), "not allocated: {mark}");
 
     // The exports, written where asked, `%p` expanded.
@@ -120,6 +124,11 @@ fn the_control_channel() {
         let mut magic = [0u8; 8];
         stream.read_exact(&mut magic).unwrap();
         assert_eq!(&magic, b"\x89MPTRACE");
+        // On once the header is out (set just after it).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !memprof::is_tracing() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(memprof::is_tracing());
         // A second trace while this one runs: the signal waits for the channel, then an error.
         let second = std::thread::spawn(|| answer("trace"));

@@ -1,5 +1,5 @@
 //! `memprof attach PID` (for now the hidden `memprof attach-builtin PID`) on a program with
-//! memprof built in: this test binary run again, memprof its global allocator, as the target.
+//! memprof built in: the example `attach_target` (`cli/examples/attach_target.rs`).
 //! The target leaks at a known site when told on its stdin; the command traces it for two
 //! seconds, asks for a report, pauses and resumes it; a socket another process planted under the
 //! target's name is not trusted, another user's connection is not answered, a program without
@@ -13,51 +13,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
-#[global_allocator]
-static GLOBAL: memprof::MemProf = memprof::MemProf::new();
-
-/// Set in the target.
-const CHILD: &str = "MEMPROF_TEST_ATTACH_CHILD";
-
-/// Blocks and bytes the target leaks at `leak_here`, and at `leak_while_paused`.
+/// Blocks and bytes the target (`cli/examples/attach_target.rs`) leaks at `leak_here`.
 const LEAKED: usize = 37;
 const LEAKED_SIZE: usize = 4321;
-const PAUSED: usize = 11;
-const PAUSED_SIZE: usize = 7777;
 
-#[inline(never)]
-fn leak_here() {
-    for _ in 0..LEAKED {
-        std::mem::forget(std::hint::black_box(vec![1u8; LEAKED_SIZE]));
-    }
-}
-
-#[inline(never)]
-fn leak_while_paused() {
-    for _ in 0..PAUSED {
-        std::mem::forget(std::hint::black_box(vec![2u8; PAUSED_SIZE]));
-    }
-}
-
-/// The target: says `ready`, then for each line of stdin, `leak` or `paused`, leaks at that site
-/// and says `done`; ends at the end of stdin. A thread allocates and frees meanwhile.
-fn target() {
-    std::thread::spawn(|| {
-        loop {
-            let churn: Vec<Vec<u8>> = (0..64).map(|i| vec![0u8; 100 + i]).collect();
-            drop(std::hint::black_box(churn));
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    });
-    println!("ready");
-    for line in std::io::stdin().lock().lines() {
-        match line.unwrap().as_str() {
-            "leak" => leak_here(),
-            "paused" => leak_while_paused(),
-            _ => {}
-        }
-        println!("done");
-    }
+/// The target: the example `attach_target`, which `cargo test` builds beside the tests
+/// (`target/PROFILE/examples/`).
+fn the_target() -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let program = deps
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/attach_target");
+    assert!(
+        program.exists(),
+        "{} is not built: `cargo test -p memprof-cli` and nextest build it; with `--test` alone, \
+         `cargo build -p memprof-cli --example attach_target` first",
+        program.display()
+    );
+    program
 }
 
 /// A target started from `program` (this test binary, or a copy) with `env` more.
@@ -68,10 +44,8 @@ struct Target {
 }
 
 impl Target {
-    fn start(program: &Path, test: &str, env: &[(&str, &str)]) -> Target {
+    fn start(program: &Path, env: &[(&str, &str)]) -> Target {
         let mut child = Command::new(program)
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(CHILD, "1")
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -98,7 +72,7 @@ impl Target {
         loop {
             line.clear();
             assert_ne!(self.stdout.read_line(&mut line).unwrap(), 0, "target ended");
-            if line.trim_end().ends_with(word) {
+            if line.trim_end() == word {
                 return;
             }
         }
@@ -173,15 +147,8 @@ fn lines_naming<'a>(text: &'a str, function: &str) -> Vec<&'a str> {
 
 #[test]
 fn trace_and_report_name_the_leak() {
-    if std::env::var_os(CHILD).is_some() {
-        return target();
-    }
     let dir = scratch("attach_builtin_trace");
-    let mut target = Target::start(
-        &std::env::current_exe().unwrap(),
-        "trace_and_report_name_the_leak",
-        &[],
-    );
+    let mut target = Target::start(&the_target(), &[]);
     let pid = target.pid().to_string();
     let trace = dir.join("attached-%p.mptrace");
     let report = dir.join("heap-%p.md");
@@ -252,11 +219,8 @@ fn trace_and_report_name_the_leak() {
 
 #[test]
 fn pause_and_resume() {
-    if std::env::var_os(CHILD).is_some() {
-        return target();
-    }
     let dir = scratch("attach_builtin_pause");
-    let mut target = Target::start(&std::env::current_exe().unwrap(), "pause_and_resume", &[]);
+    let mut target = Target::start(&the_target(), &[]);
     let pid = target.pid().to_string();
     let (output, text) = finish(
         memprof(&["attach-builtin", &pid, "--pause"])
@@ -305,16 +269,9 @@ fn pause_and_resume() {
 
 #[test]
 fn a_planted_socket_is_not_trusted() {
-    if std::env::var_os(CHILD).is_some() {
-        return target();
-    }
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixListener};
-    let mut target = Target::start(
-        &std::env::current_exe().unwrap(),
-        "a_planted_socket_is_not_trusted",
-        &[],
-    );
+    let mut target = Target::start(&the_target(), &[]);
     let pid = target.pid();
     // This process takes the target's name first: the target cannot bind it, and the command
     // connects here.
@@ -347,20 +304,13 @@ fn a_planted_socket_is_not_trusted() {
 /// request is not carried out. Needs root to become another user.
 #[test]
 fn another_users_connection_is_refused() {
-    if std::env::var_os(CHILD).is_some() {
-        return target();
-    }
     // SAFETY: `geteuid` takes nothing and cannot fail.
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
         "this test becomes another user, which needs root"
     );
-    let mut target = Target::start(
-        &std::env::current_exe().unwrap(),
-        "another_users_connection_is_refused",
-        &[],
-    );
+    let mut target = Target::start(&the_target(), &[]);
     let pid = target.pid();
     let name = format!("memprof-control-{pid}");
     let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -442,14 +392,7 @@ fn a_program_without_memprof_gets_no_signal() {
 
 #[test]
 fn a_closed_channel_gets_no_signal() {
-    if std::env::var_os(CHILD).is_some() {
-        return target();
-    }
-    let mut target = Target::start(
-        &std::env::current_exe().unwrap(),
-        "a_closed_channel_gets_no_signal",
-        &[("MEMPROF_CONTROL_SIGNAL", "off")],
-    );
+    let mut target = Target::start(&the_target(), &[("MEMPROF_CONTROL_SIGNAL", "off")]);
     let (output, text) = finish(
         memprof(&["attach-builtin", &target.pid().to_string(), "--pause"])
             .spawn()
@@ -464,15 +407,12 @@ fn a_closed_channel_gets_no_signal() {
 
 #[test]
 fn a_stripped_program_is_found() {
-    if std::env::var_os(CHILD).is_some() {
-        return target();
-    }
     let dir = scratch("attach_builtin_strip");
     let stripped = dir.join("stripped");
     let status = Command::new("strip")
         .arg("-o")
         .arg(&stripped)
-        .arg(std::env::current_exe().unwrap())
+        .arg(the_target())
         .status()
         .unwrap();
     assert!(status.success());
@@ -481,7 +421,7 @@ fn a_stripped_program_is_found() {
         String::from_utf8_lossy(&symbols.stderr).contains("no symbols"),
         "not stripped"
     );
-    let mut target = Target::start(&stripped, "a_stripped_program_is_found", &[]);
+    let mut target = Target::start(&stripped, &[]);
     let (output, text) = finish(
         memprof(&["attach-builtin", &target.pid().to_string(), "--pause"])
             .spawn()
