@@ -31,6 +31,9 @@ const DEFAULT_SIGNAL: i32 = 59;
 /// How long the command tries to connect after the signal.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
+/// How long the command waits for an answer (the exports symbolize, which may take long).
+const ANSWER_WAIT: Duration = Duration::from_secs(300);
+
 /// How long the command waits for the end of the trace once it asked for it.
 const END_WAIT: Duration = Duration::from_secs(30);
 
@@ -154,6 +157,10 @@ fn request(pid: u32, signal: i32, line: &str) -> Result<Channel, Failure> {
         }
     };
     check_peer(&stream, pid)?;
+    // An answer that never comes (a process stopped meanwhile) is an error, not a hang.
+    stream
+        .set_read_timeout(Some(ANSWER_WAIT))
+        .map_err(|e| Failure(format!("control channel: {e}"), 1))?;
     (&stream)
         .write_all(format!("{line}\n").as_bytes())
         .map_err(|e| Failure(format!("control channel: {e}"), 1))?;
