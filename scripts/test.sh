@@ -35,6 +35,13 @@ RUSTFLAGS="-C force-frame-pointers=yes" MEMPROF_EXPECT_FP=1 CARGO_TARGET_DIR=tar
   cargo nextest run --cargo-profile release --no-fail-fast \
   -E 'binary(stack_walk) | binary(stack_trim) | binary(labels_frames) | binary(release_frames) | binary(types_program) | binary(tail_call_frames) | binary(trace_tail_call_frames)'
 
+echo "== memprof attach on a stripped release build of a program with memprof built in"
+# Its mark must outlive the linker's --gc-sections and `strip` (docs/attach.md).
+cargo nextest run --cargo-profile release -p memprof-cli --no-fail-fast -E 'binary(attach_builtin)'
+
+echo "== the control channel in a build without trace mode: a trace asked for is an error"
+cargo nextest run -p memprof --no-fail-fast -E 'binary(control)'
+
 echo "== one cargo install gives memprof run everything it needs"
 # The release build above left the command's artifacts in the target directory; the install
 # reuses them. A fresh HOME: the carried library is written to its cache and preloaded.

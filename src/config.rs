@@ -54,6 +54,7 @@ pub enum Unwinder {
 /// | `MEMPROF_PEAK` | unset | `1` keeps, per stack, what was live at the heap's peak (exports' "at t-gmax"); `0` does not; unset: what `MemProf::track_peak` chose, on when `MEMPROF_OUTPUT` has a `.dhat.json` or `.heaptrack.gz` |
 /// | `MEMPROF_SAMPLE_INTERVAL` | unset | `bytes:N` records on average one allocation per `N` bytes allocated (a Poisson process), and every report and export shows unbiased estimates; `0` or `off` records every allocation; unset: what `MemProf::sample_interval` chose (every allocation by default). Read (with `MEMPROF_ENABLED`) also at the first allocation, without allocating, through the same rules as this configuration: only when every allocation is recorded do blocks carry a header |
 /// | `MEMPROF_TOGGLE_SIGNAL` | unset | a signal (`USR1`, `SIGUSR2`, `12`) that pauses recording when it arrives, and resumes it the next time; the same signal as `MEMPROF_DUMP_SIGNAL` warns, and the signal writes dumps only |
+/// | `MEMPROF_CONTROL_SIGNAL` | `59` (`SIGRTMAX-5`) | the signal by which `memprof attach PID` asks this process for a report, the exports, a trace from now on, a pause or a resume (`docs/attach.md`): its handler only wakes memprof's thread, which opens the control socket for one connection of the same user; `off` (or `0`): no handler, and `memprof attach` finds the channel closed; the same signal as `MEMPROF_DUMP_SIGNAL` or `MEMPROF_TOGGLE_SIGNAL` warns, and that one keeps it |
 /// | `MEMPROF_PAUSED` | `0` | `1` starts with recording paused (frees are still applied) until `MEMPROF_TOGGLE_SIGNAL` arrives or the program calls `memprof::resume`: a long-running process profiled from a moment on |
 /// | `MEMPROF_HTTP` | unset | an address to serve the heap profile on over HTTP (`127.0.0.1:6060`, `[::1]:6060`, `localhost:6060`; port 0 picks a free one), for continuous-profiling scrapers (feature `http`; see `serve_http`); nothing listens when unset; without the feature, a warning |
 /// | `MEMPROF_TRACE` | unset | records every allocation, reallocation and free with its time, thread and stack into this file (cargo feature `trace`): a path with `%p`, `%t`, `%e` as for `MEMPROF_OUTPUT`, a FIFO, or `tcp://HOST:PORT`; unset: what `MemProf::trace` chose (no trace by default). The format is `docs/trace-format.md`; a forked child does not trace |
@@ -125,7 +126,14 @@ pub struct Config {
     /// The package directory of the test being run (Cargo's `CARGO_MANIFEST_DIR` in the test's
     /// environment), under which the baseline files are; `None` outside Cargo.
     pub(crate) manifest_dir: Option<PathBuf>,
+    /// The signal that opens the control channel (`MEMPROF_CONTROL_SIGNAL`); `None`: closed.
+    pub(crate) control_signal: Option<i32>,
 }
+
+/// The control channel's signal when `MEMPROF_CONTROL_SIGNAL` is unset: a real-time signal near
+/// the top of the range, which programs seldom use (`SIGRTMAX-5` with glibc and musl). The
+/// `memprof` command assumes the same.
+pub(crate) const CONTROL_SIGNAL: i32 = 59;
 
 /// Where `MEMPROF_DUMP_NEAR_LIMIT` writes a dump.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,6 +179,7 @@ impl Default for Config {
             run_pid: None,
             bless: false,
             manifest_dir: None,
+            control_signal: Some(CONTROL_SIGNAL),
         }
     }
 }
@@ -316,6 +325,32 @@ impl Config {
             ));
             toggle_signal = None;
         }
+        let control_signal = match lookup("MEMPROF_CONTROL_SIGNAL") {
+            None => Some(CONTROL_SIGNAL),
+            Some(raw) if matches!(raw.trim(), "off" | "0") => None,
+            Some(raw) => parse_signal(&raw).or_else(|| {
+                warn(format!(
+                    "MEMPROF_CONTROL_SIGNAL={raw:?} is not a signal name (USR1, USR2, ...) or \
+                     number, or off; using the default: {CONTROL_SIGNAL}"
+                ));
+                Some(CONTROL_SIGNAL)
+            }),
+        };
+        let control_signal = control_signal.filter(|&control| {
+            let taken = [
+                ("MEMPROF_DUMP_SIGNAL", dump_signal),
+                ("MEMPROF_TOGGLE_SIGNAL", toggle_signal),
+            ]
+            .into_iter()
+            .find(|(_, other)| *other == Some(control));
+            if let Some((name, _)) = taken {
+                warn(format!(
+                    "MEMPROF_CONTROL_SIGNAL and {name} are the same signal ({control}); it keeps \
+                     the job of {name}, and the control channel is closed"
+                ));
+            }
+            taken.is_none()
+        });
         // A value that must name something: empty, it warns and is ignored.
         let mut named = |name: &str, ignored: &str| {
             lookup(name).map(|v| v.trim().to_owned()).filter(|v| {
@@ -480,6 +515,7 @@ impl Config {
             run_pid,
             bless,
             manifest_dir: None,
+            control_signal,
         }
     }
 }
@@ -530,6 +566,7 @@ const NAMES: &[&str] = &[
     "MEMPROF_RUN_PID",
     "MEMPROF_UNWINDER",
     "MEMPROF_BLESS",
+    "MEMPROF_CONTROL_SIGNAL",
 ];
 
 /// One warning naming every `MEMPROF_` variable among `names` that memprof does not know (a

@@ -30,6 +30,12 @@ use crate::table::TABLE;
 /// which does the same (see [`MemProf`]'s implementation of [`record::Start`]).
 pub(crate) struct Doors;
 
+/// Set by the preloaded library's door before memprof starts: the control channel of `memprof
+/// attach` (`MEMPROF_CONTROL_SIGNAL`) is for programs with memprof built in, and its thread and
+/// handler stay out of every process the preloaded library runs in.
+pub(crate) static PRELOADED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 impl record::Start for Doors {
     fn start(config: &'static Config, settings: Settings) {
         crate::fence::settle_early();

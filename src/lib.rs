@@ -171,6 +171,7 @@ pub mod export;
 #[cfg(feature = "http")]
 mod http;
 pub mod trace;
+mod control;
 
 pub use address::{ReturnAddress, StackId};
 pub use breakdown::MemoryBreakdown;

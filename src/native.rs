@@ -189,6 +189,40 @@ pub(crate) fn thread_ended(tid: u64) -> bool {
     sent == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// The process id and user id of the process at the other end of the connected Unix socket `fd`,
+/// as the kernel noted them when it connected (`SO_PEERCRED`): for the control channel, which
+/// answers only its own user.
+pub(crate) fn peer_credentials(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<(u32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `credentials` is a valid `ucred` of `length` bytes for `getsockopt` to fill; `fd`
+    // is a descriptor borrowed for the call.
+    let result = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut length,
+        )
+    };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((credentials.pid as u32, credentials.uid))
+}
+
+/// The process's effective user id (the one `SO_PEERCRED` tells of a peer).
+pub(crate) fn user_id() -> u32 {
+    // SAFETY: `geteuid` takes no argument and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// Writes the one byte `byte` to the descriptor `fd` (a non-blocking pipe's write end), ignoring
 /// failure: a full pipe already holds a request. Async-signal-safe, allocates nothing, takes no
 /// lock; for the signal handlers and the allocation path's [`crate::alarm`].

@@ -123,7 +123,7 @@ pub(crate) fn heap_stats() -> HeapStats {
 
 /// The process's sampling interval now: mean bytes between recorded allocations, 0 when every
 /// one is recorded (as in [`Snapshot::sample_interval`]).
-#[cfg(feature = "http")]
+#[cfg(any(feature = "http", feature = "trace"))]
 pub(crate) fn sample_interval() -> u64 {
     TABLE.sample_interval()
 }

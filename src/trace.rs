@@ -65,6 +65,34 @@ pub(crate) fn start(spec: &str, sample_interval: u64) {
     }
 }
 
+/// Starts tracing now into `stream`, the connection of `memprof attach` from process `peer`
+/// (`crate::control`): `preamble`, then the trace's header are written before this returns, then
+/// the events from now on. An error, and nothing written, when this process traces already or has traced (one trace per process), or
+/// in a build without the cargo feature `trace`.
+pub(crate) fn start_on(
+    stream: std::os::unix::net::UnixStream,
+    peer: u32,
+    preamble: &[u8],
+) -> std::io::Result<()> {
+    #[cfg(feature = "trace")]
+    {
+        clock::init_clock();
+        let target = format!("{}{peer}", writer::ATTACH_PREFIX);
+        writer::start_on(stream, target, crate::snapshot::sample_interval(), preamble)?;
+        ON.store(true, Ordering::Release);
+        Ok(())
+    }
+    #[cfg(not(feature = "trace"))]
+    {
+        let _ = (stream, peer, preamble);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this program's memprof is built without the cargo feature `trace`: no trace; \
+             ask for --output files instead, or build it with `features = [\"trace\"]`",
+        ))
+    }
+}
+
 /// In a forked child: stop tracing, and never touch the parent's trace.
 pub(crate) fn in_forked_child() {
     #[cfg(feature = "trace")]

@@ -9,6 +9,7 @@
 //! Every check that can refuse is made before the process is touched: nothing in it changes when
 //! the command refuses.
 
+pub(crate) mod builtin;
 mod gdb;
 mod target;
 
@@ -51,6 +52,12 @@ pub struct AttachOptions {
     /// The summary's short-lived bound, with its unit (`ns`, `us`, `ms`, `s`).
     #[arg(long, default_value = "1ms", value_parser = crate::shortlived::parse)]
     short_lived: u64,
+    /// Only pause the recording of a program with memprof built in (no trace).
+    #[arg(long, conflicts_with = "resume")]
+    pause: bool,
+    /// Only resume the recording of a program with memprof built in (no trace).
+    #[arg(long)]
+    resume: bool,
     /// The process to attach to.
     pid: u32,
 }
@@ -65,6 +72,19 @@ const BUSY_TRIES: u32 = 20;
 /// `memprof attach`.
 pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
     let pid = options.pid;
+    // A program with memprof built in answers on its control channel (`attach/builtin.rs`). A
+    // process that cannot be read is not one: the checks below say why.
+    if builtin::has_memprof_built_in(pid).unwrap_or(false) {
+        return attach_built_in(options);
+    }
+    if options.pause || options.resume {
+        return Err(Failure(
+            format!(
+                "--pause and --resume ask a program with memprof built in; process {pid} has                  not (detach, or end the attach with Ctrl-C, to stop recording it)"
+            ),
+            2,
+        ));
+    }
     let checked = check(pid)?;
     let spec = options.trace.trim();
     if spec.starts_with("tcp://") {
@@ -86,6 +106,35 @@ pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
     let result = attach_in(options, pid, &checked, &absolute, &pattern, &library, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// [`attach`] on a program with memprof built in: its own settings hold, so the options that
+/// would change them are refused rather than ignored.
+fn attach_built_in(options: &AttachOptions) -> Result<(), Failure> {
+    let refused = [
+        ("--depth", options.depth.is_some()),
+        ("--sample", options.sample.is_some()),
+        ("--serve", options.serve.is_some()),
+        ("--preload", options.preload.is_some()),
+    ];
+    if let Some((name, _)) = refused.iter().find(|(_, given)| *given) {
+        return Err(Failure(
+            format!(
+                "{name}: process {} has memprof built in, which records with its own settings                  (MEMPROF_STACK_DEPTH, MEMPROF_SAMPLE_INTERVAL in its environment); run                  `memprof serve` on the trace instead of --serve",
+                options.pid
+            ),
+            2,
+        ));
+    }
+    let built_in = builtin::Options {
+        trace: options.trace.clone(),
+        output: options.output.clone(),
+        duration: options.duration.map(Duration::from_secs_f64),
+        pause: options.pause,
+        resume: options.resume,
+        short_lived: options.short_lived,
+    };
+    builtin::attach(options.pid, &built_in)
 }
 
 /// [`attach`] once checked, with `dir` the command's own directory for the library's copy and
@@ -454,9 +503,11 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
     if has_memprof_built_in(pid).map_err(fail)? {
         return Err(Failure(
             format!(
-                "process {pid} has memprof built in and records itself: loading the library \
-                 would record it twice. Ask it for its profile through its own settings \
-                 (MEMPROF_DUMP_SIGNAL, MEMPROF_HTTP: docs/configuration.md)"
+                "process {pid} has memprof built in and records itself, without the control \
+                 channel of `memprof attach` (a memprof older than it, or \
+                 MEMPROF_CONTROL_SIGNAL=off): loading the library would record it twice. Ask \
+                 it for its profile through its own settings (MEMPROF_DUMP_SIGNAL, \
+                 MEMPROF_HTTP: docs/configuration.md)"
             ),
             1,
         ));

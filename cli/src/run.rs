@@ -193,10 +193,7 @@ pub(crate) fn summarise(
     let mut err = io::stderr().lock();
     let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
     if let Some(index) = own {
-        let trace = open(&found[index].path)?;
-        let options = report_options(&trace, &ReportArgs::default());
-        let summary = summary::Summary::of(&trace, &options, 10, short_lived, &bar)?;
-        summary.write(&mut err).map_err(written)?;
+        print_summary(&found[index].path, short_lived)?;
     }
     let others: Vec<&traces::Found> = found
         .iter()
@@ -220,6 +217,16 @@ pub(crate) fn summarise(
         writeln!(err, "  {line}").map_err(written)?;
     }
     Ok(())
+}
+
+/// Writes to stderr the summary of the trace at `path`, as `memprof run` prints its program's;
+/// `short_lived`: the summary's bound, ns.
+pub(crate) fn print_summary(path: &Path, short_lived: u64) -> Result<(), Failure> {
+    let trace = open(path)?;
+    let options = report_options(&trace, &ReportArgs::default());
+    let summary = summary::Summary::of(&trace, &options, 10, short_lived, &bar)?;
+    let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
+    summary.write(&mut io::stderr().lock()).map_err(written)
 }
 
 /// Linux's `ENOEXEC`: a file the kernel cannot run.

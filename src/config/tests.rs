@@ -372,3 +372,33 @@ fn given_pairs_are_read_in_place_of_the_environment() {
             }
     );
 }
+
+#[test]
+fn the_control_signal() {
+    let (config, warnings) = parse(&[]);
+    assert_eq!((config.control_signal, warnings.len()), (Some(59), 0));
+    for off in ["off", "0", " off "] {
+        let (config, warnings) = parse(&[("MEMPROF_CONTROL_SIGNAL", off)]);
+        assert_eq!((config.control_signal, warnings.len()), (None, 0), "{off}");
+    }
+    let (config, _) = parse(&[("MEMPROF_CONTROL_SIGNAL", "USR2")]);
+    assert_eq!(config.control_signal, Some(libc::SIGUSR2));
+    let (config, _) = parse(&[("MEMPROF_CONTROL_SIGNAL", "40")]);
+    assert_eq!(config.control_signal, Some(40));
+    let (config, warnings) = parse(&[("MEMPROF_CONTROL_SIGNAL", "KILL")]);
+    assert_eq!(config.control_signal, Some(59));
+    assert!(
+        warnings[0].contains("MEMPROF_CONTROL_SIGNAL=\"KILL\""),
+        "{warnings:?}"
+    );
+    // Another signal's job is kept, and the channel closed.
+    let (config, warnings) = parse(&[
+        ("MEMPROF_CONTROL_SIGNAL", "USR1"),
+        ("MEMPROF_DUMP_SIGNAL", "USR1"),
+    ]);
+    assert_eq!(
+        (config.control_signal, config.dump_signal),
+        (None, Some(libc::SIGUSR1))
+    );
+    assert!(warnings[0].contains("MEMPROF_DUMP_SIGNAL"), "{warnings:?}");
+}

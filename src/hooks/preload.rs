@@ -26,6 +26,7 @@ use std::ffi::c_void;
 /// the chunk flags of its blocks.
 pub fn start(malloc: *const c_void) {
     crate::capture::trim::count_outside();
+    super::PRELOADED.store(true, std::sync::atomic::Ordering::Relaxed);
     native::note_malloc(Some(malloc));
     record::start_now::<Doors>(Settings::default());
 }

@@ -1,6 +1,8 @@
 //! What makes memprof act on its own: the end of the program (the at-exit log and the
 //! `MEMPROF_OUTPUT` files), signals (toggling recording, writing a dump on demand) and the HTTP
-//! endpoint of `MEMPROF_HTTP` (feature `http`), whose thread is started here.
+//! endpoint of `MEMPROF_HTTP` (feature `http`), whose thread is started here; and the control
+//! signal of `memprof attach` (`MEMPROF_CONTROL_SIGNAL`), whose handler wakes the dump thread,
+//! which starts the control channel's thread (`crate::control`).
 //!
 //! A signal handler may do almost nothing safely, so the handlers here only flip an atomic
 //! (toggle) or write one byte to a pipe (dump); a background thread reads the pipe and writes the
@@ -47,7 +49,11 @@ pub(crate) fn install(config: &Config, settings: Settings) {
         handle(signal, on_toggle, "MEMPROF_TOGGLE_SIGNAL");
     }
     let watched = watch::install(config, settings);
-    if (config.dump_signal.is_some() || watched) && start_dump_thread(true) {
+    let control = config
+        .control_signal
+        .filter(|_| !super::PRELOADED.load(Ordering::Relaxed));
+    let wanted = config.dump_signal.is_some() || watched || control.is_some();
+    if wanted && start_dump_thread(true) {
         // SAFETY: `in_forked_child` is an `extern "C" fn()` that never unwinds; no prepare or
         // parent handler is registered.
         if unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) } != 0 {
@@ -58,6 +64,13 @@ pub(crate) fn install(config: &Config, settings: Settings) {
         }
         if let Some(signal) = config.dump_signal {
             handle(signal, on_dump, "MEMPROF_DUMP_SIGNAL");
+        }
+        // Read, so that the mark is kept in the program's file by any linker that drops what
+        // nothing uses: the mark is there exactly when this handler may be.
+        if let Some(signal) = control
+            && std::hint::black_box(&CONTROL_MARK)[0] != 0
+        {
+            handle(signal, on_control, "MEMPROF_CONTROL_SIGNAL");
         }
     }
     if let Some(address) = config.http {
@@ -131,6 +144,22 @@ extern "C" fn on_toggle(_signal: libc::c_int) {
     } else {
         crate::record::pause();
     }
+}
+
+/// What `memprof attach` looks for in a program's file before it sends the control signal (a
+/// signal nobody handles would end the program): a section of its own, allocated, so that
+/// `strip` keeps it, holding this text. `docs/attach.md`.
+#[used]
+// SAFETY: a section name of memprof's own, which no other symbol uses.
+#[unsafe(link_section = ".memprof.control")]
+static CONTROL_MARK: [u8; 24] = *b"memprof control 1\0\0\0\0\0\0\0";
+
+/// The byte the control signal writes to the dump pipe.
+const CONTROL: u8 = 3;
+
+/// The control signal: wakes the dump thread, which starts the control channel's thread.
+extern "C" fn on_control(_signal: libc::c_int) {
+    native::write_byte(DUMP_PIPE.load(Ordering::Relaxed), CONTROL);
 }
 
 extern "C" fn on_dump(_signal: libc::c_int) {
@@ -240,6 +269,7 @@ fn dump_thread() {
         let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
         match (n, byte) {
             (1, alarm::WAKE) => guard::untracked(watch::check),
+            (1, CONTROL) => guard::untracked(crate::control::open),
             (1, _) => guard::untracked(dumps::dump),
             (-1, _)
                 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}

@@ -1,7 +1,8 @@
 //! Where the trace goes: a new file, a FIFO or a character device written into, or a TCP peer
 //! (`tcp://HOST:PORT`), opened by the writer thread ([`connect`]: a FIFO's `open` waits for a
 //! reader; a TCP connect gives up after [`CONNECT_TIMEOUT`]), and the checks the close makes
-//! without opening it ([`opens_existing`], [`check_reader`]).
+//! without opening it ([`opens_existing`], [`check_reader`]); or the connection of `memprof
+//! attach`, open already.
 //!
 //! Every wait on the destination (a write, a flush, a connect, a FIFO's open) is measured
 //! ([`Waiting`]): the close gives the trace up when the writer has waited on its destination for
@@ -26,6 +27,8 @@ pub(super) enum Destination {
     /// another process tracing to the same path writes elsewhere ([`in_use`]).
     Created(std::fs::File),
     Tcp(TcpStream),
+    /// The connection of `memprof attach` (`crate::control`).
+    Socket(std::os::unix::net::UnixStream),
 }
 
 impl Write for Destination {
@@ -34,6 +37,7 @@ impl Write for Destination {
         let result = match self {
             Destination::File(f) | Destination::Created(f) => f.write(bytes),
             Destination::Tcp(s) => s.write(bytes),
+            Destination::Socket(s) => s.write(bytes),
         };
         if let Err(error) = &result
             && error.kind() == io::ErrorKind::BrokenPipe
@@ -49,6 +53,7 @@ impl Write for Destination {
         match self {
             Destination::File(f) | Destination::Created(f) => f.flush(),
             Destination::Tcp(s) => s.flush(),
+            Destination::Socket(s) => s.flush(),
         }
     }
 }

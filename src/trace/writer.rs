@@ -23,10 +23,10 @@ use crate::guard::Guard;
 use crate::native::{self, clock};
 use crate::record::buffer;
 use memprof_trace::Header;
-use std::io;
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 /// How often the writer looks for full buffers.
@@ -43,6 +43,9 @@ const SYMBOL_BUDGET: Duration = Duration::from_millis(10);
 /// buffer that filled meanwhile. The same bound as the writing out of buffers not full
 /// (`sink::PARTLY_EVERY`).
 const SYMBOLS_AFTER: Duration = Duration::from_secs(1);
+
+/// How the target of a trace streamed to `memprof attach` begins (`attach://PID`).
+pub(crate) const ATTACH_PREFIX: &str = "attach://";
 
 /// Stack of the writer thread: symbolizing at close needs more than a small stack.
 const WRITER_STACK: usize = 2 << 20;
@@ -67,7 +70,7 @@ enum State {
 static STATE: Mutex<State> = Mutex::new(State::Idle);
 
 /// Where the trace goes, as expanded: for the close's warnings and its check of a FIFO.
-static TARGET: OnceLock<String> = OnceLock::new();
+static TARGET: Mutex<String> = Mutex::new(String::new());
 
 /// [`IDLE`], [`RUNNING`] or [`DONE`]: the trace's state as the close sees it, without the lock
 /// the writer holds while it writes.
@@ -100,21 +103,32 @@ fn expand(spec: &str, now: Duration) -> String {
     crate::export::expand_path(spec, std::process::id(), now, &program)
 }
 
-/// Starts the trace and its writer thread; `false` when the thread cannot start.
-pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let origin = clock::origin();
+/// The trace's header, for a trace that starts now.
+fn header(now: Duration, sample_interval: u64) -> Header {
     let config = crate::config::get();
     let executable = std::env::current_exe()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let header = Header::new(std::process::id(), now.as_nanos() as u64, executable).with_settings(
+    Header::new(std::process::id(), now.as_nanos() as u64, executable).with_settings(
         sample_interval,
         config.stack_depth as u32,
         config.stack_skip as u32,
-    );
+    )
+}
+
+/// The time since the epoch.
+fn since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// Starts the trace and its writer thread; `false` when the thread cannot start.
+pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
+    let now = since_epoch();
+    let origin = clock::origin();
+    let config = crate::config::get();
+    let header = header(now, sample_interval);
     let mut target = expand(spec, now);
     // A path without `%p` that another process writes its trace to now (a parent whose child
     // inherited `MEMPROF_TRACE`, or the other way round): this process writes beside it.
@@ -126,7 +140,7 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
         ));
         target = own;
     }
-    let _ = TARGET.set(target.clone());
+    set_target(&target);
     let sink = match Sink::new(target.clone(), header, origin, config.trace_symbols) {
         Ok(sink) => sink,
         Err(error) => {
@@ -158,16 +172,69 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
             }
         }
     };
+    match run(state) {
+        Ok(()) => true,
+        Err(error) => {
+            warn(format_args!("MEMPROF_TRACE: {error}; no trace"));
+            false
+        }
+    }
+}
+
+/// Starts the trace now on `stream`, the connection of `memprof attach` (`crate::control`),
+/// named `target`: `preamble`, then the trace's header are written before this returns. An error when this process is
+/// tracing already, or has traced (one trace per process).
+pub(crate) fn start_on(
+    stream: std::os::unix::net::UnixStream,
+    target: String,
+    sample_interval: u64,
+    preamble: &[u8],
+) -> io::Result<()> {
+    if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) != IDLE {
+        let now = TARGET
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let message = match PHASE.load(Ordering::Acquire) {
+            RUNNING => format!("this process is tracing already, to {now}"),
+            _ => format!(
+                "this process has written its trace already (to {now}); memprof writes one \
+                 trace per process"
+            ),
+        };
+        return Err(io::Error::other(message));
+    }
+    let header = header(since_epoch(), sample_interval);
+    let config = crate::config::get();
+    let mut sink = Box::new(Sink::new(
+        target.clone(),
+        header,
+        clock::origin(),
+        config.trace_symbols,
+    )?);
+    (&stream).write_all(preamble)?;
+    sink.open(Destination::Socket(stream))?;
+    OPENED.store(true, Ordering::Release);
+    set_target(&target);
+    run(State::Open(sink)).map_err(io::Error::other)
+}
+
+/// Notes where the trace goes, for the close.
+fn set_target(target: &str) {
+    *TARGET.lock().unwrap_or_else(PoisonError::into_inner) = target.to_owned();
+}
+
+/// Publishes the trace's `state` and starts the writer thread; an error when it cannot start.
+fn run(state: State) -> Result<(), String> {
     *STATE.lock().unwrap_or_else(PoisonError::into_inner) = state;
     PHASE.store(RUNNING, Ordering::Release);
     if let Err(error) = native::spawn(c"memprof-trace", WRITER_STACK, writer_thread) {
-        warn(format_args!(
-            "MEMPROF_TRACE: cannot start the writer thread ({}); no trace",
-            io::Error::from_raw_os_error(error)
-        ));
         *STATE.lock().unwrap_or_else(PoisonError::into_inner) = State::Closed;
         PHASE.store(DONE, Ordering::Release);
-        return false;
+        return Err(format!(
+            "cannot start the writer thread ({})",
+            io::Error::from_raw_os_error(error)
+        ));
     }
     if !native::at_exit(close_at_exit) {
         warn(format_args!(
@@ -175,7 +242,7 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
              chunk"
         ));
     }
-    true
+    Ok(())
 }
 
 /// After `fork`, in the child: the trace is the parent's.
@@ -186,6 +253,8 @@ pub(crate) fn forget_in_child() {
 extern "C" fn close_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         crate::guard::untracked(|| match close() {
+            // `memprof attach` says where its trace went.
+            Ok(Some(path)) if path.to_string_lossy().starts_with(ATTACH_PREFIX) => {}
             Ok(Some(path)) if path.to_string_lossy().starts_with("tcp://") => {
                 warn(format_args!("trace sent to {}", path.display()))
             }
@@ -317,7 +386,11 @@ pub(crate) fn close() -> io::Result<Option<PathBuf>> {
     if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) != RUNNING {
         return Ok(None);
     }
-    let target = TARGET.get().map_or("", String::as_str);
+    let target = TARGET
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let target = target.as_str();
     // A FIFO that nobody reads yet: given up at once.
     if !OPENED.load(Ordering::Acquire)
         && !target.starts_with("tcp://")
