@@ -78,9 +78,8 @@ pub(crate) fn start_on(
     {
         clock::init_clock();
         let target = format!("{}{peer}", writer::ATTACH_PREFIX);
-        writer::start_on(stream, target, crate::snapshot::sample_interval(), preamble)?;
-        ON.store(true, Ordering::Release);
-        Ok(())
+        // The writer turns the events on before the command reads `preamble`.
+        writer::start_on(stream, target, crate::snapshot::sample_interval(), preamble)
     }
     #[cfg(not(feature = "trace"))]
     {

@@ -80,7 +80,8 @@ pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
     if options.pause || options.resume {
         return Err(Failure(
             format!(
-                "--pause and --resume ask a program with memprof built in; process {pid} has                  not (detach, or end the attach with Ctrl-C, to stop recording it)"
+                "--pause and --resume ask a program with memprof built in; process {pid} does \
+                 not have memprof built in (to stop recording it, end the attach: Ctrl-C)"
             ),
             2,
         ));

@@ -3,7 +3,8 @@
 //! allocating through the attach and the detach; attached twice in a row (each time a copy of the
 //! library of its own: the second records the leak made while it was attached, the first leak
 //! being a block from before it); the second detached by Ctrl-C (SIGINT to the command) rather
-//! than `--duration`. The program keeps working after each detach.
+//! than `--duration`. The program keeps working after each detach. And a process attached to and
+//! detached from while its main thread forks children that allocate, one after another.
 
 #[path = "support/attach.rs"]
 mod attach;
@@ -155,4 +156,41 @@ fn the_process_ends_while_attached() {
     let leak = at(&log, &format!("attach_target.c:{line}"));
     assert_eq!(leak.len(), 1, "{}", show(&log));
     assert_eq!((leak[0].count, leak[0].bytes), (37, 37 * 1500));
+}
+
+#[test]
+fn while_it_forks() {
+    let dir = scratch("forks");
+    let program = compile("cc", &dir, &["attach_target.c"], "target", &["-pthread"]);
+    let mut command = Command::new(&program);
+    command.args(["2", "fork"]);
+    let mut target = Target::start(command, "ready");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &[
+            "--duration",
+            "2",
+            "--output",
+            "forks.tsv",
+            "--trace",
+            "f-%p.mptrace",
+        ],
+        &mut target,
+        |target, _, _| {
+            target.signal("-USR1");
+            target.expect("leaked 1");
+        },
+    );
+    assert!(status.success(), "{said}");
+    let line = line_of("attach_target.c", "LEAK_LINE");
+    let log = tsv(&dir.join("forks.tsv"));
+    let leak = at(&log, &format!("attach_target.c:{line}"));
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!((leak[0].count, leak[0].bytes), (37, 37 * 1500));
+    // It forks on after the detach, its children and their output as before.
+    target.signal("-USR2");
+    target.expect("alive 1");
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "leaked 1", "alive 1", "bye"]);
+    assert_eq!(stderr, "");
 }

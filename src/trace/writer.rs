@@ -22,6 +22,7 @@ use crate::config::warn;
 use crate::guard::Guard;
 use crate::native::{self, clock};
 use crate::record::buffer;
+use crate::record::trace_tap::ON;
 use memprof_trace::Header;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -182,8 +183,10 @@ pub(crate) fn start(spec: &str, sample_interval: u64) -> bool {
 }
 
 /// Starts the trace now on `stream`, the connection of `memprof attach` (`crate::control`),
-/// named `target`: `preamble`, then the trace's header are written before this returns. An error when this process is
-/// tracing already, or has traced (one trace per process).
+/// named `target`: `preamble`, then the trace's header are written before this returns, and the
+/// events are recorded from before `preamble` is sent: what the command does once it reads it
+/// (tell the user, who makes the program allocate) is in the trace. An error when this process
+/// is tracing already, or has traced (one trace per process).
 pub(crate) fn start_on(
     stream: std::os::unix::net::UnixStream,
     target: String,
@@ -212,11 +215,19 @@ pub(crate) fn start_on(
         clock::origin(),
         config.trace_symbols,
     )?);
-    (&stream).write_all(preamble)?;
-    sink.open(Destination::Socket(stream))?;
-    OPENED.store(true, Ordering::Release);
-    set_target(&target);
-    run(State::Open(sink)).map_err(io::Error::other)
+    // On before the command hears of it; off again should the trace not start after all.
+    ON.store(true, Ordering::Release);
+    let started = (|| {
+        (&stream).write_all(preamble)?;
+        sink.open(Destination::Socket(stream))?;
+        OPENED.store(true, Ordering::Release);
+        set_target(&target);
+        run(State::Open(sink)).map_err(io::Error::other)
+    })();
+    if started.is_err() {
+        ON.store(false, Ordering::Release);
+    }
+    started
 }
 
 /// Notes where the trace goes, for the close.

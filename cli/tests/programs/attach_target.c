@@ -3,8 +3,10 @@
  * all the time. Each SIGUSR1 makes the main thread leak LEAK_COUNT blocks of LEAK_SIZE bytes at
  * leak_site and print "leaked N"; SIGUSR2 makes it print "alive" and the number of rounds its
  * threads made; stdin's end ends it ("bye"). argv[2] is the main thread's wait between rounds:
- * "read" blocks in read(2) on stdin (a pipe), "sleep" in sleep(3). SIGHUP's handler sleeps 3 s
- * (a process attached to while inside a signal handler), then prints "slept". */
+ * "read" blocks in read(2) on stdin (a pipe), "sleep" in sleep(3), "fork" forks a child that
+ * allocates and exits, waits for it, and goes on at once (a process attached to while it forks).
+ * SIGHUP's handler sleeps 3 s (a process attached to while inside a signal handler), then prints
+ * "slept". */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 #include <poll.h>
 #include <time.h>
+#include <sys/wait.h>
 
 #define LEAK_COUNT 37
 #define LEAK_SIZE 1500
@@ -54,6 +57,7 @@ static void *churn(void *arg) {
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 0;
     int sleeping = argc > 2 && strcmp(argv[2], "sleep") == 0;
+    int forking = argc > 2 && strcmp(argv[2], "fork") == 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_flags = 0; /* a read or a sleep the signal interrupts returns, and the loop sees it */
@@ -88,7 +92,21 @@ int main(int argc, char **argv) {
         if (freed < 2000) {
             for (int i = 0; i < 20 && freed < 2000; i++) free(before[freed++]);
         }
-        if (sleeping) {
+        if (forking) {
+            pid_t child = fork();
+            if (child == 0) {
+                char *p = malloc(100);
+                memset(p, 1, 100);
+                free(p);
+                _exit(0);
+            }
+            if (child > 0) waitpid(child, NULL, 0);
+            struct pollfd p = { 0, POLLIN, 0 };
+            if (poll(&p, 1, 0) == 1) {
+                char c;
+                if (read(0, &c, 1) <= 0) break;
+            }
+        } else if (sleeping) {
             sleep(1);
             struct pollfd p = { 0, POLLIN, 0 };
             if (poll(&p, 1, 0) == 1) {
