@@ -4,7 +4,8 @@
  * leak_site and print "leaked N"; SIGUSR2 makes it print "alive" and the number of rounds its
  * threads made; stdin's end ends it ("bye"). argv[2] is the main thread's wait between rounds:
  * "read" blocks in read(2) on stdin (a pipe), "sleep" in sleep(3), "fork" forks a child that
- * allocates and exits, waits for it, and goes on at once (a process attached to while it forks).
+ * allocates and exits, waits for it, and goes on 5 ms later (a process attached to while it
+ * forks, a hundred times a second or more: each fork is an event gdb handles while attached).
  * SIGHUP's handler sleeps 3 s (a process attached to while inside a signal handler), then prints
  * "slept". */
 #include <pthread.h>
@@ -102,7 +103,7 @@ int main(int argc, char **argv) {
             }
             if (child > 0) waitpid(child, NULL, 0);
             struct pollfd p = { 0, POLLIN, 0 };
-            if (poll(&p, 1, 0) == 1) {
+            if (poll(&p, 1, 5) == 1) {
                 char c;
                 if (read(0, &c, 1) <= 0) break;
             }
