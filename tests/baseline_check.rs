@@ -3,8 +3,9 @@
 //! accept it, and writes nothing; `MEMPROF_BLESS=1` writes it, without line numbers, and again
 //! the same; the check then passes, and fails with the per-site diff when the code allocates
 //! more; a tolerance (the test's, or the file's own line) accepts within and rejects outside;
-//! `lines: yes` names the sites with their lines; and a build without its own file compares the
-//! other build's totals only, until it writes its own.
+//! `lines: yes` names the sites with their lines; a build without its own file compares the
+//! other build's totals only, until it writes its own; and a FIFO or a link to a device where the
+//! file should be fails the check, and is replaced by a blessing, without a hang.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -276,6 +277,23 @@ fn baseline_check() {
     std::fs::write(&other, renamed.replace("(total)", "(no total)")).unwrap();
     let (passed, printed) = child(&dir, "exact", 4, 1000, false);
     assert!(passed, "{printed}");
+
+    // Something else where the file should be: a FIFO, a link to a device. The check fails
+    // naming it, without waiting on the FIFO or reading the device; blessing replaces it.
+    for planted in ["fifo", "link"] {
+        std::fs::remove_file(&own).unwrap();
+        match planted {
+            "fifo" => assert!(Command::new("mkfifo").arg(&own).status().unwrap().success()),
+            _ => std::os::unix::fs::symlink("/dev/zero", &own).unwrap(),
+        }
+        let (passed, printed) = child(&dir, "exact", 4, 1000, false);
+        assert!(
+            !passed && printed.contains(&format!("cannot read {}", own.display())),
+            "{planted}: {printed}"
+        );
+        assert!(child(&dir, "exact", 4, 1000, true).0, "{planted}");
+        assert_eq!(read(&own), text, "{planted}");
+    }
 
     std::fs::remove_dir_all(&dir).unwrap();
 }

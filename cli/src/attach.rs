@@ -154,7 +154,12 @@ fn attach_in(
     let copy = dir.join("libmemprof_preload.so");
     std::fs::copy(library, &copy)
         .map_err(|e| Failure(format!("cannot copy {}: {e}", library.display()), 1))?;
-    let mut settings = format!("MEMPROF_TRACE={}\n", absolute.display());
+    // The library detaches by itself if this command ends without detaching it.
+    let mut settings = format!(
+        "memprof-attach-command={}\nMEMPROF_TRACE={}\n",
+        std::process::id(),
+        absolute.display()
+    );
     if let Some(output) = &options.output {
         let absolute_outputs: Vec<String> = output
             .split(',')
@@ -176,10 +181,12 @@ fn attach_in(
             sample_setting(sample)?
         ));
     }
-    // Ctrl-C (or SIGTERM) detaches; with --serve, the next one ends the viewer.
+    // Ctrl-C (or SIGTERM, or the terminal closed) detaches; with --serve, the next one ends the
+    // viewer.
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ])
     .map_err(|e| Failure(format!("cannot handle Ctrl-C: {e}"), 1))?;
     let mut interrupts = 0;
@@ -530,6 +537,19 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
         ));
     }
     check_ptrace_scope(pid, euid)?;
+    if target::status_field(pid, "State")
+        .map_err(fail)?
+        .is_some_and(|state| state.starts_with('T'))
+    {
+        return Err(Failure(
+            format!(
+                "process {pid} is stopped (SIGSTOP, or Ctrl-Z in its shell): it could not run \
+                 the library's start, and nothing was changed. Continue it first \
+                 (`kill -CONT {pid}`, or `fg`), then attach"
+            ),
+            1,
+        ));
+    }
     let modules = target::modules(pid).map_err(fail)?;
     let named = |prefix: &str| {
         modules
@@ -558,11 +578,26 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
             1,
         ));
     };
+    if let Some(replaced) = [libc, loader].into_iter().find(|m| m.deleted) {
+        return Err(Failure(
+            format!(
+                "process {pid} runs a {} that was deleted or replaced on disk since it started \
+                 (an upgrade of the C library): the copy it runs cannot be read to find its \
+                 functions, and nothing was changed. Restart it (under memprof run) to profile it",
+                replaced.path.display()
+            ),
+            1,
+        ));
+    }
     for module in &modules {
-        if module.code.is_empty() || module.path == libc.path || module.path == loader.path {
+        if module.code.is_empty()
+            || module.deleted
+            || module.path == libc.path
+            || module.path == loader.path
+        {
             continue;
         }
-        let Ok(elf) = target::read_elf(&module.path, true) else {
+        let Ok(elf) = target::read_elf(&module.file(pid), true) else {
             continue;
         };
         if elf
@@ -582,7 +617,7 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
             ));
         }
     }
-    let libc_elf = target::read_elf(&libc.path, true).map_err(fail)?;
+    let libc_elf = target::read_elf(&libc.file(pid), true).map_err(fail)?;
     let function = |name: &str| {
         target::function_address(libc, &libc_elf, name).ok_or_else(|| {
             Failure(

@@ -217,6 +217,41 @@ fn trace_and_report_name_the_leak() {
     assert!(rest.contains(&format!("heap-{pid}.md")), "{rest}");
 }
 
+/// SIGTERM or a closed terminal (SIGHUP) ends the trace as Ctrl-C does: kept whole, not cut.
+#[test]
+fn a_terminated_command_keeps_the_trace() {
+    let dir = scratch("attach_builtin_term");
+    let mut target = Target::start(&the_target(), &[]);
+    let pid = target.pid().to_string();
+    for signal in [libc::SIGTERM, libc::SIGHUP] {
+        let trace = dir.join(format!("t-{signal}.mptrace"));
+        let mut attach = memprof(&["attach", &pid, "--trace", trace.to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(attach.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        assert!(first.contains("tracing process"), "{first}");
+        target.ask("leak");
+        // SAFETY: a signal to the child this test started and has not waited for.
+        assert_eq!(unsafe { libc::kill(attach.id() as libc::pid_t, signal) }, 0);
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest).unwrap();
+        let (output, _) = finish(attach, "memprof attach");
+        assert!(output.status.success(), "signal {signal}: {first}{rest}");
+        let (output, text) = finish(
+            memprof(&["summary", trace.to_str().unwrap()])
+                .spawn()
+                .unwrap(),
+            "summary",
+        );
+        assert!(output.status.success(), "{text}");
+        assert!(text.contains("closed normally"), "signal {signal}: {text}");
+        assert!(!groups_naming(&text, "leak_here").is_empty(), "{text}");
+    }
+    assert!(target.alive());
+}
+
 #[test]
 fn pause_and_resume() {
     let dir = scratch("attach_builtin_pause");

@@ -89,3 +89,59 @@ fn a_leak_after_a_signal_is_named_with_its_count_and_bytes() {
     assert_eq!(lines, ["ready", "leaked 1", "leaked 2", "alive 1", "bye"]);
     assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
 }
+
+/// The command killed while attached (`kill -9`, or its terminal gone): the library sees it end
+/// and detaches by itself, closing the trace whole, and the program runs on unrecorded.
+#[test]
+fn the_process_detaches_itself_when_the_command_is_killed() {
+    let dir = scratch("c-killed");
+    let program = compile("cc", &dir, &["attach_target.c"], "target", &["-pthread"]);
+    let mut command = Command::new(&program);
+    command.args(["4", "read"]);
+    let mut target = Target::start(command, "ready");
+    let mut killed_pid = 0;
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "t-%p.mptrace"],
+        &mut target,
+        |target, attacher, _| {
+            killed_pid = attacher;
+            target.signal("-USR1");
+            target.expect("leaked 1");
+            let killed = Command::new("kill")
+                .args(["-KILL", &attacher.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+        },
+    );
+    assert!(!status.success(), "{said}");
+    let trace = dir.join(format!("t-{}.mptrace", target.pid()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let summary = loop {
+        let output = run(memprof(&dir).arg("summary").arg(&trace));
+        let text = both(&output);
+        if output.status.success() && text.contains("closed normally") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trace was not closed: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(summary.contains("attach_target.c:"), "{summary}");
+    target.signal("-USR1");
+    target.expect("leaked 2");
+    target.signal("-USR2");
+    target.expect("alive 1");
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "leaked 1", "leaked 2", "alive 1", "bye"]);
+    assert!(
+        stderr.contains(&format!(
+            "memprof: the command that attached (process {killed_pid}) ended without \
+             detaching: detaching"
+        )),
+        "{stderr}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `memprof attach` refuses, naming the cause and the fix, and changes nothing in the process: no
 //! such process; a statically linked program; a 32-bit one; a program whose `malloc` is its own;
-//! one with memprof built in; one another tracer holds; another user's process. After each, the
+//! one with memprof built in; one another tracer holds; another user's process; one whose C
+//! library was replaced on disk since it started; a stopped one. After each, the
 //! process has no tracer, no library of memprof's mapped, and answers as before.
 //!
 //! `kernel.yama.ptrace_scope` cannot be set from a test (it is the machine's); its message is
@@ -195,4 +196,72 @@ fn another_users_process() {
             "{stderr}"
         );
     }
+}
+
+/// The C library the process runs was deleted since it started (as an upgrade replaces it): the
+/// file at its path is not the one mapped, so its functions' addresses cannot be read from it.
+#[test]
+fn a_process_whose_c_library_was_replaced() {
+    let dir = scratch("replaced_libc");
+    let program = compile("cc", &dir, &["attach_refused.c"], "replaced", &[]);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("libc.so"))
+        })
+        .expect("this test's own C library")
+        .to_owned();
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let copy = lib.join(std::path::Path::new(&libc).file_name().unwrap());
+    std::fs::copy(&libc, &copy).unwrap();
+    let mut command = Command::new(&program);
+    command.env("LD_LIBRARY_PATH", &lib);
+    let mut target = Target::start(command, "ready");
+    let mapped = std::fs::read_to_string(format!("/proc/{}/maps", target.pid())).unwrap();
+    assert!(mapped.contains(copy.to_str().unwrap()), "{mapped}");
+    std::fs::remove_file(&copy).unwrap();
+    refused(
+        &dir,
+        memprof(&dir),
+        &mut target,
+        &["deleted or replaced on disk", "Restart it"],
+    );
+}
+
+/// A stopped process (SIGSTOP, Ctrl-Z) is refused at once, rather than waited for.
+#[test]
+fn a_stopped_process() {
+    let dir = scratch("stopped");
+    let program = compile("cc", &dir, &["attach_refused.c"], "stopped", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    target.signal("-STOP");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{}/status", target.pid()))
+        .unwrap()
+        .contains("State:\tT (stopped)")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the target did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = run(memprof(&dir)
+        .args(["attach", "--duration", "1"])
+        .arg(target.pid().to_string()));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{}", both(&output));
+    assert!(
+        stderr.contains("is stopped") && stderr.contains("kill -CONT"),
+        "{stderr}"
+    );
+    target.signal("-CONT");
+    left_alone(target.pid());
+    target.signal("-USR2");
+    target.expect("alive 1");
 }

@@ -9,11 +9,16 @@
 //! the trace and writes the exit files; the library stays mapped, since a thread may still be
 //! inside one of its functions.
 //!
+//! The command that attached may end without detaching (killed, its terminal gone): the library
+//! watches it ([`watch`]) and then detaches by itself, so the process never records, nor writes
+//! its trace, for no one.
+//!
 //! Blocks made before the attach are not in memprof's table: their frees and reallocations go to
 //! the C library untouched, as in the preloaded library from its start.
 
 use crate::got;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 /// Set by the constructor when the library was loaded by `dlopen` into a running process.
@@ -31,6 +36,14 @@ const ALREADY: c_int = -2;
 const OTHER_COPY: c_int = -3;
 const NO_MALLOC: c_int = -4;
 const BAD_SETTINGS: c_int = -5;
+const COMMAND_GONE: c_int = -6;
+
+/// The settings' line naming the process of the command that attached (`memprof attach`'s own
+/// id), which [`watch`] watches; not one of memprof's settings.
+const COMMAND: &str = "memprof-attach-command";
+
+/// How often the watch looks whether the library was detached already.
+const WATCH_POLL_MS: c_int = 200;
 
 /// Whether the library was loaded by `dlopen` after the program started, not preloaded: the
 /// loader lists the modules in the order it loaded them, and a preloaded library comes before the
@@ -122,7 +135,8 @@ unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
 /// environment. Returns the number of entries rewritten (at least one for `malloc`), or a
 /// negative number: -1 the library was preloaded, not loaded by `dlopen`; -2 attached already;
 /// -3 another copy of the library is attached; -4 no module calls the C library's `malloc` (an
-/// allocator of the program's own; nothing changed); -5 the settings are not text.
+/// allocator of the program's own; nothing changed); -5 the settings are not text; -6 the command
+/// named by the settings has ended already (nothing changed).
 ///
 /// # Safety
 /// `settings` is null or a NUL-terminated string.
@@ -148,11 +162,24 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     if got::taken_by_another(own, &table) {
         return OTHER_COPY;
     }
+    let mut command = None;
     let pairs = text
         .lines()
         .filter_map(|line| line.split_once('='))
+        .filter(|(name, value)| match *name == COMMAND {
+            true => {
+                command = value.trim().parse::<u32>().ok();
+                false
+            }
+            false => true,
+        })
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect();
+    let watched = match command.map(open_watch) {
+        Some(Err(())) => return COMMAND_GONE,
+        Some(Ok(fd)) => fd,
+        None => None,
+    };
     if !memprof::preload::configure(pairs) {
         return ALREADY;
     }
@@ -168,7 +195,68 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
         PHASE.store(DETACHED, Relaxed);
         return NO_MALLOC;
     }
+    if let (Some(command), Some(fd)) = (command, watched) {
+        watch(command, fd);
+    }
     changed as c_int
+}
+
+/// A pidfd of process `command` (the `memprof attach` that attaches), opened while it waits for
+/// the attach to finish, so its id names it and no later process: `Ok(None)` when pidfds are not
+/// to be had (an old kernel, a sandbox), `Err(())` when the command has ended already.
+fn open_watch(command: u32) -> Result<Option<OwnedFd>, ()> {
+    // SAFETY: `pidfd_open` with a process id and no flags; returns a new descriptor (closed on
+    // exec) or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, command as libc::pid_t, 0) } as c_int;
+    if fd >= 0 {
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
+    }
+    let error = std::io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::ESRCH) {
+        return Err(());
+    }
+    memprof::preload::warn(format_args!(
+        "attach: cannot watch the command (process {command}): {error}; if it ends without \
+         detaching, this process records until it exits"
+    ));
+    Ok(None)
+}
+
+/// Detaches once process `command` (the `memprof attach` that attached, whose pidfd is `fd`)
+/// has ended, if the library is still attached then: a thread waits on `fd`, looking every
+/// [`WATCH_POLL_MS`] whether the command detached the library itself (then it ends).
+fn watch(command: u32, fd: OwnedFd) {
+    let watching = move || {
+        let mut ended = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        while PHASE.load(Relaxed) == ATTACHED {
+            // SAFETY: one `pollfd`, live through the call.
+            if unsafe { libc::poll(&mut ended, 1, WATCH_POLL_MS) } > 0 {
+                if PHASE.load(Relaxed) == ATTACHED {
+                    memprof::preload::warn(format_args!(
+                        "the command that attached (process {command}) ended without detaching: \
+                         detaching"
+                    ));
+                    memprof_detach();
+                }
+                break;
+            }
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("memprof-watch".into())
+        // Detaching writes the exports, which symbolizes.
+        .stack_size(2 << 20)
+        .spawn(watching);
+    if let Err(error) = spawned {
+        memprof::preload::warn(format_args!(
+            "attach: cannot watch the command (process {command}): {error}"
+        ));
+    }
 }
 
 /// Detaches: puts back every entry [`memprof_attach`] rewrote, closes the trace and writes the

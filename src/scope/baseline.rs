@@ -558,8 +558,9 @@ fn directory() -> PathBuf {
         .join("memprof")
 }
 
-/// The baseline at `path`, `None` when there is no file; read without following a link.
-fn read(path: &Path) -> Result<Option<Baseline>, String> {
+/// The text of the regular file at `path`, `None` when there is none; read without following a
+/// link, nor waiting on a FIFO or reading a device.
+fn read_text(path: &Path) -> Result<Option<String>, String> {
     let fail = |e: &dyn std::fmt::Display| format!("cannot read {}: {e}", path.display());
     let mut file = match memprof_files::open_no_follow(path) {
         Ok(file) => file,
@@ -575,6 +576,14 @@ fn read(path: &Path) -> Result<Option<Baseline>, String> {
     }
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(|e| fail(&e))?;
+    Ok(Some(text))
+}
+
+/// The baseline at `path`, `None` when there is no file; read as [`read_text`] reads.
+fn read(path: &Path) -> Result<Option<Baseline>, String> {
+    let Some(text) = read_text(path)? else {
+        return Ok(None);
+    };
     Baseline::parse(&text)
         .map(Some)
         .map_err(|e| format!("{}: {e}", path.display()))
@@ -620,7 +629,7 @@ fn run(scope: &Scope, name: &str, tolerance: Tolerance) -> Result<(), String> {
     };
     let text = measured.render(name);
     if bless {
-        if std::fs::read_to_string(&own).ok().as_deref() != Some(text.as_str()) {
+        if read_text(&own).ok().flatten().as_deref() != Some(text.as_str()) {
             write(&own, &text).map_err(|e| format!("cannot write {}: {e}", own.display()))?;
             crate::config::warn(format_args!("wrote the baseline {}", own.display()));
         }

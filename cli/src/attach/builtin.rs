@@ -285,7 +285,7 @@ fn cannot_read(pid: u32, error: io::Error) -> Failure {
     Failure(format!("process {pid}: {why}"), 1)
 }
 
-/// Set by Ctrl-C while the trace streams.
+/// Set by Ctrl-C (or SIGTERM, SIGHUP) while the trace streams.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_interrupt(_signal: libc::c_int) {
@@ -323,13 +323,17 @@ fn trace(pid: u32, signal: i32, path: &Path, duration: Option<Duration>) -> Resu
     let written = |e: io::Error| Failure(format!("{}: cannot write: {e}", path.display()), 1);
     let mut file = memprof_files::Replacement::create(path).map_err(written)?;
     INTERRUPTED.store(false, Ordering::Relaxed);
-    // SAFETY: `on_interrupt` only stores to an atomic, which is async-signal-safe.
-    let previous = unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        )
-    };
+    // Ctrl-C, SIGTERM or the terminal closed: the trace is ended and kept, not cut.
+    let ending = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let previous = ending.map(|signal| {
+        // SAFETY: `on_interrupt` only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                signal,
+                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        }
+    });
     eprintln!(
         "memprof: tracing process {pid} into {}{}",
         path.display(),
@@ -372,9 +376,11 @@ fn trace(pid: u32, signal: i32, path: &Path, duration: Option<Duration>) -> Resu
             Err(e) => break Err(Failure(format!("control channel: {e}"), 1)),
         }
     };
-    // SAFETY: restores the disposition `signal` returned.
-    unsafe {
-        libc::signal(libc::SIGINT, previous);
+    for (signal, previous) in ending.into_iter().zip(previous) {
+        // SAFETY: restores the disposition `signal` returned.
+        unsafe {
+            libc::signal(signal, previous);
+        }
     }
     file.commit().map_err(written)?;
     result

@@ -29,6 +29,9 @@ pub struct Module {
     pub base: u64,
     /// Its executable ranges.
     pub code: Vec<(u64, u64)>,
+    /// Whether the file was deleted or replaced since it was mapped (an upgrade): what is on
+    /// disk at its path, if anything, is not what runs.
+    pub deleted: bool,
 }
 
 impl Module {
@@ -38,6 +41,15 @@ impl Module {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
+    }
+
+    /// Where this command reads the file of process `pid`: through the process's own root
+    /// (`/proc/PID/root`), so that a process in another mount namespace (a container) has its own
+    /// files read, not the files of the same names here.
+    pub fn file(&self, pid: u32) -> PathBuf {
+        let mut file = PathBuf::from(format!("/proc/{pid}/root"));
+        file.push(self.path.strip_prefix("/").unwrap_or(&self.path));
+        file
     }
 
     /// The range of addresses from its first executable byte to its last.
@@ -65,7 +77,11 @@ pub fn modules(pid: u32) -> io::Result<Vec<Module>> {
         };
         let path: Vec<&str> = fields.collect();
         let path = path.join(" ");
-        if !path.starts_with('/') || path.ends_with(" (deleted)") {
+        let (path, deleted) = match path.strip_suffix(" (deleted)") {
+            Some(path) => (path.to_owned(), true),
+            None => (path, false),
+        };
+        if !path.starts_with('/') {
             continue;
         }
         let Some((start, end)) = range.split_once('-') else {
@@ -86,11 +102,13 @@ pub fn modules(pid: u32) -> io::Result<Vec<Module>> {
                     path,
                     base: if offset == 0 { start } else { 0 },
                     code: Vec::new(),
+                    deleted,
                 });
                 found.len() - 1
             }
         };
         let module = &mut found[index];
+        module.deleted |= deleted;
         if offset == 0 && (module.base == 0 || start < module.base) {
             module.base = start;
         }
