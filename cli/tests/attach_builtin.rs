@@ -221,9 +221,10 @@ fn trace_and_report_name_the_leak() {
 #[test]
 fn a_terminated_command_keeps_the_trace() {
     let dir = scratch("attach_builtin_term");
-    let mut target = Target::start(&the_target(), &[]);
-    let pid = target.pid().to_string();
+    // One trace per process: a process each.
     for signal in [libc::SIGTERM, libc::SIGHUP] {
+        let mut target = Target::start(&the_target(), &[]);
+        let pid = target.pid().to_string();
         let trace = dir.join(format!("t-{signal}.mptrace"));
         let mut attach = memprof(&["attach", &pid, "--trace", trace.to_str().unwrap()])
             .spawn()
@@ -248,8 +249,8 @@ fn a_terminated_command_keeps_the_trace() {
         assert!(output.status.success(), "{text}");
         assert!(text.contains("closed normally"), "signal {signal}: {text}");
         assert!(!groups_naming(&text, "leak_here").is_empty(), "{text}");
+        assert!(target.alive());
     }
-    assert!(target.alive());
 }
 
 #[test]
