@@ -484,6 +484,14 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
                 ),
                 1,
             )
+        } else if e.kind() == io::ErrorKind::NotFound {
+            Failure(
+                format!(
+                    "process {pid} has no program file: a kernel thread, which has no heap of \
+                     its own to profile"
+                ),
+                1,
+            )
         } else {
             fail(e)
         }

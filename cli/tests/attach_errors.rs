@@ -1,8 +1,8 @@
 //! `memprof attach` refuses, naming the cause and the fix, and changes nothing in the process: no
-//! such process; a statically linked program; a 32-bit one; a program whose `malloc` is its own;
-//! one with memprof built in; one another tracer holds; another user's process; one whose C
-//! library was replaced on disk since it started; a stopped one. After each, the
-//! process has no tracer, no library of memprof's mapped, and answers as before.
+//! such process; a kernel thread; a statically linked program; a 32-bit one; a program whose
+//! `malloc` is its own; one with memprof built in; one another tracer holds; another user's
+//! process; one whose C library was replaced on disk since it started; a stopped one. After
+//! each, the process has no tracer, no library of memprof's mapped, and answers as before.
 //!
 //! `kernel.yama.ptrace_scope` cannot be set from a test (it is the machine's); its message is
 //! built by the same check (`check_ptrace_scope`).
@@ -58,6 +58,29 @@ fn no_such_process() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no such process: 4194999"), "{stderr}");
+}
+
+#[test]
+fn a_kernel_thread() {
+    let dir = scratch("kernel_thread");
+    // The first kernel thread listed (kthreadd, pid 2, on a machine of its own).
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .is_ok_and(|s| s.lines().any(|l| l == "Kthread:\t1"))
+        })
+        .expect("a kernel thread in /proc");
+    let output = run(memprof(&dir).args(["attach", &pid.to_string()]));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "process {pid} has no program file: a kernel thread"
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]
