@@ -66,6 +66,9 @@ pub struct AttachOptions {
 /// (which writes the trace's symbols and the exports).
 const SESSION_DEADLINE: Duration = Duration::from_secs(300);
 
+/// The start of the name of the command's own directory, where the library's copy is.
+const ATTACH_DIR: &str = "memprof-attach-";
+
 /// How many times a process whose every thread is inside the C library is tried again.
 const BUSY_TRIES: u32 = 20;
 
@@ -103,10 +106,25 @@ pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
         sample_setting(sample)?;
     }
     let library = run::preload_library(options.preload.as_deref())?;
-    let dir = private_dir().map_err(|e| Failure(format!("cannot make a directory: {e}"), 1))?;
-    let result = attach_in(options, pid, &checked, &absolute, &pattern, &library, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    let dir = PrivateDir::new().map_err(|e| Failure(format!("cannot make a directory: {e}"), 1))?;
+    attach_in(
+        options, pid, &checked, &absolute, &pattern, &library, &dir.0,
+    )
+}
+
+/// The command's own directory, removed when the command is done with it, a panic included.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new() -> io::Result<PrivateDir> {
+        private_dir().map(PrivateDir)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// [`attach`] on a program with memprof built in: its own settings hold, so the options that
@@ -419,7 +437,7 @@ fn private_dir() -> io::Result<PathBuf> {
             .unwrap_or_default()
             .subsec_nanos();
         let dir = base.join(format!(
-            "memprof-attach-{}-{nanos:x}{attempt}",
+            "{ATTACH_DIR}{}-{nanos:x}{attempt}",
             std::process::id()
         ));
         match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
@@ -564,10 +582,18 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
             .iter()
             .find(|m| m.file_name().starts_with(prefix) && !m.code.is_empty())
     };
-    if let Some(preloaded) = modules
-        .iter()
-        .find(|m| m.file_name().starts_with("libmemprof_preload"))
-    {
+    // A copy an earlier attach loaded (from its command's directory) is left mapped at its
+    // detach: the library itself tells whether that one still records (`memprof_attach`'s -3),
+    // and a new attach loads a copy of its own. One preloaded from the start records.
+    let attached_copy = |m: &&target::Module| {
+        m.path
+            .parent()
+            .and_then(|dir| dir.file_name())
+            .is_some_and(|dir| dir.to_string_lossy().starts_with(ATTACH_DIR))
+    };
+    if let Some(preloaded) = modules.iter().find(|m| {
+        !m.deleted && m.file_name().starts_with("libmemprof_preload") && !attached_copy(m)
+    }) {
         return Err(Failure(
             format!(
                 "process {pid} has {} loaded already (memprof run, LD_PRELOAD, or a memprof \
@@ -600,6 +626,7 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
     for module in &modules {
         if module.code.is_empty()
             || module.deleted
+            || attached_copy(&module)
             || module.path == libc.path
             || module.path == loader.path
         {

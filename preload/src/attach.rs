@@ -187,6 +187,7 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     crate::forward::resolve();
     crate::mappings::init();
     memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
+    memprof::preload::prepare_walks();
     crate::READY.store(true, Relaxed);
     let (changed, mallocs) = memprof::untracked(|| got::patch(own, &table));
     if mallocs == 0 {
@@ -227,34 +228,60 @@ fn open_watch(command: u32) -> Result<Option<OwnedFd>, ()> {
 /// has ended, if the library is still attached then: a thread waits on `fd`, looking every
 /// [`WATCH_POLL_MS`] whether the command detached the library itself (then it ends).
 fn watch(command: u32, fd: OwnedFd) {
-    let watching = move || {
-        let mut ended = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        while PHASE.load(Relaxed) == ATTACHED {
-            // SAFETY: one `pollfd`, live through the call.
-            if unsafe { libc::poll(&mut ended, 1, WATCH_POLL_MS) } > 0 {
-                if PHASE.load(Relaxed) == ATTACHED {
-                    memprof::preload::warn(format_args!(
-                        "the command that attached (process {command}) ended without detaching: \
-                         detaching"
-                    ));
+    /// What the watching thread owns.
+    struct Watch {
+        fd: OwnedFd,
+    }
+    impl Watch {
+        fn run(&self) {
+            let mut ended = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            while PHASE.load(Relaxed) == ATTACHED {
+                // SAFETY: one `pollfd`, live through the call.
+                if unsafe { libc::poll(&mut ended, 1, WATCH_POLL_MS) } > 0 {
                     memprof_detach();
+                    break;
                 }
-                break;
             }
         }
-    };
-    let spawned = std::thread::Builder::new()
-        .name("memprof-watch".into())
-        // Detaching writes the exports, which symbolizes.
-        .stack_size(2 << 20)
-        .spawn(watching);
-    if let Err(error) = spawned {
+    }
+    extern "C" fn watching(watch: *mut c_void) -> *mut c_void {
+        // SAFETY: the box `watch` below gave this thread alone.
+        let watch = unsafe { Box::from_raw(watch.cast::<Watch>()) };
+        // From its first instruction: what the C library allocates for the thread's own
+        // thread-locals is memprof's, not the program's.
+        memprof::untracked(|| watch.run());
+        std::ptr::null_mut()
+    }
+    let watch = Box::into_raw(Box::new(Watch { fd })).cast::<c_void>();
+    let started = memprof::untracked(|| {
+        // SAFETY: a zeroed `pthread_attr_t` set up by `pthread_attr_init` before use and
+        // destroyed after; `watching` takes `watch`, owned by nothing else, when the thread
+        // starts, and the attributes make the thread detached with a 2 MiB stack (detaching writes
+        // the exports, which symbolizes).
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            libc::pthread_attr_init(&mut attr);
+            libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+            libc::pthread_attr_setstacksize(&mut attr, 2 << 20);
+            let mut thread: libc::pthread_t = 0;
+            let started = libc::pthread_create(&mut thread, &attr, watching, watch);
+            libc::pthread_attr_destroy(&mut attr);
+            if started == 0 {
+                libc::pthread_setname_np(thread, c"memprof-watch".as_ptr());
+            }
+            started
+        }
+    });
+    if started != 0 {
+        // SAFETY: no thread took the box: it is still this function's.
+        drop(unsafe { Box::from_raw(watch.cast::<Watch>()) });
         memprof::preload::warn(format_args!(
-            "attach: cannot watch the command (process {command}): {error}"
+            "attach: cannot watch the command (process {command}): {}",
+            std::io::Error::from_raw_os_error(started)
         ));
     }
 }

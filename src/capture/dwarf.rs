@@ -70,6 +70,19 @@ pub(crate) fn walk(out: &mut [ReturnAddress], budget: Budget) -> usize {
     walk::unwind::<true>(pc, sp, bp, out, budget)
 }
 
+/// Builds the registry of loaded modules now, if no walk built it yet: the first walk builds it
+/// otherwise, and walks on other threads meanwhile capture nothing. For a library attached to a
+/// running process, whose threads all allocate from the first moment. Allocates: call it inside
+/// the reentrancy guard.
+#[cfg(all(feature = "preload", target_arch = "x86_64"))]
+pub(crate) fn prepare() {
+    let _ = registry::current();
+}
+
+/// [`prepare`] elsewhere: the frame-pointer walk has nothing to build.
+#[cfg(all(feature = "preload", not(target_arch = "x86_64")))]
+pub(crate) fn prepare() {}
+
 /// [`walk()`] with framehop alone, without the rule cache: what the cache must agree with.
 #[cfg(all(test, target_arch = "x86_64"))]
 #[inline(never)]

@@ -31,6 +31,16 @@ pub fn start(malloc: *const c_void) {
     record::start_now::<Doors>(Settings::default());
 }
 
+/// Builds, when the stack walk reads DWARF, its registry of the loaded modules now: the library
+/// attached to a running process (`memprof attach`) calls it after [`start`], while the process
+/// stands still, so that its threads' first walks do not capture nothing while one of them builds
+/// it.
+pub fn prepare_walks() {
+    if crate::config::get().unwinder == crate::config::Unwinder::Dwarf {
+        crate::guard::untracked(crate::capture::dwarf::prepare);
+    }
+}
+
 /// Records a block of `size` bytes that the C library just returned at `address` (not null).
 ///
 /// # Safety

@@ -51,7 +51,7 @@ use std::io::{self, Write};
 use std::ops::Range;
 use std::sync::Arc;
 
-/// The name of the row of stacks where no frame could be named.
+/// The name of the row of stacks where no frame could be named, or none was recorded.
 pub(crate) const UNKNOWN: &str = "(unknown)";
 
 /// The name of the row of stacks with only the standard library's frames.
@@ -143,7 +143,14 @@ pub(crate) fn crate_of(frames: &[&Frame], modules: &[Option<&str>], caller: bool
             Named::Passed => None,
         });
     let Some((at, name)) = found else {
-        return if unknown { UNKNOWN } else { STD }.to_owned();
+        // A stack without any frame (a walk that captured nothing) is no more std's than
+        // anyone's.
+        return if unknown || frames.is_empty() {
+            UNKNOWN
+        } else {
+            STD
+        }
+        .to_owned();
     };
     if !caller {
         return name;

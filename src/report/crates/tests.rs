@@ -270,6 +270,9 @@ fn std_alone_unknown_and_no_own_frame() {
     // Nothing known of the frames below std's.
     let frames = stack(vec![Frame::default(), Frame::default()]);
     assert_eq!(name(&frames, false), UNKNOWN);
+    // No frame recorded at all (a walk that captured nothing): unknown too, not std's.
+    assert_eq!(crate_of(&[], &[], false), UNKNOWN);
+    assert_eq!(crate_of(&[], &[], true), UNKNOWN);
     // A dependency's thread, no frame of the program's.
     let mut frames = stack(vec![registry(
         "serde_json-1.0.140",
