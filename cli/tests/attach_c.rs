@@ -92,7 +92,8 @@ fn a_leak_after_a_signal_is_named_with_its_count_and_bytes() {
 
 /// The command killed while attached (`kill -9`): the library sees it end and detaches by itself,
 /// closing the trace whole while the program runs on (the summary reads its end record before
-/// the program ends), and the program runs on as before.
+/// the program ends); every block in it is the program's, with its stack; the copy left mapped
+/// does not keep a new attach from recording; and the program runs on as before.
 #[test]
 fn the_process_detaches_itself_when_the_command_is_killed() {
     let dir = scratch("c-killed");
@@ -130,6 +131,27 @@ fn the_process_detaches_itself_when_the_command_is_killed() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     assert!(summary.contains("attach_target.c:"), "{summary}");
+    // Every block the program's: none of the library's own threads' (its watch), none without
+    // a stack (walks made while the first one built the unwinder's registry).
+    let crates = run(memprof(&dir)
+        .args(["report", "--by", "crate", "--format", "tsv"])
+        .arg(&trace));
+    let crates = both(&crates);
+    assert!(
+        !crates.contains("memprof") && !crates.contains("(unknown)") && crates.contains("target"),
+        "{crates}"
+    );
+    // The copy the killed command loaded stays mapped, detached: a new attach records.
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--duration", "1", "--trace", "again-%p.mptrace"],
+        &mut target,
+        |_, _, _| {},
+    );
+    assert!(
+        status.success() && said.contains("memprof: detached from process"),
+        "{said}"
+    );
     target.signal("-USR1");
     target.expect("leaked 2");
     target.signal("-USR2");
