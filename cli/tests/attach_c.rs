@@ -11,6 +11,7 @@
 mod attach;
 
 use attach::*;
+use std::io::Write;
 
 #[test]
 fn a_leak_after_a_signal_is_named_with_its_count_and_bytes() {
@@ -158,5 +159,58 @@ fn the_process_detaches_itself_when_the_command_is_killed() {
     target.expect("alive 1");
     let (lines, stderr) = target.finish();
     assert_eq!(lines, ["ready", "leaked 1", "leaked 2", "alive 1", "bye"]);
+    assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
+}
+
+/// A child forked while attached (a pre-forking server's worker) is not the attached process:
+/// it stops recording at its fork, and its exit, after the parent's detach, writes no file over
+/// the `--output` files the detach wrote, nor a trace of its own.
+#[test]
+fn a_child_forked_while_attached_writes_nothing() {
+    let dir = scratch("c-forked");
+    let program = compile("cc", &dir, &["attach_worker.c"], "worker", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "t-%p.mptrace", "--output", "heap.tsv"],
+        &mut target,
+        |target, attacher, _| {
+            let stdin = target.stdin.as_mut().unwrap();
+            stdin.write_all(b"fork\n").unwrap();
+            stdin.flush().unwrap();
+            target.expect("forked");
+            // Ctrl-C: the detach writes heap.tsv.
+            let interrupted = Command::new("kill")
+                .args(["-INT", &attacher.to_string()])
+                .status()
+                .unwrap();
+            assert!(interrupted.success());
+        },
+    );
+    assert!(status.success(), "{said}");
+    let written = std::fs::read_to_string(dir.join("heap.tsv")).unwrap();
+    let inode =
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir.join("heap.tsv")).unwrap());
+    let stdin = target.stdin.as_mut().unwrap();
+    stdin.write_all(b"wait\n").unwrap();
+    stdin.flush().unwrap();
+    target.expect("child ended 0");
+    let after = std::fs::metadata(dir.join("heap.tsv")).unwrap();
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::ino(&after),
+            std::fs::read_to_string(dir.join("heap.tsv")).unwrap()
+        ),
+        (inode, written),
+        "the child's exit wrote heap.tsv again"
+    );
+    let traces: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".mptrace"))
+        .collect();
+    assert_eq!(traces, [format!("t-{}.mptrace", target.pid())]);
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "forked", "child ended 0", "bye"]);
     assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
 }

@@ -188,6 +188,8 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     crate::mappings::init();
     memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
     memprof::preload::prepare_walks();
+    // SAFETY: registers a handler that only stores to atomics, run in a forked child.
+    unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
     crate::READY.store(true, Relaxed);
     let (changed, mallocs) = memprof::untracked(|| got::patch(own, &table));
     if mallocs == 0 {
@@ -200,6 +202,19 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
         watch(command, fd);
     }
     changed as c_int
+}
+
+/// In a child forked while attached: the child is not the process the command attached to
+/// (a pre-forking server's worker, say), and nobody reads it or detaches it. It stops recording at
+/// once (the library's functions forward to the C library's, untouched), and its exit writes no
+/// file over the parent's. Its entries stay rewritten: putting them back takes locks another
+/// thread of the parent may have held at the fork.
+extern "C" fn in_child() {
+    if PHASE.load(Relaxed) == ATTACHED {
+        PHASE.store(DETACHED, Relaxed);
+        crate::READY.store(false, Relaxed);
+        memprof::preload::leave_child();
+    }
 }
 
 /// A pidfd of process `command` (the `memprof attach` that attaches), opened while it waits for

@@ -157,6 +157,14 @@ pub fn configure(pairs: Vec<(String, String)>) -> bool {
     crate::config::give(pairs)
 }
 
+/// In a child forked while the library was attached to its parent: the child is not the process
+/// `memprof attach` attached to, so its exit writes no `MEMPROF_OUTPUT` file (those are the
+/// parent's, written at its detach). Its trace is its parent's already, not written here. Only
+/// stores a flag: the library's `fork` handler calls it in the child.
+pub fn leave_child() {
+    super::triggers::skip_exit_files();
+}
+
 /// Ends recording in a process the library was attached to, as its exit would: closes the trace
 /// (its events, symbols and end record written) and writes the `MEMPROF_OUTPUT` files, which the
 /// exit then leaves alone. Called once the library's functions are no longer bound. Returns the

@@ -111,6 +111,13 @@ pub(crate) fn write_exit_files() {
     at_exit();
 }
 
+/// Makes the exit write nothing: the process is a child forked while the preloaded library was
+/// attached to its parent, whose files they are.
+#[cfg(feature = "preload")]
+pub(crate) fn skip_exit_files() {
+    EXIT_WRITTEN.store(true, Ordering::Release);
+}
+
 /// Writes what the configuration asks for at exit: the TSV log to stderr, the output files.
 extern "C" fn at_exit() {
     if EXIT_WRITTEN.swap(true, Ordering::AcqRel) {
