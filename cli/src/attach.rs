@@ -102,6 +102,18 @@ pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
         .join(spec);
     let pattern =
         traces::Pattern::new(&absolute).map_err(|e| Failure(format!("--trace {e}"), 2))?;
+    if let Some(dir) = absolute.parent()
+        && !dir.is_dir()
+    {
+        return Err(Failure(
+            format!(
+                "--trace {}: {} is not a directory; nothing was changed in process {pid}",
+                absolute.display(),
+                dir.display()
+            ),
+            2,
+        ));
+    }
     if let Some(sample) = &options.sample {
         sample_setting(sample)?;
     }
@@ -233,6 +245,17 @@ fn attach_in(
                 return Err(Failure(
                     format!(
                         "process {pid} is being recorded by another memprof attach: stop that one first"
+                    ),
+                    1,
+                ));
+            }
+            Ok(-7) => {
+                return Err(Failure(
+                    format!(
+                        "process {pid} could not create its trace {}: the directory must exist \
+                         and be writable by the process's user (it writes the file itself); \
+                         nothing was changed",
+                        absolute.display()
                     ),
                     1,
                 ));

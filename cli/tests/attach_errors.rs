@@ -288,3 +288,45 @@ fn a_stopped_process() {
     target.signal("-USR2");
     target.expect("alive 1");
 }
+
+/// A trace that cannot be made: in a directory that does not exist, the command refuses before
+/// touching the process; at a path the process cannot create (a directory there), the library
+/// changes nothing and says so, rather than record for no one. The process answers after each,
+/// and a later attach records.
+#[test]
+fn a_trace_that_cannot_be_made() {
+    let dir = scratch("no_trace");
+    let program = compile("cc", &dir, &["attach_refused.c"], "untraced", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let pid = target.pid().to_string();
+    let output = run(memprof(&dir).args([
+        "attach",
+        "--duration",
+        "1",
+        "--trace",
+        "missing/t.mptrace",
+        &pid,
+    ]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("missing is not a directory"), "{stderr}");
+    left_alone(target.pid());
+
+    std::fs::create_dir_all(dir.join("taken")).unwrap();
+    let output = run(memprof(&dir).args(["attach", "--duration", "1", "--trace", "taken", &pid]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("could not create its trace") && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    target.signal("-USR2");
+    target.expect("alive 1");
+
+    let output =
+        run(memprof(&dir).args(["attach", "--duration", "1", "--trace", "t.mptrace", &pid]));
+    assert!(output.status.success(), "{}", both(&output));
+    assert!(dir.join("t.mptrace").is_file());
+    target.signal("-USR2");
+    target.expect("alive 2");
+}

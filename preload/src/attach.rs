@@ -37,6 +37,7 @@ const OTHER_COPY: c_int = -3;
 const NO_MALLOC: c_int = -4;
 const BAD_SETTINGS: c_int = -5;
 const COMMAND_GONE: c_int = -6;
+const NO_TRACE: c_int = -7;
 
 /// The settings' line naming the process of the command that attached (`memprof attach`'s own
 /// id), which [`watch`] watches; not one of memprof's settings.
@@ -136,7 +137,8 @@ unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
 /// negative number: -1 the library was preloaded, not loaded by `dlopen`; -2 attached already;
 /// -3 another copy of the library is attached; -4 no module calls the C library's `malloc` (an
 /// allocator of the program's own; nothing changed); -5 the settings are not text; -6 the command
-/// named by the settings has ended already (nothing changed).
+/// named by the settings has ended already (nothing changed); -7 the trace the settings name
+/// could not be made (nothing changed).
 ///
 /// # Safety
 /// `settings` is null or a NUL-terminated string.
@@ -187,6 +189,13 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     crate::forward::resolve();
     crate::mappings::init();
     memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
+    if !memprof::is_tracing() {
+        // The trace could not be made (no such directory, not the process's to write): nothing
+        // is changed, rather than record for no one.
+        let _ = memprof::preload::detach();
+        PHASE.store(DETACHED, Relaxed);
+        return NO_TRACE;
+    }
     memprof::preload::prepare_walks();
     // SAFETY: registers a handler that only stores to atomics, run in a forked child.
     unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
