@@ -39,7 +39,7 @@ pub struct AttachOptions {
     #[arg(long)]
     sample: Option<String>,
     /// Detach by itself after this many seconds (default: at Ctrl-C, or when the process ends).
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     duration: Option<f64>,
     /// The viewer, live, on what arrives, at this address (`127.0.0.1:8080`; port 0 picks one);
     /// it stays up after the detach until Ctrl-C.
@@ -425,6 +425,18 @@ fn gdb_failure(pid: u32, answer: &gdb::Answer) -> Failure {
         ),
         1,
     )
+}
+
+/// `--duration`: seconds, a number from 0 to a year (`nan`, `inf` and negative numbers, which
+/// `f64` reads, are refused here rather than fail once the process is attached).
+fn seconds(raw: &str) -> Result<f64, String> {
+    const YEAR: f64 = 365.0 * 24.0 * 3600.0;
+    match raw.trim().parse::<f64>() {
+        Ok(seconds) if (0.0..=YEAR).contains(&seconds) => Ok(seconds),
+        _ => Err(format!(
+            "{raw:?} is not a number of seconds from 0 to {YEAR} (a year)"
+        )),
+    }
 }
 
 /// `--sample` as `MEMPROF_SAMPLE_INTERVAL`.

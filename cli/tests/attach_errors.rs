@@ -330,3 +330,22 @@ fn a_trace_that_cannot_be_made() {
     target.signal("-USR2");
     target.expect("alive 2");
 }
+
+/// `--duration` is a number of seconds from 0 to a year: `nan`, `inf` and negative numbers are
+/// refused before anything is done (they used to end the command once the process was attached).
+#[test]
+fn a_duration_that_is_not_seconds() {
+    let dir = scratch("duration");
+    for bad in ["nan", "inf", "-1", "1e30", "soon"] {
+        let output = run(memprof(&dir).args(["attach", "--duration", bad, "4194999"]));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("is not a number of seconds"),
+            "{bad}: {stderr}"
+        );
+    }
+    let output = run(memprof(&dir).args(["attach", "--duration", "0.5", "4194999"]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no such process: 4194999"), "{stderr}");
+}
