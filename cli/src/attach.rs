@@ -151,7 +151,9 @@ fn attach_built_in(options: &AttachOptions) -> Result<(), Failure> {
     if let Some((name, _)) = refused.iter().find(|(_, given)| *given) {
         return Err(Failure(
             format!(
-                "{name}: process {} has memprof built in, which records with its own settings                  (MEMPROF_STACK_DEPTH, MEMPROF_SAMPLE_INTERVAL in its environment); run                  `memprof serve` on the trace instead of --serve",
+                "{name}: process {} has memprof built in, which records with its own settings \
+                 (MEMPROF_STACK_DEPTH, MEMPROF_SAMPLE_INTERVAL in its environment); run \
+                 `memprof serve` on the trace instead of --serve",
                 options.pid
             ),
             2,
@@ -224,6 +226,11 @@ fn attach_in(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos() as u64;
+    // The viewer's address is had before the process is touched.
+    let viewer = match &options.serve {
+        Some(listen) => Some(crate::serve::bind_following(listen)?),
+        None => None,
+    };
     let script = gdb::attach_script(pid, checked, &copy, &settings);
     let answer = session(dir, "attach", &script)?;
     let detach_at = match (answer.get("ATTACH"), answer.get("DETACH_AT")) {
@@ -292,7 +299,7 @@ fn attach_in(
         _ => return Err(gdb_failure(pid, &answer)),
     };
     let followed = Arc::new(AtomicBool::new(false));
-    if let Some(listen) = &options.serve {
+    if let Some(listener) = viewer {
         let path = trace_of(pattern, started, pid).ok_or_else(|| {
             Failure(
                 format!(
@@ -302,7 +309,7 @@ fn attach_in(
                 1,
             )
         })?;
-        crate::serve::serve_following(path, listen, Arc::clone(&followed))?;
+        crate::serve::serve_following(path, listener, Arc::clone(&followed))?;
     }
     eprintln!(
         "memprof: attached to process {pid} (stopped {}); {}",

@@ -97,20 +97,25 @@ pub fn serve(
     }
 }
 
-/// The viewer on `listen` over the trace file being written at `path` (`memprof attach --serve`):
-/// its index follows the file until `done` is set and the rest of it is indexed. The server runs on
-/// threads of its own; returns the address it listens on, once it listens.
+/// The socket of [`serve_following`], bound to `listen` before anything else is done, so that an
+/// address that cannot be had is refused first.
+pub fn bind_following(listen: &str) -> Result<std::net::TcpListener, Failure> {
+    std::net::TcpListener::bind(listen).map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))
+}
+
+/// The viewer on `listener` ([`bind_following`]) over the trace file being written at `path`
+/// (`memprof attach --serve`): its index follows the file until `done` is set and the rest of it
+/// is indexed. The server runs on threads of its own; returns the address it listens on, once it
+/// listens.
 pub fn serve_following(
     path: PathBuf,
-    listen: &str,
+    listener: std::net::TcpListener,
     done: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<SocketAddr, Failure> {
     let shared: Shared = Arc::new(RwLock::new(None));
-    let listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))?;
     let address = listener
         .local_addr()
-        .map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))?;
+        .map_err(|e| Failure(format!("--serve: {e}"), 1))?;
     let following = shared.clone();
     std::thread::spawn(move || live::follow(&path, &following, &done));
     let viewer = Viewer {
@@ -118,7 +123,7 @@ pub fn serve_following(
         others: Vec::new(),
     };
     memprof_http::start(listener, viewer, options())
-        .map_err(|e| Failure(format!("--serve {listen}: {e}"), 1))?;
+        .map_err(|e| Failure(format!("--serve {address}: {e}"), 1))?;
     eprintln!("memprof: serving on http://{address}/");
     warn_beyond_loopback(address, "--serve");
     Ok(address)

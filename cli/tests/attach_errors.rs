@@ -349,3 +349,28 @@ fn a_duration_that_is_not_seconds() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no such process: 4194999"), "{stderr}");
 }
+
+/// A `--serve` address that cannot be had (taken, or not an address) is refused before the
+/// process is touched.
+#[test]
+fn a_viewer_address_that_cannot_be_had() {
+    let dir = scratch("serve_taken");
+    let program = compile("cc", &dir, &["attach_refused.c"], "unserved", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    for address in [taken.as_str(), "not-an-address"] {
+        let output = run(memprof(&dir)
+            .args(["attach", "--duration", "1", "--serve", address])
+            .arg(target.pid().to_string()));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{address}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--serve {address}:")),
+            "{address}: {stderr}"
+        );
+        left_alone(target.pid());
+    }
+    target.signal("-USR2");
+    target.expect("alive 1");
+}
