@@ -137,8 +137,8 @@ unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
 /// negative number: -1 the library was preloaded, not loaded by `dlopen`; -2 attached already;
 /// -3 another copy of the library is attached; -4 no module calls the C library's `malloc` (an
 /// allocator of the program's own; nothing changed); -5 the settings are not text; -6 the command
-/// named by the settings has ended already (nothing changed); -7 the trace the settings name
-/// could not be made (nothing changed).
+/// named by the settings has ended already (nothing changed); -7 the trace the settings ask for
+/// (`MEMPROF_TRACE`) could not be made (nothing changed).
 ///
 /// # Safety
 /// `settings` is null or a NUL-terminated string.
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
         return OTHER_COPY;
     }
     let mut command = None;
-    let pairs = text
+    let pairs: Vec<(String, String)> = text
         .lines()
         .filter_map(|line| line.split_once('='))
         .filter(|(name, value)| match *name == COMMAND {
@@ -182,6 +182,7 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
         Some(Ok(fd)) => fd,
         None => None,
     };
+    let traced = pairs.iter().any(|(name, _)| name == "MEMPROF_TRACE");
     if !memprof::preload::configure(pairs) {
         return ALREADY;
     }
@@ -189,8 +190,8 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     crate::forward::resolve();
     crate::mappings::init();
     memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
-    if !memprof::is_tracing() {
-        // The trace could not be made (no such directory, not the process's to write): nothing
+    if traced && !memprof::is_tracing() {
+        // The trace asked for could not be made (no such directory, not the process's to write): nothing
         // is changed, rather than record for no one.
         let _ = memprof::preload::detach();
         PHASE.store(DETACHED, Relaxed);
