@@ -337,7 +337,7 @@ fn a_trace_that_cannot_be_made() {
 fn a_duration_that_is_not_seconds() {
     let dir = scratch("duration");
     for bad in ["nan", "inf", "-1", "1e30", "soon"] {
-        let output = run(memprof(&dir).args(["attach", "--duration", bad, "4194999"]));
+        let output = run(memprof(&dir).args(["attach", &format!("--duration={bad}"), "4194999"]));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{bad}: {stderr}");
         assert!(
