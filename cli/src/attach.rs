@@ -723,28 +723,59 @@ fn check_ptrace_scope(pid: u32, euid: u32) -> Result<(), Failure> {
     let Ok(scope) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") else {
         return Ok(());
     };
-    let scope = scope.trim();
+    match ptrace_scope_refusal(pid, scope.trim(), euid) {
+        Some(message) => Err(Failure(message, 1)),
+        None => Ok(()),
+    }
+}
+
+/// Why `kernel.yama.ptrace_scope` at `scope` keeps a user `euid` from tracing `pid`, if it does.
+fn ptrace_scope_refusal(pid: u32, scope: &str, euid: u32) -> Option<String> {
     let refuse = |why: &str| {
-        Err(Failure(
-            format!(
-                "process {pid} cannot be traced: kernel.yama.ptrace_scope is {scope} ({why}). \
-                 Run memprof attach as root, or allow it for now with `sudo sysctl \
-                 kernel.yama.ptrace_scope=0`"
-            ),
-            1,
+        Some(format!(
+            "process {pid} cannot be traced: kernel.yama.ptrace_scope is {scope} ({why}). \
+             Run memprof attach as root, or allow it for now with `sudo sysctl \
+             kernel.yama.ptrace_scope=0`"
         ))
     };
     match scope {
         // gdb, the tracer, is never the process's ancestor.
         "1" if euid != 0 => refuse("only a process's ancestors may trace it"),
         "2" if euid != 0 => refuse("only root may trace"),
-        "3" => Err(Failure(
-            format!(
-                "process {pid} cannot be traced: kernel.yama.ptrace_scope is 3 (no process may \
-                 trace another until the next boot)"
-            ),
-            1,
+        "3" => Some(format!(
+            "process {pid} cannot be traced: kernel.yama.ptrace_scope is 3 (no process may \
+             trace another until the next boot)"
         )),
-        _ => Ok(()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ptrace_scope_refusal;
+
+    #[test]
+    fn ptrace_scope_refuses_with_the_cause_and_the_fix() {
+        // 0: classic ptrace permissions, nothing more to check.
+        assert_eq!(ptrace_scope_refusal(7, "0", 1000), None);
+        // 1: gdb is no ancestor of the process: a user is refused, root is not.
+        let user = ptrace_scope_refusal(7, "1", 1000).expect("scope 1 refuses a user");
+        assert!(user.contains("process 7"), "{user}");
+        assert!(user.contains("ptrace_scope is 1"), "{user}");
+        assert!(user.contains("ancestors"), "{user}");
+        assert!(
+            user.contains("sudo sysctl kernel.yama.ptrace_scope=0"),
+            "{user}"
+        );
+        assert!(!user.contains("  "), "a run of spaces in {user:?}");
+        assert_eq!(ptrace_scope_refusal(7, "1", 0), None);
+        // 2: root only.
+        let user = ptrace_scope_refusal(7, "2", 1000).expect("scope 2 refuses a user");
+        assert!(user.contains("only root may trace"), "{user}");
+        assert_eq!(ptrace_scope_refusal(7, "2", 0), None);
+        // 3: nobody, root included, and no fix but a reboot.
+        let root = ptrace_scope_refusal(7, "3", 0).expect("scope 3 refuses root");
+        assert!(root.contains("until the next boot"), "{root}");
+        assert!(!root.contains("sysctl"), "{root}");
     }
 }
