@@ -75,6 +75,7 @@ const BUSY_TRIES: u32 = 20;
 /// `memprof attach`.
 pub fn attach(options: &AttachOptions) -> Result<(), Failure> {
     let pid = options.pid;
+    check_process(pid)?;
     // A program with memprof built in answers on its control channel (`attach/builtin.rs`). A
     // process that cannot be read is not one: the checks below say why.
     if builtin::has_memprof_built_in(pid).unwrap_or(false) {
@@ -322,33 +323,54 @@ fn attach_in(
     let until = options
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    let ended = loop {
+    // An `exec` replaces the library with the rest of the image: the copy is looked for in the
+    // process's mappings every half second, and again, with the process stopped, before the
+    // detach calls into it.
+    let library = target::FileId::of(&copy)
+        .map_err(|e| Failure(format!("cannot read {}: {e}", copy.display()), 1))?;
+    let mut polls = 0u32;
+    let mut end = loop {
         if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
-            break true;
+            break End::Exited;
         }
         interrupts += signals.pending().count();
         if interrupts > 0 || until.is_some_and(|u| Instant::now() >= u) {
-            break false;
+            break End::Detach;
+        }
+        polls += 1;
+        if polls.is_multiple_of(25) && library.mapped_by(pid).is_ok_and(|mapped| !mapped) {
+            break End::Replaced;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    if !ended {
-        let script = gdb::detach_script(pid, checked, detach_at);
+    if matches!(end, End::Detach) {
+        let script = gdb::detach_script(pid, checked, detach_at, &library);
         let answer = session(dir, "detach", &script)?;
         match answer.get("DETACHED").map(|v| v.trim().parse::<i64>()) {
             Some(Ok(n)) if n >= 0 => {}
             Some(Ok(-2)) => eprintln!("memprof: the trace could not be closed whole"),
-            _ if !Path::new(&format!("/proc/{pid}")).exists() => {}
+            Some(Ok(gdb::LIBRARY_GONE)) => end = End::Replaced,
+            _ if !Path::new(&format!("/proc/{pid}")).exists() => end = End::Exited,
             _ => return Err(gdb_failure(pid, &answer)),
         }
-        eprintln!(
-            "memprof: detached from process {pid} (stopped {})",
-            stopped(&answer)
-        );
-    } else {
+        if matches!(end, End::Detach) {
+            eprintln!(
+                "memprof: detached from process {pid} (stopped {})",
+                stopped(&answer)
+            );
+        }
+    }
+    match end {
+        End::Detach => {}
         // The library closed the trace and wrote the files in the process's exit handlers, which
         // ran before it became a zombie or went.
-        eprintln!("memprof: process {pid} ended");
+        End::Exited => eprintln!("memprof: process {pid} ended"),
+        // Through `execve` and its kin the library detached first; through `execl` (which the C
+        // library calls within itself) the trace ends where its writer was.
+        End::Replaced => eprintln!(
+            "memprof: process {pid} replaced its program (exec), memprof's library with it: \
+             recorded until then; the new program is not recorded"
+        ),
     }
     followed.store(true, Ordering::SeqCst);
     let found = pattern.traces_since(started);
@@ -505,6 +527,35 @@ pub fn has_memprof_built_in(pid: u32) -> io::Result<bool> {
         return Ok(true);
     }
     run::has_memprof_marker(&exe)
+}
+
+/// How an attach ended.
+enum End {
+    /// The command detaches: Ctrl-C, `--duration`.
+    Detach,
+    /// The process exited.
+    Exited,
+    /// The process replaced its image (`exec`).
+    Replaced,
+}
+
+/// `pid` names a process, not one of its threads (`top -H` and `ps -L` list threads' ids, which
+/// `/proc` answers for too): a thread is not attached to by itself.
+fn check_process(pid: u32) -> Result<(), Failure> {
+    let tgid = target::status_field(pid, "Tgid")
+        .ok()
+        .flatten()
+        .and_then(|t| t.parse::<u32>().ok());
+    match tgid {
+        Some(process) if process != pid => Err(Failure(
+            format!(
+                "{pid} is a thread of process {process}, not a process: attach to the process \
+                 (`memprof attach {process}`), which profiles all of its threads"
+            ),
+            2,
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Every check made before the process is touched, each failure naming the cause and the fix;

@@ -214,3 +214,75 @@ fn a_child_forked_while_attached_writes_nothing() {
     assert_eq!(lines, ["ready", "forked", "child ended 0", "bye"]);
     assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
 }
+
+/// Sends `line` to the target's stdin.
+fn say(target: &mut Target, line: &str) {
+    let stdin = target.stdin.as_mut().unwrap();
+    stdin.write_all(line.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+}
+
+/// A process that replaces its program (`execv`) while attached: the library detaches first (the
+/// trace closed whole, the files written with what was recorded), the command sees the copy gone
+/// and ends by itself with the summary, and the new program runs unrecorded.
+#[test]
+fn an_exec_while_attached_ends_the_attach_with_the_trace_whole() {
+    let dir = scratch("c-exec");
+    let program = compile("cc", &dir, &["attach_exec.c"], "exec", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "t-%p.mptrace", "--output", "heap.tsv"],
+        &mut target,
+        |target, _, _| {
+            say(target, "leak\n");
+            target.expect("leaked");
+            say(target, "execv\n");
+            target.expect("replaced");
+        },
+    );
+    assert!(status.success(), "{said}");
+    assert!(
+        said.contains("replaced its program (exec)") && !said.contains("not closed"),
+        "{said}"
+    );
+    let log = tsv(&dir.join("heap.tsv"));
+    let line = line_of("attach_exec.c", "LEAK_LINE");
+    let leak = at(&log, &format!("attach_exec.c:{line}"));
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!((leak[0].count, leak[0].bytes), (10, 3000), "{}", show(&log));
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", target.pid())).unwrap();
+    assert!(!maps.contains("memprof"), "{maps}");
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "leaked", "replaced", "bye"]);
+    assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
+}
+
+/// `execl` replaces the program past the library (the C library calls its own `execve`), and
+/// Ctrl-C follows at once: the detach finds the copy gone, with the process stopped, and calls
+/// nothing in the new program, which runs on.
+#[test]
+fn an_exec_past_the_library_is_not_called_into() {
+    let dir = scratch("c-execl");
+    let program = compile("cc", &dir, &["attach_exec.c"], "execl", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let (_, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "t-%p.mptrace"],
+        &mut target,
+        |target, attacher, _| {
+            say(target, "execl\n");
+            target.expect("replaced");
+            let interrupted = Command::new("kill")
+                .args(["-INT", &attacher.to_string()])
+                .status()
+                .unwrap();
+            assert!(interrupted.success());
+        },
+    );
+    assert!(said.contains("replaced its program (exec)"), "{said}");
+    assert!(!said.contains("detached from process"), "{said}");
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "replaced", "bye"]);
+    assert_eq!(stderr, "");
+}

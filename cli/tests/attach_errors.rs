@@ -1,7 +1,8 @@
 //! `memprof attach` refuses, naming the cause and the fix, and changes nothing in the process: no
 //! such process; a kernel thread; a statically linked program; a 32-bit one; a program whose
 //! `malloc` is its own; one with memprof built in; one another tracer holds; another user's
-//! process; one whose C library was replaced on disk since it started; a stopped one. After
+//! process; one whose C library was replaced on disk since it started; a stopped one; a thread's
+//! id given for a process's. After
 //! each, the process has no tracer, no library of memprof's mapped, and answers as before.
 //!
 //! `kernel.yama.ptrace_scope` cannot be set from a test (it is the machine's); its message is
@@ -287,6 +288,47 @@ fn a_stopped_process() {
     left_alone(target.pid());
     target.signal("-USR2");
     target.expect("alive 1");
+}
+
+/// A thread's id (as `top -H` lists it) is refused, naming its process, for a program with
+/// memprof built in too; the process's own id attaches.
+#[test]
+fn a_thread_of_a_process() {
+    for (name, defines) in [
+        ("thread", &["-DTHREAD"][..]),
+        ("thread_built_in", &["-DTHREAD", "-DBUILT_IN"][..]),
+    ] {
+        let dir = scratch(name);
+        let program = compile("cc", &dir, &["attach_refused.c"], name, defines);
+        let mut target = Target::start(Command::new(&program), "ready");
+        let pid = target.pid();
+        let task = format!("/proc/{pid}/task");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let thread = loop {
+            let other = std::fs::read_dir(&task)
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|&tid| tid != pid);
+            if let Some(tid) = other {
+                break tid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no second thread");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let output = run(memprof(&dir)
+            .args(["attach", "--duration", "1"])
+            .arg(thread.to_string()));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{}", both(&output));
+        assert!(
+            stderr.contains(&format!("{thread} is a thread of process {pid}"))
+                && stderr.contains(&format!("memprof attach {pid}")),
+            "{stderr}"
+        );
+        left_alone(pid);
+        target.signal("-USR2");
+        target.expect("alive 1");
+    }
 }
 
 /// A trace that cannot be made: in a directory that does not exist, the command refuses before

@@ -15,11 +15,16 @@
 //!
 //! Blocks made before the attach are not in memprof's table: their frees and reallocations go to
 //! the C library untouched, as in the preloaded library from its start.
+//!
+//! An `exec` replaces the process's image, this library with it: the entries of `execve`,
+//! `execv`, `execvp`, `execvpe` and `fexecve` are rewritten too, and detach first (the trace
+//! closed whole, the files written), as the preloaded library closes its trace before an `exec`.
 
+use crate::exec::Argv;
 use crate::got;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering::Relaxed};
 
 /// Set by the constructor when the library was loaded by `dlopen` into a running process.
 static DLOPENED: AtomicBool = AtomicBool::new(false);
@@ -29,6 +34,9 @@ static PHASE: AtomicU8 = AtomicU8::new(IDLE);
 const IDLE: u8 = 0;
 const ATTACHED: u8 = 1;
 const DETACHED: u8 = 2;
+
+/// The process attached to: a `vfork` child, which shares its memory, is another.
+static ATTACHED_PID: AtomicU32 = AtomicU32::new(0);
 
 /// What [`memprof_attach`] returns when it cannot attach (a count of entries otherwise).
 const NOT_DLOPENED: c_int = -1;
@@ -84,7 +92,7 @@ fn own_base() -> usize {
 /// The functions redirected, with this library's own: `malloc` first. The addresses are those of
 /// the library's private names for them (`imp_*`): the address of one of the library's exported functions, taken
 /// here, is the one the loader bound the name to (the C library's, in a library loaded late).
-fn table() -> [(&'static CStr, usize); 16] {
+fn table() -> [(&'static CStr, usize); 21] {
     [
         (c"malloc", crate::imp_malloc as *const () as usize),
         (c"calloc", crate::imp_calloc as *const () as usize),
@@ -114,7 +122,70 @@ fn table() -> [(&'static CStr, usize); 16] {
         (c"munmap", crate::mappings::imp_munmap as *const () as usize),
         (c"mremap", crate::mappings::imp_mremap as *const () as usize),
         (c"dlopen", dlopen as *const () as usize),
+        (c"execve", execve as *const () as usize),
+        (c"execv", execv as *const () as usize),
+        (c"execvp", execvp as *const () as usize),
+        (c"execvpe", execvpe as *const () as usize),
+        (c"fexecve", fexecve as *const () as usize),
     ]
+}
+
+/// Before the process's image is replaced: detaches, in the process attached to (not in a
+/// `vfork` child, nor a forked one, which [`in_child`] detached at its fork). An `exec` that
+/// fails leaves the process running detached.
+fn before_exec() {
+    if PHASE.load(Relaxed) == ATTACHED && std::process::id() == ATTACHED_PID.load(Relaxed) {
+        memprof_detach();
+    }
+}
+
+/// `execve(2)` while attached: detaches, then the C library's (found when attaching: this
+/// library's own name for it is the preloaded library's `execve`).
+///
+/// # Safety
+/// As the C library's.
+unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::exec::forward_execve(path, argv, envp) }
+}
+
+/// `execv(3)` while attached, as [`execve`].
+///
+/// # Safety
+/// As the C library's.
+unsafe extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
+    before_exec();
+    crate::exec::exec2(1, path, argv)
+}
+
+/// `execvp(3)` while attached, as [`execve`].
+///
+/// # Safety
+/// As the C library's.
+unsafe extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
+    before_exec();
+    crate::exec::exec2(2, file, argv)
+}
+
+/// `execvpe(3)` while attached, as [`execve`].
+///
+/// # Safety
+/// As the C library's.
+unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::exec::forward_execvpe(file, argv, envp) }
+}
+
+/// `fexecve(3)` while attached, as [`execve`].
+///
+/// # Safety
+/// As the C library's.
+unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { crate::exec::forward_fexecve(fd, argv, envp) }
 }
 
 /// `dlopen(3)` while attached: the C library's, then the new modules' entries rewritten. Called
@@ -186,8 +257,10 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     if !memprof::preload::configure(pairs) {
         return ALREADY;
     }
+    ATTACHED_PID.store(std::process::id(), Relaxed);
     PHASE.store(ATTACHED, Relaxed);
     crate::forward::resolve();
+    crate::exec::resolve_late();
     crate::mappings::init();
     memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
     if traced && !memprof::is_tracing() {

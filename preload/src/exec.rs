@@ -25,10 +25,31 @@ const NAMES: [&std::ffi::CStr; 5] = [c"execve", c"execv", c"execvp", c"execvpe",
 /// constructor, where looking up may allocate.
 pub(crate) fn resolve() {
     ORIGIN.store(std::process::id(), Relaxed);
+    // `RTLD_NEXT` searches the modules loaded after this one.
+    find(libc::RTLD_NEXT);
+}
+
+/// Finds the C library's functions in a library loaded late (`memprof attach`), which closes no
+/// trace through them itself (`attach.rs` detaches before calling them): the program's modules,
+/// loaded before this one, come first in the search.
+pub(crate) fn resolve_late() {
+    find(libc::RTLD_DEFAULT);
+}
+
+/// Looks the functions up from `handle`, a pseudo-handle; a function of this library's own (its
+/// exported `exec` functions, should it be in the search) is not taken: calling it would call
+/// itself.
+fn find(handle: *mut std::ffi::c_void) {
+    let own = crate::got::base_of(find as *const () as usize);
     for (slot, name) in REAL.iter().zip(NAMES) {
-        // SAFETY: a NUL-terminated name; `RTLD_NEXT` searches the modules loaded after this one.
-        let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-        slot.store(found as usize, Relaxed);
+        // SAFETY: a NUL-terminated name, looked up from `handle`, a pseudo-handle.
+        let found = unsafe { libc::dlsym(handle, name.as_ptr()) } as usize;
+        let found = if crate::got::base_of(found) == own {
+            0
+        } else {
+            found
+        };
+        slot.store(found, Relaxed);
     }
 }
 
@@ -54,7 +75,7 @@ fn not_found() -> c_int {
     -1
 }
 
-type Argv = *const *const c_char;
+pub(crate) type Argv = *const *const c_char;
 
 /// `execve(2)`.
 ///
@@ -63,6 +84,15 @@ type Argv = *const *const c_char;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { forward_execve(path, argv, envp) }
+}
+
+/// The C library's `execve`, or the system call.
+///
+/// # Safety
+/// As `execve`.
+pub(crate) unsafe fn forward_execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
     match real(0) {
         // SAFETY: the system call itself, with the caller's arguments.
         0 => unsafe { libc::syscall(libc::SYS_execve, path, argv, envp) as c_int },
@@ -103,6 +133,15 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { forward_execvpe(file, argv, envp) }
+}
+
+/// The C library's `execvpe`.
+///
+/// # Safety
+/// As `execvpe`.
+pub(crate) unsafe fn forward_execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
     match real(3) {
         0 => not_found(),
         found => {
@@ -122,6 +161,15 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { forward_fexecve(fd, argv, envp) }
+}
+
+/// The C library's `fexecve`.
+///
+/// # Safety
+/// As `fexecve`.
+pub(crate) unsafe fn forward_fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     match real(4) {
         0 => not_found(),
         found => {
@@ -134,8 +182,8 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     }
 }
 
-/// Calls the C library's two-argument `exec` function number `index` (`execv`, `execvp`).
-fn exec2(index: usize, path: *const c_char, argv: Argv) -> c_int {
+/// Calls the C library's two-argument `exec` function number `index` (`execv` 1, `execvp` 2).
+pub(crate) fn exec2(index: usize, path: *const c_char, argv: Argv) -> c_int {
     match real(index) {
         0 => not_found(),
         found => {

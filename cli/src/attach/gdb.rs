@@ -11,6 +11,7 @@
 //! ([`Addresses`]). Strings are written into a page the process maps for the call (gdb would
 //! call `malloc` in the process to place a string literal).
 
+use super::target::FileId;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
@@ -181,15 +182,32 @@ pub fn attach_script(pid: u32, at: &Addresses, library: &Path, settings: &str) -
     script
 }
 
-/// The script that calls `memprof_detach` at `function`: prints `MEMPROF:DETACHED`.
-pub fn detach_script(pid: u32, at: &Addresses, function: u64) -> String {
+/// What `MEMPROF:DETACHED` says when the library is no longer mapped (the process replaced its
+/// image): nothing was called.
+pub const LIBRARY_GONE: i64 = -9;
+
+/// The script that calls `memprof_detach` at `function`, in `library`'s copy: prints
+/// `MEMPROF:DETACHED`. The copy is looked for in the process's mappings while gdb holds it
+/// stopped, so that an `exec` since the command last looked has no address called in the new
+/// program.
+pub fn detach_script(pid: u32, at: &Addresses, function: u64, library: &FileId) -> String {
     let mut script = opening(pid, at);
     let _ = write!(
         script,
-        "printf \"MEMPROF:DETACHED=%d\\n\", ((int (*)(void)) {function:#x})()\n\
+        "python\n\
+         memprof_mapped = any(l.split()[3:5] == ['{device}', '{inode}'] for l in open('/proc/{pid}/maps'))\n\
+         gdb.set_convenience_variable('memprof_mapped', 1 if memprof_mapped else 0)\n\
+         end\n\
+         if $memprof_mapped\n\
+         printf \"MEMPROF:DETACHED=%d\\n\", ((int (*)(void)) {function:#x})()\n\
+         else\n\
+         printf \"MEMPROF:DETACHED={LIBRARY_GONE}\\n\"\n\
+         end\n\
          detach\n\
          {STOPPED}\
-         quit\n"
+         quit\n",
+        device = library.device,
+        inode = library.inode,
     );
     script
 }

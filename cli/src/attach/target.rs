@@ -20,6 +20,38 @@ pub fn own_euid() -> Option<u32> {
     uid.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A file as `/proc/PID/maps` names it, whatever its path: its device (`major:minor`, in hex)
+/// and inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileId {
+    pub device: String,
+    pub inode: String,
+}
+
+impl FileId {
+    /// The id of the file at `path`.
+    pub fn of(path: &Path) -> io::Result<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)?;
+        let dev = meta.dev();
+        Ok(FileId {
+            device: format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev)),
+            inode: meta.ino().to_string(),
+        })
+    }
+
+    /// Whether process `pid` maps the file: `Ok(false)` once it has replaced its image
+    /// (`exec`), an error when the process cannot be read (gone).
+    pub fn mapped_by(&self, pid: u32) -> io::Result<bool> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(text.lines().any(|line| {
+            let mut fields = line.split_whitespace().skip(3);
+            fields.next() == Some(self.device.as_str())
+                && fields.next() == Some(self.inode.as_str())
+        }))
+    }
+}
+
 /// A file mapped into the process, as `/proc/PID/maps` lists it.
 #[derive(Clone, Debug)]
 pub struct Module {

@@ -1,7 +1,9 @@
 /* A program memprof attach refuses, by how it is built (the test's -D flags):
  * OWN_MALLOC: its malloc is its own (a bump allocator, as a program linked with jemalloc or
- * tcmalloc has one); BUILT_IN: it has a memprof_ C function (memprof built in, include/memprof.h).
+ * tcmalloc has one); BUILT_IN: it has a memprof_ C function (memprof built in, include/memprof.h);
+ * THREAD: a second thread, which sleeps (its id is no process's).
  * Prints "ready", then "alive" at each SIGUSR2, and ends at stdin's end. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,10 @@ void *realloc(void *old, size_t n) { void *p = malloc(n); if (old) memcpy(p, old
 __attribute__((used, noinline)) int memprof_dump(const char *path) { return path != 0; }
 #endif
 
+#ifdef THREAD
+static void *sleeper(void *arg) { (void)arg; for (;;) pause(); return NULL; }
+#endif
+
 static volatile sig_atomic_t asked = 0;
 static void on_usr2(int s) { (void)s; asked++; }
 
@@ -29,6 +35,10 @@ int main(void) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr2;
     sigaction(SIGUSR2, &sa, NULL);
+#ifdef THREAD
+    pthread_t thread;
+    pthread_create(&thread, NULL, sleeper, NULL);
+#endif
     printf("ready\n");
     fflush(stdout);
     int done = 0;
