@@ -11,6 +11,7 @@
 
 pub(crate) mod builtin;
 mod gdb;
+mod outputs;
 mod target;
 
 use crate::Failure;
@@ -193,18 +194,12 @@ fn attach_in(
         std::process::id(),
         absolute.display()
     );
-    if let Some(output) = &options.output {
-        let absolute_outputs: Vec<String> = output
-            .split(',')
-            .filter(|o| !o.trim().is_empty())
-            .map(|o| {
-                std::env::current_dir()
-                    .map(|d| d.join(o.trim()).display().to_string())
-                    .unwrap_or_else(|_| o.to_owned())
-            })
-            .collect();
-        settings.push_str(&format!("MEMPROF_OUTPUT={}\n", absolute_outputs.join(",")));
+    let outputs = outputs::checked(options.output.as_deref().unwrap_or(""))?;
+    if !outputs.is_empty() {
+        let names: Vec<String> = outputs.iter().map(|o| o.display().to_string()).collect();
+        settings.push_str(&format!("MEMPROF_OUTPUT={}\n", names.join(",")));
     }
+    let since = SystemTime::now();
     if let Some(depth) = options.depth {
         settings.push_str(&format!("MEMPROF_STACK_DEPTH={depth}\n"));
     }
@@ -372,6 +367,7 @@ fn attach_in(
              recorded until then; the new program is not recorded"
         ),
     }
+    outputs::unwritten(&outputs, since);
     followed.store(true, Ordering::SeqCst);
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);

@@ -331,6 +331,60 @@ fn a_thread_of_a_process() {
     }
 }
 
+/// `--output` files: an ending memprof does not write, or a directory that does not exist, is
+/// refused before the process is touched; a file the process could not write (a directory in
+/// its place) is named after the detach, rather than left unsaid.
+#[test]
+fn an_output_that_cannot_be_written() {
+    let dir = scratch("outputs");
+    let program = compile("cc", &dir, &["attach_refused.c"], "outputs", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let pid = target.pid().to_string();
+    for (output, words) in [
+        (
+            "heap.txt",
+            &["--output heap.txt: unknown file ending", ".tsv"][..],
+        ),
+        (
+            "none/heap.tsv",
+            &["--output none/heap.tsv", "is not a directory"][..],
+        ),
+    ] {
+        let output = run(memprof(&dir)
+            .args(["attach", "--duration", "1", "--output", output])
+            .arg(&pid));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{}", both(&output));
+        for word in words {
+            assert!(stderr.contains(word), "{word:?} in {stderr}");
+        }
+        left_alone(target.pid());
+    }
+    std::fs::create_dir(dir.join("taken.tsv")).unwrap();
+    let output = run(memprof(&dir)
+        .args([
+            "attach",
+            "--duration",
+            "1",
+            "--output",
+            "taken.tsv,heap.tsv",
+        ])
+        .arg(&pid));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}", both(&output));
+    assert!(
+        stderr.contains(&format!(
+            "{} was not written",
+            dir.join("taken.tsv").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("heap.tsv was not written"), "{stderr}");
+    assert!(dir.join("heap.tsv").is_file());
+    target.signal("-USR2");
+    target.expect("alive 1");
+}
+
 /// A trace that cannot be made: in a directory that does not exist, the command refuses before
 /// touching the process; at a path the process cannot create (a directory there), the library
 /// changes nothing and says so, rather than record for no one. The process answers after each,
