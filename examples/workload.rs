@@ -84,6 +84,13 @@ fn main() {
         result.expect("the report renders");
         outcome.set("pretty_report_s", format!("{s:.3}"));
     }
+    if std::env::var_os("WORKLOAD_BREAKDOWN").is_some() {
+        // Where the process's memory is at the end: memprof's own tables among the rest.
+        memprof::MemoryBreakdown::get()
+            .write_text(&mut io::stderr())
+            .expect("stderr takes the breakdown");
+        outcome.set("stacks", Snapshot::take_all().stacks.len());
+    }
     outcome.set("unwinder", format!("{:?}", config.unwinder));
     outcome.set("stack_depth", config.stack_depth);
     outcome.print();
