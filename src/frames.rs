@@ -100,14 +100,23 @@ fn is_registry_index(name: &str) -> bool {
 const OWN_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
 
 /// Whether a frame is memprof's own: by its path, or by its source file when the debug information
-/// names it without a path (`debug = "line-tables-only"`). Everything above the last such frame
+/// names it without a path (`debug = "line-tables-only"`), or, named by nothing but its module (a
+/// trace without symbols), by the preloaded library's file. Everything above the last such frame
 /// on a stack (std code inlined into memprof, such as thread-local access) is memprof's too.
 pub(crate) fn is_profiler_frame(frame: &Frame) -> bool {
     is_profiler_function(frame.function.as_deref().unwrap_or(""))
-        || frame
-            .file
-            .as_deref()
-            .is_some_and(|f| f.starts_with(OWN_SOURCE))
+        || frame.file.as_deref().is_some_and(|f| {
+            f.starts_with(OWN_SOURCE)
+                || (frame.function.is_none() && frame.line == 0 && is_preload_module(f))
+        })
+}
+
+/// Whether `path` is a file of the preloaded library: `libmemprof_preload.so`, the copies
+/// `memprof run` carries (`libmemprof_preload-HASH.so`) and `memprof attach` loads.
+fn is_preload_module(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|name| name.starts_with("libmemprof_preload"))
 }
 
 /// Whether a frame of memprof's is one that calls the program's code back (the closure given to

@@ -258,6 +258,32 @@ fn c_frames_are_their_shared_objects() {
     assert_eq!(name(&frames, false), "libmy.so");
 }
 
+/// A trace without symbols names each frame by its module alone: the preloaded library's frames
+/// at the top are memprof's, passed over, not a crate holding every block.
+#[test]
+fn frames_named_by_their_module_alone() {
+    let module = |path: &str| Frame {
+        function: None,
+        file: Some(path.into()),
+        line: 0,
+        column: 0,
+    };
+    let preload = "/root/.cache/memprof/libmemprof_preload-b5647cc05bd795ee.so";
+    let frames = vec![
+        module(preload),
+        module(preload),
+        module("/usr/bin/python3.11"),
+        module("/usr/bin/python3.11"),
+        module("/lib/x86_64-linux-gnu/libc.so.6"),
+    ];
+    assert_eq!(name(&frames, false), "python3.11");
+    let frames = vec![
+        module("/tmp/memprof-attach-x/libmemprof_preload.so"),
+        module("/lib/x86_64-linux-gnu/libc.so.6"),
+    ];
+    assert_eq!(name(&frames, false), "libc.so.6");
+}
+
 #[test]
 fn std_alone_unknown_and_no_own_frame() {
     // Only std's frames between the allocator and the runtime: std's runtime allocating.
