@@ -92,8 +92,10 @@ fn own_base() -> usize {
 /// The functions redirected, with this library's own: `malloc` first. The addresses are those of
 /// the library's private names for them (`imp_*`): the address of one of the library's exported functions, taken
 /// here, is the one the loader bound the name to (the C library's, in a library loaded late).
-fn table() -> [(&'static CStr, usize); 21] {
-    [
+/// The `exec` functions are left out where the C library's could not be found: the program's
+/// own entries then stay as they were.
+fn table() -> Vec<(&'static CStr, usize)> {
+    let mut table = vec![
         (c"malloc", crate::imp_malloc as *const () as usize),
         (c"calloc", crate::imp_calloc as *const () as usize),
         (c"realloc", crate::imp_realloc as *const () as usize),
@@ -127,7 +129,9 @@ fn table() -> [(&'static CStr, usize); 21] {
         (c"execvp", execvp as *const () as usize),
         (c"execvpe", execvpe as *const () as usize),
         (c"fexecve", fexecve as *const () as usize),
-    ]
+    ];
+    table.retain(|(name, _)| crate::exec::found(name));
+    table
 }
 
 /// Before the process's image is replaced: detaches, in the process attached to (not in a
@@ -231,6 +235,7 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
         }
     };
     let own = own_base();
+    crate::exec::resolve_late();
     let table = table();
     if got::taken_by_another(own, &table) {
         return OTHER_COPY;
@@ -260,7 +265,6 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     ATTACHED_PID.store(std::process::id(), Relaxed);
     PHASE.store(ATTACHED, Relaxed);
     crate::forward::resolve();
-    crate::exec::resolve_late();
     crate::mappings::init();
     memprof::preload::start(crate::forward::__libc_malloc as *const c_void);
     if traced && !memprof::is_tracing() {

@@ -63,6 +63,15 @@ fn before_exec() {
     }
 }
 
+/// Whether the C library's function `name` was found, when it is one of [`NAMES`]; `true` for
+/// any other name.
+pub(crate) fn found(name: &std::ffi::CStr) -> bool {
+    NAMES
+        .iter()
+        .position(|&n| n == name)
+        .is_none_or(|index| real(index) != 0)
+}
+
 /// The C library's function number `index` of [`NAMES`], or null.
 fn real(index: usize) -> usize {
     REAL[index].load(Relaxed)
