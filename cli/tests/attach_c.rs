@@ -180,11 +180,7 @@ fn a_child_forked_while_attached_writes_nothing() {
             stdin.flush().unwrap();
             target.expect("forked");
             // Ctrl-C: the detach writes heap.tsv.
-            let interrupted = Command::new("kill")
-                .args(["-INT", &attacher.to_string()])
-                .status()
-                .unwrap();
-            assert!(interrupted.success());
+            interrupt(attacher);
         },
     );
     assert!(status.success(), "{said}");
@@ -273,11 +269,7 @@ fn an_exec_past_the_library_is_not_called_into() {
         |target, attacher, _| {
             say(target, "execl\n");
             target.expect("replaced");
-            let interrupted = Command::new("kill")
-                .args(["-INT", &attacher.to_string()])
-                .status()
-                .unwrap();
-            assert!(interrupted.success());
+            interrupt(attacher);
         },
     );
     assert!(said.contains("replaced its program (exec)"), "{said}");

@@ -60,11 +60,7 @@ fn twice_in_a_row_while_asleep_the_second_ended_by_ctrl_c() {
         |target, memprof, _| {
             target.signal("-USR1");
             target.expect("leaked 2");
-            let status = Command::new("kill")
-                .args(["-INT", &memprof.to_string()])
-                .status()
-                .unwrap();
-            assert!(status.success());
+            interrupt(memprof);
         },
     );
     assert!(status.success(), "{said}");

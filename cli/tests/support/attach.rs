@@ -203,6 +203,15 @@ impl Drop for Target {
     }
 }
 
+/// Ctrl-C to process `pid` (the command, as a terminal sends it).
+pub fn interrupt(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -INT {pid}");
+}
+
 /// Runs `command` (at most 120 s); its output.
 pub fn run(command: &mut Command) -> Output {
     let child = command
