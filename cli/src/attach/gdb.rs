@@ -195,7 +195,9 @@ pub fn detach_script(pid: u32, at: &Addresses, function: u64, library: &FileId) 
     let _ = write!(
         script,
         "python\n\
-         memprof_mapped = any(l.split()[3:5] == ['{device}', '{inode}'] for l in open('/proc/{pid}/maps'))\n\
+         memprof_want = (bytes.fromhex('{path}'), b'{device}', b'{inode}')\n\
+         memprof_is = lambda f: (len(f) == 6 and f[5] == memprof_want[0]) or f[3:5] == [memprof_want[1], memprof_want[2]]\n\
+         memprof_mapped = any(memprof_is(l.rstrip(b'\\n').split(None, 5)) for l in open('/proc/{pid}/maps', 'rb'))\n\
          gdb.set_convenience_variable('memprof_mapped', 1 if memprof_mapped else 0)\n\
          end\n\
          if $memprof_mapped\n\
@@ -206,6 +208,11 @@ pub fn detach_script(pid: u32, at: &Addresses, function: u64, library: &FileId) 
          detach\n\
          {STOPPED}\
          quit\n",
+        path = library
+            .path
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
         device = library.device,
         inode = library.inode,
     );

@@ -20,10 +20,13 @@ pub fn own_euid() -> Option<u32> {
     uid.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// A file as `/proc/PID/maps` names it, whatever its path: its device (`major:minor`, in hex)
-/// and inode.
+/// A file as `/proc/PID/maps` names it: by its path (resolved), or by its device (`major:minor`,
+/// in hex) and inode. Either may differ between what the command sees and what the process's
+/// mappings say (another mount namespace; an overlay file system, whose mappings name the
+/// layer's device): one matching is enough.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileId {
+    pub path: Vec<u8>,
     pub device: String,
     pub inode: String,
 }
@@ -31,10 +34,12 @@ pub struct FileId {
 impl FileId {
     /// The id of the file at `path`.
     pub fn of(path: &Path) -> io::Result<FileId> {
+        use std::os::unix::ffi::OsStrExt;
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(path)?;
         let dev = meta.dev();
         Ok(FileId {
+            path: std::fs::canonicalize(path)?.as_os_str().as_bytes().to_vec(),
             device: format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev)),
             inode: meta.ino().to_string(),
         })
@@ -43,12 +48,50 @@ impl FileId {
     /// Whether process `pid` maps the file: `Ok(false)` once it has replaced its image
     /// (`exec`), an error when the process cannot be read (gone).
     pub fn mapped_by(&self, pid: u32) -> io::Result<bool> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        Ok(text.lines().any(|line| {
-            let mut fields = line.split_whitespace().skip(3);
-            fields.next() == Some(self.device.as_str())
-                && fields.next() == Some(self.inode.as_str())
-        }))
+        let text = std::fs::read(format!("/proc/{pid}/maps"))?;
+        Ok(text.split(|&b| b == b'\n').any(|line| self.names(line)))
+    }
+
+    /// Whether a line of `/proc/PID/maps` is a mapping of the file.
+    fn names(&self, line: &[u8]) -> bool {
+        let mut rest = line;
+        let mut fields = [&[][..]; 5];
+        for field in &mut fields {
+            rest = rest.trim_ascii_start();
+            let end = rest
+                .iter()
+                .position(u8::is_ascii_whitespace)
+                .unwrap_or(rest.len());
+            (*field, rest) = rest.split_at(end);
+        }
+        rest.trim_ascii_start() == self.path.as_slice()
+            || (fields[3] == self.device.as_bytes() && fields[4] == self.inode.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FileId;
+
+    #[test]
+    fn a_mapping_is_the_file_by_its_path_or_its_device_and_inode() {
+        let id = FileId {
+            path: b"/tmp/memprof-attach-x/libmemprof_preload.so".to_vec(),
+            device: "fd:01".into(),
+            inode: "1234".into(),
+        };
+        let line = |dev: &str, inode: &str, path: &str| {
+            format!("7f00-7f10 r-xp 00000000 {dev} {inode}                      {path}")
+        };
+        let path = "/tmp/memprof-attach-x/libmemprof_preload.so";
+        assert!(id.names(line("fd:01", "1234", path).as_bytes()));
+        // An overlay: the layer's device in the mappings.
+        assert!(id.names(line("00:2f", "1234", path).as_bytes()));
+        // Another mount namespace's path for the same file.
+        assert!(id.names(line("fd:01", "1234", "/other/libmemprof_preload.so").as_bytes()));
+        assert!(!id.names(line("fd:01", "99", "/usr/lib/libc.so.6").as_bytes()));
+        assert!(!id.names(line("00:00", "0", "").as_bytes()));
+        assert!(!id.names(b""));
     }
 }
 
