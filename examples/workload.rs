@@ -72,14 +72,17 @@ fn main() {
     };
     if std::env::args().nth(1).as_deref() == Some("paths") {
         // With every block freed: what a report costs after many stacks were seen.
-        let rss = workload::status_kb("VmRSS:").unwrap_or(0);
+        let kinds = ["VmRSS:", "RssAnon:", "RssFile:"];
+        let before = kinds.map(|kind| workload::status_kb(kind).unwrap_or(0));
         let (s, result) = seconds(|| memprof::log_allocations(&mut io::sink()));
         result.expect("the report renders");
         outcome.set("report_s", format!("{s:.3}"));
-        let grown = workload::status_kb("VmRSS:")
-            .unwrap_or(0)
-            .saturating_sub(rss);
-        outcome.set("report_rss_kb", grown);
+        let grown = kinds.map(|kind| workload::status_kb(kind).unwrap_or(0));
+        outcome.set("report_rss_kb", grown[0].saturating_sub(before[0]));
+        // Of which the program's own pages (anonymous) and its files' (the debug information
+        // the symbolizer maps, which the kernel may drop and read again).
+        outcome.set("report_anon_kb", grown[1].saturating_sub(before[1]));
+        outcome.set("report_file_kb", grown[2].saturating_sub(before[2]));
         let (s, result) = seconds(|| memprof::pretty_log_allocations(&mut io::sink()));
         result.expect("the report renders");
         outcome.set("pretty_report_s", format!("{s:.3}"));
