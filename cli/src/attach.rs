@@ -345,6 +345,7 @@ fn attach_in(
             Some(Ok(n)) if n >= 0 => {}
             Some(Ok(-2)) => eprintln!("memprof: the trace could not be closed whole"),
             Some(Ok(gdb::LIBRARY_GONE)) => end = End::Replaced,
+            Some(Ok(-1)) => end = End::ExecFailed,
             _ if !Path::new(&format!("/proc/{pid}")).exists() => end = End::Exited,
             _ => return Err(gdb_failure(pid, &answer)),
         }
@@ -362,6 +363,11 @@ fn attach_in(
         End::Exited => eprintln!("memprof: process {pid} ended"),
         // Through `execve` and its kin the library detached first; through `execl` (which the C
         // library calls within itself) the trace ends where its writer was.
+        // The library detaches before an `exec` (`memprof_detach`'s -1 after it: not attached).
+        End::ExecFailed => eprintln!(
+            "memprof: process {pid} had detached memprof itself, at an exec that failed: \
+             recorded until then (the trace and the files were written then)"
+        ),
         End::Replaced => eprintln!(
             "memprof: process {pid} replaced its program (exec), memprof's library with it: \
              recorded until then; the new program is not recorded"
@@ -533,6 +539,8 @@ enum End {
     Exited,
     /// The process replaced its image (`exec`).
     Replaced,
+    /// The process tried to replace its image, and failed: the library had detached.
+    ExecFailed,
 }
 
 /// `pid` names a process, not one of its threads (`top -H` and `ps -L` list threads' ids, which

@@ -278,3 +278,37 @@ fn an_exec_past_the_library_is_not_called_into() {
     assert_eq!(lines, ["ready", "replaced", "bye"]);
     assert_eq!(stderr, "");
 }
+
+/// An `exec` that fails: the library detached before it (the trace and files written with what
+/// was recorded), the process runs on unrecorded, and the command's Ctrl-C ends with the summary,
+/// saying so.
+#[test]
+fn an_exec_that_fails_leaves_the_process_detached() {
+    let dir = scratch("c-execfail");
+    let program = compile("cc", &dir, &["attach_exec.c"], "execfail", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "t-%p.mptrace", "--output", "heap.tsv"],
+        &mut target,
+        |target, attacher, _| {
+            say(target, "leak\n");
+            target.expect("leaked");
+            say(target, "execfail\n");
+            target.expect("execv failed");
+            say(target, "leak\n");
+            target.expect("leaked");
+            interrupt(attacher);
+        },
+    );
+    assert!(status.success(), "{said}");
+    assert!(said.contains("at an exec that failed"), "{said}");
+    let log = tsv(&dir.join("heap.tsv"));
+    let line = line_of("attach_exec.c", "LEAK_LINE");
+    let leak = at(&log, &format!("attach_exec.c:{line}"));
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!((leak[0].count, leak[0].bytes), (10, 3000), "{}", show(&log));
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "leaked", "execv failed", "leaked", "bye"]);
+    assert_eq!(stderr, "");
+}

@@ -1,7 +1,8 @@
 /* A process that replaces its program while memprof attach has it. It prints "ready", then reads
  * commands from stdin, a line each: "leak" keeps ten blocks of 300 bytes ("leaked"); "execv" and
  * "execl" run this program again through that function, with the argument "again": the new
- * program prints "replaced", and "bye" at stdin's end. */
+ * program prints "replaced", and "bye" at stdin's end; "execfail" calls execv on a program that
+ * does not exist ("execv failed"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(line, "execv\n") == 0) {
             char *again[] = {argv[0], "again", NULL};
             execv("/proc/self/exe", again);
+            printf("execv failed\n");
+        } else if (strcmp(line, "execfail\n") == 0) {
+            char *none[] = {"none", NULL};
+            execv("/nonexistent/program", none);
             printf("execv failed\n");
         } else if (strcmp(line, "execl\n") == 0) {
             execl("/proc/self/exe", argv[0], "again", (char *)NULL);
