@@ -292,7 +292,7 @@ fn attach_in(
                 1,
             ));
         }
-        _ => return Err(gdb_failure(pid, &answer)),
+        _ => return Err(gdb_failure(pid, &answer, "load the library")),
     };
     let followed = Arc::new(AtomicBool::new(false));
     if let Some(listener) = viewer {
@@ -347,7 +347,7 @@ fn attach_in(
             Some(Ok(gdb::LIBRARY_GONE)) => end = End::Replaced,
             Some(Ok(-1)) => end = End::ExecFailed,
             _ if !Path::new(&format!("/proc/{pid}")).exists() => end = End::Exited,
-            _ => return Err(gdb_failure(pid, &answer)),
+            _ => return Err(gdb_failure(pid, &answer, "detach memprof")),
         }
         if matches!(end, End::Detach) {
             eprintln!(
@@ -428,10 +428,18 @@ fn session(dir: &Path, name: &str, script: &str) -> Result<gdb::Answer, Failure>
         }
         std::thread::sleep(Duration::from_millis(10 + 10 * u64::from(attempt)));
     }
+    let what = match name {
+        "detach" => {
+            "memprof could not be called to detach; the library detaches by itself once this \
+             command has ended (it watches the command)"
+        }
+        _ => "nothing was changed: try again",
+    };
     Err(Failure(
-        "every thread of the process was inside the C library at each of 20 tries (an allocator \
-         lock may be held); nothing was changed: try again"
-            .into(),
+        format!(
+            "every thread of the process was inside the C library at each of {BUSY_TRIES} tries \
+             (an allocator lock may be held); {what}"
+        ),
         1,
     ))
 }
@@ -448,10 +456,10 @@ fn stopped(answer: &gdb::Answer) -> String {
 }
 
 /// A failure of gdb's that the answers do not explain.
-fn gdb_failure(pid: u32, answer: &gdb::Answer) -> Failure {
+fn gdb_failure(pid: u32, answer: &gdb::Answer, what: &str) -> Failure {
     Failure(
         format!(
-            "gdb could not make process {pid} load the library: {}",
+            "gdb could not make process {pid} {what}: {}",
             answer.stderr.trim()
         ),
         1,
@@ -591,7 +599,17 @@ fn check(pid: u32) -> Result<gdb::Addresses, Failure> {
     }
     let exe = proc.join("exe");
     let elf = target::read_elf(&exe, false).map_err(|e| {
-        if e.kind() == io::ErrorKind::PermissionDenied {
+        if e.kind() == io::ErrorKind::PermissionDenied && owner == Some(euid) {
+            // Its own user is refused: the process is not dumpable.
+            Failure(
+                format!(
+                    "process {pid} cannot be read nor traced by its own user: it is not dumpable \
+                     (it called prctl(PR_SET_DUMPABLE, 0), or it was started from a set-user-ID \
+                     program or changed its user), which only root may override: attach as root"
+                ),
+                1,
+            )
+        } else if e.kind() == io::ErrorKind::PermissionDenied {
             Failure(
                 format!(
                     "process {pid}: its program cannot be read ({e}): attach as its user, or as \

@@ -312,3 +312,51 @@ fn an_exec_that_fails_leaves_the_process_detached() {
     assert_eq!(lines, ["ready", "leaked", "execv failed", "leaked", "bye"]);
     assert_eq!(stderr, "");
 }
+
+/// A process whose one thread sleeps in one long `sleep` (coreutils' `sleep 600`): the attach
+/// interrupts the sleep, which the kernel then goes on with in `restart_syscall`; the detach and a
+/// second attach call into that thread all the same (they found no thread to call in, and the
+/// process was left attached), and the sleep is not cut short.
+#[test]
+fn a_process_in_one_long_sleep_is_attached_twice() {
+    let dir = scratch("c-long-sleep");
+    let mut sleeper = Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    // Until the sleep is entered.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.contains("sleep"))
+    {
+        assert!(std::time::Instant::now() < deadline, "sleep did not sleep");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for round in 1..=2 {
+        let output = run(memprof(&dir)
+            .args([
+                "attach",
+                "--duration",
+                "0.5",
+                "--trace",
+                &format!("t{round}-%p.mptrace"),
+            ])
+            .arg(&pid));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "round {round}: {}", both(&output));
+        assert!(
+            stderr.contains(&format!("memprof: detached from process {pid}")),
+            "round {round}: {stderr}"
+        );
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("TracerPid:\t0"), "{status}");
+        assert!(
+            maps.contains("libmemprof_preload"),
+            "the library stays mapped: {maps}"
+        );
+    }
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "the sleep was cut short"
+    );
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+}

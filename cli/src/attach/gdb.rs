@@ -32,11 +32,13 @@ pub struct Addresses {
 }
 
 /// System calls (x86-64 numbers) a thread can be blocked in while holding none of the allocator's
-/// or the loader's locks: reading, waiting, sleeping. A thread inside the C library anywhere else
-/// (its allocator, `fork`, `dlopen`) is not called into.
+/// or the loader's locks: reading, waiting, sleeping; and `restart_syscall` (219), in which a
+/// sleep or a `poll` with a timeout goes on once a tracer interrupted it (an earlier attach, a
+/// debugger). A thread inside the C library anywhere else (its allocator, `fork`, `dlopen`) is
+/// not called into.
 const SAFE_SYSCALLS: &[u32] = &[
-    0, 1, 7, 17, 19, 20, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 247, 270, 271, 281,
-    288,
+    0, 1, 7, 17, 19, 20, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 219, 230, 232, 247, 270, 271,
+    281, 288, 441,
 ];
 
 /// What a session printed: the values of the `MEMPROF:` lines.
