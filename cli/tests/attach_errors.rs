@@ -2,7 +2,7 @@
 //! such process; a kernel thread; a statically linked program; a 32-bit one; a program whose
 //! `malloc` is its own; one with memprof built in; one another tracer holds; another user's
 //! process; one whose C library was replaced on disk since it started; a stopped one; a thread's
-//! id given for a process's. After
+//! id given for a process's; one its own user may not trace (not dumpable). After
 //! each, the process has no tracer, no library of memprof's mapped, and answers as before.
 //!
 //! `kernel.yama.ptrace_scope` cannot be set from a test (it is the machine's); its message is
@@ -191,14 +191,8 @@ fn another_users_process() {
     let dir = scratch("other_user");
     let program = compile("cc", &dir, &["attach_refused.c"], "mine", &[]);
     let mut target = Target::start(Command::new(&program), "ready");
-    let euid = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|u| u.split_whitespace().nth(1).map(str::to_owned))
-        .unwrap();
     let memprof = memprof(&dir);
-    if euid == "0" {
+    if effective_uid() == 0 {
         // The command as `nobody`, the process root's.
         let mut as_nobody = Command::new("setpriv");
         as_nobody
@@ -288,6 +282,45 @@ fn a_stopped_process() {
     left_alone(target.pid());
     target.signal("-USR2");
     target.expect("alive 1");
+}
+
+/// A process that made itself not dumpable, attached by its own user: refused naming the cause
+/// (`nobody` for both when the tests run as root).
+#[test]
+fn a_process_that_is_not_dumpable() {
+    let dir = scratch("not_dumpable");
+    let program = compile("cc", &dir, &["attach_refused.c"], "nodump", &["-DNODUMP"]);
+    let as_user = |program: &std::ffi::OsStr| {
+        let mut command = Command::new("setpriv");
+        if effective_uid() == 0 {
+            command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        }
+        command.arg("--").arg(program);
+        command
+    };
+    let mut target = Target::start(as_user(program.as_os_str()), "ready");
+    let memprof = memprof(&dir);
+    let mut command = as_user(memprof.get_program());
+    command.env("HOME", dir.join("home"));
+    refused(
+        &dir,
+        command,
+        &mut target,
+        &[
+            "cannot be read nor traced by its own user: it is not dumpable",
+            "attach as root",
+        ],
+    );
+}
+
+/// This process's effective user id.
+fn effective_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().nth(1)?.parse().ok())
+        .unwrap()
 }
 
 /// A thread's id (as `top -H` lists it) is refused, naming its process, for a program with

@@ -1,13 +1,15 @@
 /* A program memprof attach refuses, by how it is built (the test's -D flags):
  * OWN_MALLOC: its malloc is its own (a bump allocator, as a program linked with jemalloc or
  * tcmalloc has one); BUILT_IN: it has a memprof_ C function (memprof built in, include/memprof.h);
- * THREAD: a second thread, which sleeps (its id is no process's).
+ * THREAD: a second thread, which sleeps (its id is no process's); NODUMP: not dumpable
+ * (prctl(PR_SET_DUMPABLE, 0)), which forbids its own user to read or trace it.
  * Prints "ready", then "alive" at each SIGUSR2, and ends at stdin's end. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #ifdef OWN_MALLOC
@@ -35,6 +37,9 @@ int main(void) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr2;
     sigaction(SIGUSR2, &sa, NULL);
+#ifdef NODUMP
+    prctl(PR_SET_DUMPABLE, 0);
+#endif
 #ifdef THREAD
     pthread_t thread;
     pthread_create(&thread, NULL, sleeper, NULL);
