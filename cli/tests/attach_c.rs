@@ -360,3 +360,63 @@ fn a_process_in_one_long_sleep_is_attached_twice() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
 }
+
+/// A process waiting for a file lock (util-linux's `flock`, blocked in flock(2) while another
+/// holds the lock) is attached and detached, and takes the lock once it is let go.
+#[test]
+fn a_process_waiting_for_a_file_lock() {
+    let dir = scratch("c-flock");
+    let lock = dir.join("lock");
+    // --no-fork: the lock is `sleep`'s own, let go when it is killed.
+    let mut holder = Command::new("flock")
+        .arg("--no-fork")
+        .arg(&lock)
+        .args(["sleep", "600"])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !lock.exists() {
+        assert!(std::time::Instant::now() < deadline, "no lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut waiter = Command::new("flock")
+        .arg(&lock)
+        .arg("true")
+        .spawn()
+        .unwrap();
+    let pid = waiter.id().to_string();
+    while !std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .is_ok_and(|s| s.starts_with("73 "))
+    {
+        assert!(std::time::Instant::now() < deadline, "flock did not wait");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = run(memprof(&dir)
+        .args(["attach", "--duration", "0.3", "--trace", "t-%p.mptrace"])
+        .arg(&pid));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}", both(&output));
+    assert!(
+        stderr.contains(&format!("memprof: detached from process {pid}")),
+        "{stderr}"
+    );
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "the wait was cut short"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = waiter.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = waiter.kill();
+            panic!("flock did not take the lock once it was let go");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}

@@ -32,13 +32,15 @@ pub struct Addresses {
 }
 
 /// System calls (x86-64 numbers) a thread can be blocked in while holding none of the allocator's
-/// or the loader's locks: reading, waiting, sleeping; and `restart_syscall` (219), in which a
+/// or the loader's locks: reading, writing, sending, receiving, waiting (for a child, a signal, a
+/// file lock, a semaphore, a message queue), sleeping; and `restart_syscall` (219), in which a
 /// sleep or a `poll` with a timeout goes on once a tracer interrupted it (an earlier attach, a
-/// debugger). A thread inside the C library anywhere else (its allocator, `fork`, `dlopen`) is
-/// not called into.
+/// debugger). The allocator's own calls (`mmap`, `munmap`, `mprotect`, `brk`, `madvise`) are
+/// not among them, and the loader makes its calls from its own code. A thread inside the C
+/// library anywhere else (its allocator, `fork`, `dlopen`) is not called into.
 const SAFE_SYSCALLS: &[u32] = &[
-    0, 1, 7, 17, 19, 20, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 219, 230, 232, 247, 270, 271,
-    281, 288, 441,
+    0, 1, 7, 17, 19, 20, 23, 34, 35, 42, 43, 44, 45, 46, 47, 61, 65, 70, 72, 73, 128, 130, 202,
+    208, 219, 220, 230, 232, 242, 243, 247, 270, 271, 281, 288, 299, 307, 441, 449,
 ];
 
 /// What a session printed: the values of the `MEMPROF:` lines.
