@@ -211,6 +211,15 @@ fn a_child_forked_while_attached_writes_nothing() {
     assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
 }
 
+/// The TSV file at `path` holds `attach_exec.c`'s leak, exactly: 10 blocks of 300 bytes.
+fn the_exec_programs_leak(path: &std::path::Path) {
+    let log = tsv(path);
+    let line = line_of("attach_exec.c", "LEAK_LINE");
+    let leak = at(&log, &format!("attach_exec.c:{line}"));
+    assert_eq!(leak.len(), 1, "{}", show(&log));
+    assert_eq!((leak[0].count, leak[0].bytes), (10, 3000), "{}", show(&log));
+}
+
 /// Sends `line` to the target's stdin.
 fn say(target: &mut Target, line: &str) {
     let stdin = target.stdin.as_mut().unwrap();
@@ -242,11 +251,7 @@ fn an_exec_while_attached_ends_the_attach_with_the_trace_whole() {
         said.contains("replaced its program (exec)") && !said.contains("not closed"),
         "{said}"
     );
-    let log = tsv(&dir.join("heap.tsv"));
-    let line = line_of("attach_exec.c", "LEAK_LINE");
-    let leak = at(&log, &format!("attach_exec.c:{line}"));
-    assert_eq!(leak.len(), 1, "{}", show(&log));
-    assert_eq!((leak[0].count, leak[0].bytes), (10, 3000), "{}", show(&log));
+    the_exec_programs_leak(&dir.join("heap.tsv"));
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", target.pid())).unwrap();
     assert!(!maps.contains("memprof"), "{maps}");
     let (lines, stderr) = target.finish();
@@ -303,11 +308,7 @@ fn an_exec_that_fails_leaves_the_process_detached() {
     );
     assert!(status.success(), "{said}");
     assert!(said.contains("at an exec that failed"), "{said}");
-    let log = tsv(&dir.join("heap.tsv"));
-    let line = line_of("attach_exec.c", "LEAK_LINE");
-    let leak = at(&log, &format!("attach_exec.c:{line}"));
-    assert_eq!(leak.len(), 1, "{}", show(&log));
-    assert_eq!((leak[0].count, leak[0].bytes), (10, 3000), "{}", show(&log));
+    the_exec_programs_leak(&dir.join("heap.tsv"));
     let (lines, stderr) = target.finish();
     assert_eq!(lines, ["ready", "leaked", "execv failed", "leaked", "bye"]);
     assert_eq!(stderr, "");
