@@ -199,7 +199,6 @@ fn attach_in(
         let names: Vec<String> = outputs.iter().map(|o| o.display().to_string()).collect();
         settings.push_str(&format!("MEMPROF_OUTPUT={}\n", names.join(",")));
     }
-    let since = SystemTime::now();
     if let Some(depth) = options.depth {
         settings.push_str(&format!("MEMPROF_STACK_DEPTH={depth}\n"));
     }
@@ -218,7 +217,8 @@ fn attach_in(
     ])
     .map_err(|e| Failure(format!("cannot handle Ctrl-C: {e}"), 1))?;
     let mut interrupts = 0;
-    let started = SystemTime::now()
+    let since = SystemTime::now();
+    let started = since
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos() as u64;
@@ -361,13 +361,13 @@ fn attach_in(
         // The library closed the trace and wrote the files in the process's exit handlers, which
         // ran before it became a zombie or went.
         End::Exited => eprintln!("memprof: process {pid} ended"),
-        // Through `execve` and its kin the library detached first; through `execl` (which the C
-        // library calls within itself) the trace ends where its writer was.
         // The library detaches before an `exec` (`memprof_detach`'s -1 after it: not attached).
         End::ExecFailed => eprintln!(
             "memprof: process {pid} had detached memprof itself, at an exec that failed: \
              recorded until then (the trace and the files were written then)"
         ),
+        // Through `execve` and its kin the library detached first; through `execl` (which the C
+        // library calls within itself) the trace ends where its writer was.
         End::Replaced => eprintln!(
             "memprof: process {pid} replaced its program (exec), memprof's library with it: \
              recorded until then; the new program is not recorded"

@@ -8,6 +8,15 @@ use memprof_trace::{ErrorKind, Heap, Moment, Position, Trace};
 use std::io;
 use std::path::Path;
 
+/// The file endings memprof writes, by which an output's format is chosen: `.pb.gz, .folded, ...`.
+pub fn output_endings() -> String {
+    let endings: Vec<&str> = memprof::export::Format::EXTENSIONS
+        .iter()
+        .map(|(ending, _)| *ending)
+        .collect();
+    endings.join(", ")
+}
+
 /// A write's error as the failure it is.
 pub fn written(r: io::Result<()>) -> Result<(), Failure> {
     r.map_err(|e| Failure(format!("cannot write: {e}"), 1))

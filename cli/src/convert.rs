@@ -1,6 +1,6 @@
 //! `memprof convert`: the heap at a moment in the format the output's name asks for.
 
-use crate::common::{bar, replay};
+use crate::common::{bar, output_endings, replay};
 use crate::{Failure, alys, timeline};
 use memprof::{Report, ReportOptions};
 use memprof_files::Replacement;
@@ -28,15 +28,11 @@ pub fn convert(
         });
     }
     let format = memprof::export::Format::from_path(&name).ok_or_else(|| {
-        let endings: Vec<&str> = memprof::export::Format::EXTENSIONS
-            .iter()
-            .map(|(e, _)| *e)
-            .collect();
         Failure(
             format!(
                 "{}: unknown output format (the name ends in one of {}, .json)",
                 output.display(),
-                endings.join(", ")
+                output_endings()
             ),
             2,
         )

@@ -2,6 +2,7 @@
 //! touched and looked for after (the process says nothing on its stderr while attached).
 
 use crate::Failure;
+use crate::common::output_endings;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -14,14 +15,10 @@ pub fn checked(spec: &str) -> Result<Vec<PathBuf>, Failure> {
     let mut files = Vec::new();
     for name in spec.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         if memprof::export::Format::from_path(name).is_none() {
-            let endings: Vec<&str> = memprof::export::Format::EXTENSIONS
-                .iter()
-                .map(|(ending, _)| *ending)
-                .collect();
             return Err(Failure(
                 format!(
                     "--output {name}: unknown file ending; use one of {}",
-                    endings.join(", ")
+                    output_endings()
                 ),
                 2,
             ));

@@ -24,7 +24,7 @@ pub fn own_euid() -> Option<u32> {
 /// in hex) and inode. Either may differ between what the command sees and what the process's
 /// mappings say (another mount namespace; an overlay file system, whose mappings name the
 /// layer's device): one matching is enough.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct FileId {
     pub path: Vec<u8>,
     pub device: String,
