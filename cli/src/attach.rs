@@ -378,7 +378,7 @@ fn attach_in(
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);
     let summary = match own {
-        Some(index) => run::summarise(&found[index..=index], Some(0), options.short_lived),
+        Some(index) => run::summarise(&found[index..=index], Some(0), options.short_lived, None),
         None => Err(Failure(
             format!(
                 "no trace of process {pid} was found at {}",

@@ -72,6 +72,12 @@ pub fn open(path: &Path) -> Result<Trace, Failure> {
         _ => Failure::from(error),
     })?;
     progress.finish_and_clear();
+    warn_incomplete(path, &trace);
+    Ok(trace)
+}
+
+/// Warns when the trace read from `path` was cut short or not closed.
+pub fn warn_incomplete(path: &Path, trace: &Trace) {
     if let Some(cut) = trace.cut() {
         eprintln!(
             "memprof: warning: {}: {cut}; read up to there",
@@ -81,7 +87,6 @@ pub fn open(path: &Path) -> Result<Trace, Failure> {
     if trace.end_record().is_none() && trace.cut().is_none() {
         eprintln!("memprof: warning: {}: {NOT_CLOSED}", path.display());
     }
-    Ok(trace)
 }
 
 /// What a trace without its `END` record means.

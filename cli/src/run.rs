@@ -3,6 +3,7 @@
 //! (`libmemprof_preload.so`, docs/preload.md) in `LD_PRELOAD`.
 
 mod embedded;
+mod follow;
 pub(crate) mod traces;
 
 use crate::common::{bar, open, report_options};
@@ -153,9 +154,13 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
         Failure(format!("{}: cannot run: {e}", program.display()), status)
     })?;
     let pid = child.id();
-    let status = child
-        .wait()
-        .map_err(|e| Failure(format!("{}: {e}", program.display()), 1))?;
+    // The program's summary counted as its trace is written.
+    let following = pattern
+        .as_ref()
+        .map(|(_, pattern)| follow::start(pattern.clone(), started, pid, options.short_lived));
+    let status = child.wait();
+    let followed = following.and_then(follow::Following::finish);
+    let status = status.map_err(|e| Failure(format!("{}: {e}", program.display()), 1))?;
     let code = exit_code(status);
     let failed = |message: Option<String>| match (message, code) {
         (None, 0) => Ok(()),
@@ -175,7 +180,7 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
     let found = pattern.traces_since(started);
     let own = found.iter().position(|f| f.header.pid == pid);
     // A trace that cannot be read is said, and the status stays the program's.
-    let message = match summarise(&found, own, options.short_lived) {
+    let message = match summarise(&found, own, options.short_lived, followed) {
         Ok(()) if own.is_some() => None,
         Ok(()) => Some(no_trace(&absolute, &pattern, start, program, pid, kind)),
         Err(Failure(why, _)) => Some(why),
@@ -183,18 +188,24 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
     failed(message)
 }
 
-/// Writes to stderr the summary of `found[own]`, the program's trace, then a line for each other
-/// trace of `found`; `short_lived`: the summary's bound, ns.
+/// Writes to stderr the summary of `found[own]`, the program's trace (counted as it was written
+/// when `followed` is that trace, followed to its end), then a line for each other trace of
+/// `found`; `short_lived`: the summary's bound, ns.
 pub(crate) fn summarise(
     found: &[traces::Found],
     own: Option<usize>,
     short_lived: u64,
+    followed: Option<follow::FollowedTrace>,
 ) -> Result<(), Failure> {
-    let mut err = io::stderr().lock();
     let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
     if let Some(index) = own {
-        print_summary(&found[index].path, short_lived)?;
+        let path = &found[index].path;
+        match followed.and_then(|followed| followed.print(path)) {
+            Some(printed) => printed?,
+            None => print_summary(path, short_lived)?,
+        }
     }
+    let mut err = io::stderr().lock();
     let others: Vec<&traces::Found> = found
         .iter()
         .enumerate()
@@ -224,7 +235,17 @@ pub(crate) fn summarise(
 pub(crate) fn print_summary(path: &Path, short_lived: u64) -> Result<(), Failure> {
     let trace = open(path)?;
     let options = report_options(&trace, &ReportArgs::default());
-    let summary = summary::Summary::of(&trace, &options, 10, short_lived, &bar)?;
+    write_summary(&summary::Summary::of(
+        &trace,
+        &options,
+        10,
+        short_lived,
+        &bar,
+    )?)
+}
+
+/// Writes `summary` to stderr.
+fn write_summary(summary: &summary::Summary) -> Result<(), Failure> {
     let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
     summary.write(&mut io::stderr().lock()).map_err(written)
 }

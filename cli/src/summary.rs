@@ -10,12 +10,14 @@
 use crate::Failure;
 use indicatif::ProgressBar;
 use memprof::ReportOptions;
-use memprof_trace::{
-    Accumulated, Block, LiveBlocks, Mapping, MemoryParts, Moment, Timed, Trace, Visitor, weight,
-};
+use memprof_trace::{Accumulated, MemoryParts, Moment, Trace};
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::ops::ControlFlow;
+
+mod counting;
+
+pub(crate) use counting::Counting;
+use counting::{Counted, Mapped, live_per_stack, totals};
 
 /// Lifetime buckets: upper bounds in nanoseconds, powers of ten from 1 µs to 10 s.
 const BUCKETS: [(u64, &str); 8] = [
@@ -54,7 +56,8 @@ pub struct Site {
 
 /// The summary of a trace. Under sampling (the header's `sample_interval`), every count of
 /// blocks and bytes is the estimate the reports give: each recorded allocation weighted by
-/// [`weight`], summed per stack and rounded per stack, as a snapshot of the trace does.
+/// [`memprof_trace::weight`], summed per stack and rounded per stack, as a snapshot of the trace
+/// does.
 #[derive(Debug, Default)]
 pub struct Summary {
     path: String,
@@ -101,278 +104,24 @@ pub struct Summary {
     top: usize,
 }
 
-/// What the summary counts during the replay of the whole trace, each block weighted by what it
-/// stands for (1 block and its size when every allocation is recorded).
-struct Counting<'a> {
-    summary: &'a mut Summary,
-    /// Per stack: allocations, bytes, temporary.
-    per_stack: Vec<[f64; 3]>,
-    /// Per stack: allocations freed within the short-lived bound.
-    short_lived: Vec<f64>,
-    /// Frees, and the freed blocks per lifetime bucket.
-    frees: f64,
-    lifetimes: [f64; BUCKETS.len() + 1],
-    /// Blocks and bytes live, and their most (by bytes).
-    live: (f64, f64),
-    peak: (f64, f64),
-    /// Events up to and with the peak.
-    peak_events: u64,
-    /// The blocks live per stack at the peak, when this replay can tell them ([`AtPeak`]).
-    at_peak: Option<AtPeak>,
-    progress: ProgressBar,
-}
-
-/// The blocks and bytes live per stack at the peak, followed through the one replay rather than
-/// found by a second replay to the peak: the counts per stack now, their copy as they were at the
-/// latest peak, and the changes since that peak, applied to the copy (or the copy made again from
-/// the counts, when that is less work) at each new peak. For a trace recorded whole only, where
-/// the counts are whole numbers; and given up (`Counting::at_peak` cleared, the second replay
-/// made) when the changes since the peak outnumber [`AtPeak::limit`], so that its memory stays
-/// below the live heap's.
-struct AtPeak {
-    now: Vec<(u64, u64)>,
-    peak: Vec<(u64, u64)>,
-    /// (stack, size, whether allocated) since the latest peak.
-    since: Vec<(u32, u64, bool)>,
-    limit: usize,
-}
-
-impl AtPeak {
-    /// Changes kept at least; more while the heap's blocks are more.
-    const LEAST: usize = 1 << 20;
-
-    fn new(stacks: usize) -> AtPeak {
-        AtPeak {
-            now: vec![(0, 0); stacks],
-            peak: vec![(0, 0); stacks],
-            since: Vec::new(),
-            limit: Self::LEAST,
-        }
-    }
-
-    /// A block of `stack` and `size` allocated (`true`) or freed; `false` once the changes
-    /// since the peak are too many to keep.
-    fn change(&mut self, stack: u32, size: u64, allocated: bool) -> bool {
-        let entry = &mut self.now[stack as usize];
-        if allocated {
-            entry.0 += 1;
-            entry.1 += size;
-        } else {
-            entry.0 -= 1;
-            entry.1 -= size;
-        }
-        self.since.push((stack, size, allocated));
-        self.since.len() <= self.limit
-    }
-
-    /// The heap is at a new peak, with `live` blocks.
-    fn peaked(&mut self, live: u64) {
-        if self.since.len() >= self.now.len() {
-            self.peak.copy_from_slice(&self.now);
-        } else {
-            for &(stack, size, allocated) in &self.since {
-                let entry = &mut self.peak[stack as usize];
-                if allocated {
-                    entry.0 += 1;
-                    entry.1 += size;
-                } else {
-                    entry.0 -= 1;
-                    entry.1 -= size;
-                }
-            }
-        }
-        self.since.clear();
-        self.limit = self.limit.max(2 * live as usize);
-    }
-}
-
-impl Counting<'_> {
-    fn weight(&self, block: &Block) -> (f64, f64) {
-        weight(block.size, self.summary.sample_interval)
-    }
-
-    /// Follows a block allocated or freed in [`Counting::at_peak`].
-    fn follow(&mut self, block: &Block, allocated: bool) {
-        if let Some(at_peak) = &mut self.at_peak
-            && !at_peak.change(block.stack, block.size, allocated)
-        {
-            self.at_peak = None;
-        }
-    }
-}
-
-impl Visitor for Counting<'_> {
-    fn alloc(&mut self, _: &Timed, _: u64, block: &Block, replaced: Option<&Block>) {
-        self.summary.recorded += 1;
-        let (blocks, bytes) = self.weight(block);
-        let site = &mut self.per_stack[block.stack as usize];
-        site[0] += blocks;
-        site[1] += bytes;
-        self.live.0 += blocks;
-        self.live.1 += bytes;
-        self.follow(block, true);
-        if let Some(replaced) = replaced {
-            let (blocks, bytes) = self.weight(replaced);
-            self.live.0 -= blocks;
-            self.live.1 -= bytes;
-            self.follow(replaced, false);
-        }
-    }
-
-    fn free(&mut self, timed: &Timed, _: u64, freed: Option<&Block>, temporary: bool) {
-        let Some(block) = freed else {
-            self.frees += 1.0;
-            return;
-        };
-        let (blocks, bytes) = self.weight(block);
-        self.frees += blocks;
-        self.live.0 -= blocks;
-        self.live.1 -= bytes;
-        self.follow(block, false);
-        let lifetime = timed.time.saturating_sub(block.time);
-        let bucket = BUCKETS
-            .iter()
-            .position(|&(bound, _)| lifetime < bound)
-            .unwrap_or(BUCKETS.len());
-        self.lifetimes[bucket] += blocks;
-        if temporary {
-            self.per_stack[block.stack as usize][2] += blocks;
-        }
-        if crate::shortlived::within(block.time, timed.time, self.summary.short_lived_bound) {
-            self.short_lived[block.stack as usize] += blocks;
-        }
-    }
-
-    fn mark(&mut self, _: &Timed, _: u32) {
-        self.summary.markers += 1;
-    }
-
-    fn map(&mut self, _: &Timed, _: u64, length: u64, _: &Mapping, _: &[(u64, u64, Mapping)]) {
-        self.summary.maps += 1;
-        self.summary.map_bytes += length;
-    }
-
-    fn unmap(&mut self, _: &Timed, _: u64, _: u64, removed: &[(u64, u64, Mapping)]) {
-        if !removed.is_empty() {
-            self.summary.unmaps += 1;
-        }
-    }
-
-    fn after(&mut self, timed: &Timed, state: &Accumulated) -> ControlFlow<()> {
-        let summary = &mut *self.summary;
-        summary.duration = timed.time;
-        if state.heap.mappings.bytes() > summary.mapped_peak {
-            summary.mapped_peak = state.heap.mappings.bytes();
-            summary.mapped_peak_time = timed.time;
-        }
-        if self.live.1 > self.peak.1 {
-            self.peak = self.live;
-            summary.peak_time = timed.time;
-            self.peak_events = state.events;
-            if let Some(at_peak) = &mut self.at_peak {
-                at_peak.peaked(self.live.0 as u64);
-            }
-        }
-        if state.events.is_multiple_of(65536) {
-            self.progress.set_position(state.events);
-        }
-        ControlFlow::Continue(())
-    }
-}
-
-/// Per stack, the blocks and bytes of `live`, weighted under sampling and rounded per stack.
-fn live_per_stack(live: &LiveBlocks, stacks: usize, interval: u64) -> Vec<(u64, u64)> {
-    let mut sums = vec![(0f64, 0f64); stacks];
-    for block in live.values() {
-        let (blocks, bytes) = weight(block.size, interval);
-        let entry = &mut sums[block.stack as usize];
-        entry.0 += blocks;
-        entry.1 += bytes;
-    }
-    sums.into_iter()
-        .map(|(blocks, bytes)| (blocks.round() as u64, bytes.round() as u64))
-        .collect()
-}
-
-/// The sums of a list of per-stack pairs.
-fn totals(pairs: &[(u64, u64)]) -> (u64, u64) {
-    pairs.iter().fold((0, 0), |(a, b), &(c, d)| {
-        (a.saturating_add(c), b.saturating_add(d))
-    })
-}
-
 impl Summary {
-    /// One replay of `trace` to its end: the totals, per stack the allocations, bytes and
-    /// temporary allocations, the events up to the peak, the blocks live at the peak per stack
-    /// when the replay could follow them ([`AtPeak`]), and what was accumulated at the end.
-    #[allow(clippy::type_complexity)]
+    /// One replay of `trace` to its end, counted.
     fn count(
         trace: &Trace,
         top: usize,
         short_lived_bound: u64,
         bar: &dyn Fn(u64, &str) -> ProgressBar,
-    ) -> Result<(Summary, Vec<[u64; 3]>, u64, Option<AtPeak>, Accumulated), Failure> {
-        let header = trace.header();
-        let mut summary = Summary {
-            path: trace.path().display().to_string(),
-            sample_interval: header.sample_interval,
-            pid: header.pid,
-            executable: header.executable.clone(),
-            closed: trace.end_record().is_some(),
-            lost: trace.end_record().map_or(0, |(_, lost)| lost),
-            memory: trace.memory().copied(),
-            top,
-            short_lived_bound,
-            ..Summary::default()
-        };
-        let stacks = trace.stacks().len();
-        let mut counting = Counting {
-            summary: &mut summary,
-            per_stack: vec![[0.0; 3]; stacks],
-            short_lived: vec![0.0; stacks],
-            frees: 0.0,
-            lifetimes: [0.0; BUCKETS.len() + 1],
-            live: (0.0, 0.0),
-            peak: (0.0, 0.0),
-            peak_events: 0,
-            at_peak: (header.sample_interval == 0).then(|| AtPeak::new(stacks)),
-            progress: bar(trace.events(), "summary"),
-        };
+    ) -> Result<(Counted, Accumulated), Failure> {
+        let progress = bar(trace.events(), "summary");
+        let mut counting = Counting::new(trace, top, short_lived_bound, progress);
         let end = trace.visit(&mut counting, &mut |_| {})?;
-        counting.progress.finish_and_clear();
-        let Counting {
-            per_stack,
-            peak_events,
-            at_peak,
-            frees,
-            lifetimes,
-            short_lived,
-            ..
-        } = counting;
-        summary.short_lived_per_stack = short_lived.iter().map(|v| v.round() as u64).collect();
-        summary.short_lived = summary
-            .short_lived_per_stack
-            .iter()
-            .fold(0u64, |a, &b| a.saturating_add(b));
-        let per_stack: Vec<[u64; 3]> = per_stack
-            .iter()
-            .map(|s| s.map(|v| v.round() as u64))
-            .collect();
-        for site in &per_stack {
-            summary.allocations = summary.allocations.saturating_add(site[0]);
-            summary.bytes = summary.bytes.saturating_add(site[1]);
-            summary.temporary = summary.temporary.saturating_add(site[2]);
-        }
-        summary.frees = frees.round() as u64;
-        summary.lifetimes = lifetimes.map(|v| v.round() as u64);
-        let leaked = live_per_stack(&end.heap.live, stacks, summary.sample_interval);
-        (summary.leaked_blocks, summary.leaked_bytes) = totals(&leaked);
-        Ok((summary, per_stack, peak_events, at_peak, end))
+        Ok((counting.finish(trace, &end), end))
     }
 
     /// One line for `trace`: its process, allocations and what was live at its end.
     pub fn line(trace: &Trace, bar: &dyn Fn(u64, &str) -> ProgressBar) -> Result<String, Failure> {
-        let (summary, ..) = Summary::count(trace, 0, crate::shortlived::DEFAULT_NS, bar)?;
+        let (Counted { summary, .. }, _) =
+            Summary::count(trace, 0, crate::shortlived::DEFAULT_NS, bar)?;
         let n = |v| summary.number(v);
         Ok(format!(
             "{}: process {} ({}): {} allocations ({} bytes), {} bytes in {} blocks live at the \
@@ -392,8 +141,9 @@ impl Summary {
         ))
     }
 
-    /// Replays `trace` to its end, then to its peak; short-lived allocations are those freed
-    /// within `short_lived` ns of their allocation.
+    /// Replays `trace` to its end, then to its peak when the first replay could not follow the
+    /// blocks live there; short-lived allocations are those freed within `short_lived` ns of
+    /// their allocation.
     pub fn of(
         trace: &Trace,
         options: &ReportOptions,
@@ -401,22 +151,49 @@ impl Summary {
         short_lived: u64,
         bar: &dyn Fn(u64, &str) -> ProgressBar,
     ) -> Result<Summary, Failure> {
-        let stacks = trace.stacks().len();
-        let (mut summary, per_stack, peak_events, at_peak, end) =
-            Summary::count(trace, top, short_lived, bar)?;
-        summary.mapped_end = end.heap.mappings.bytes();
-        summary.mappings_end = end.heap.mappings.len() as u64;
-        let mut mapped_per_stack = vec![(0u64, 0u64); stacks];
-        for (_, length, mapping) in end.heap.mappings.iter() {
-            if let Some(entry) = mapped_per_stack.get_mut(mapping.stack as usize) {
-                entry.0 += 1;
-                entry.1 += length;
-            }
-        }
+        let (counted, end) = Summary::count(trace, top, short_lived, bar)?;
+        let mapped = Mapped::at_end(&end, counted.per_stack.len());
+        // Before a second replay to the peak.
         drop(end);
+        Summary::complete(trace, options, counted, mapped)
+    }
+
+    /// The summary of `trace` from `counting`, which every event of the trace went through,
+    /// in the order [`Trace::visit`] gives them, and `end`, what their replay accumulated.
+    pub(crate) fn of_counted(
+        trace: &Trace,
+        options: &ReportOptions,
+        counting: Counting,
+        end: &Accumulated,
+    ) -> Result<Summary, Failure> {
+        let counted = counting.finish(trace, end);
+        let mapped = Mapped::at_end(end, counted.per_stack.len());
+        Summary::complete(trace, options, counted, mapped)
+    }
+
+    /// [`Summary::of`] past the first replay: the mappings live at the end, the blocks live at
+    /// the peak, and the call sites.
+    fn complete(
+        trace: &Trace,
+        options: &ReportOptions,
+        counted: Counted,
+        mapped: Mapped,
+    ) -> Result<Summary, Failure> {
+        let Counted {
+            mut summary,
+            per_stack,
+            peak_events,
+            at_peak,
+        } = counted;
+        let stacks = per_stack.len();
+        (summary.mapped_end, summary.mappings_end) = (mapped.bytes, mapped.mappings);
+        let mapped_per_stack = mapped.per_stack;
 
         let peak_per_stack = match at_peak {
-            Some(at_peak) => at_peak.peak,
+            Some(mut at_peak) => {
+                at_peak.peak.resize(stacks, (0, 0));
+                at_peak.peak
+            }
             None => {
                 let (heap, _) = crate::common::replay(trace, &Moment::Events(peak_events))?;
                 live_per_stack(&heap.live, stacks, summary.sample_interval)
@@ -755,54 +532,5 @@ fn percent(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 * 100.0 / whole as f64
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::AtPeak;
-
-    /// The counts per stack at each new peak by bytes are those of a naive copy made there,
-    /// whether the changes since the last peak are fewer than the stacks (applied to the copy)
-    /// or not (the copy made again).
-    #[test]
-    fn counts_at_the_peak_follow_the_changes() {
-        let stacks = 5;
-        let mut at_peak = AtPeak::new(stacks);
-        let mut naive = vec![(0u64, 0u64); stacks];
-        let mut live: Vec<(u32, u64)> = Vec::new();
-        let (mut bytes, mut peak_bytes) = (0u64, 0u64);
-        let mut expected = naive.clone();
-        let mut seed = 7u64;
-        for step in 0..2000u64 {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let r = seed >> 33;
-            // Mostly allocations early, mostly frees late, so peaks come in runs and far apart.
-            let allocate = live.is_empty() || r % 100 < if step < 1000 { 70 } else { 35 };
-            if allocate {
-                let block = ((r % stacks as u64) as u32, 1 + r % 97);
-                live.push(block);
-                naive[block.0 as usize].0 += 1;
-                naive[block.0 as usize].1 += block.1;
-                bytes += block.1;
-                assert!(at_peak.change(block.0, block.1, true));
-            } else {
-                let block = live.swap_remove((r as usize) % live.len());
-                naive[block.0 as usize].0 -= 1;
-                naive[block.0 as usize].1 -= block.1;
-                bytes -= block.1;
-                assert!(at_peak.change(block.0, block.1, false));
-            }
-            if bytes > peak_bytes {
-                peak_bytes = bytes;
-                expected = naive.clone();
-                at_peak.peaked(live.len() as u64);
-            }
-        }
-        assert!(peak_bytes > 0);
-        assert_eq!(at_peak.peak, expected);
-        assert_eq!(at_peak.now, naive);
     }
 }

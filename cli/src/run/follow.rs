@@ -1,0 +1,159 @@
+//! The program's summary counted while it runs: `memprof run` follows the program's trace as its
+//! writer appends to it ([`memprof_trace::Follow`]: each update reads, decodes and counts what
+//! arrived since the last), so that when the program ends what is left is the events of its last
+//! moment, not a replay of the whole run.
+//!
+//! The summary is the one a replay of the finished trace gives, or it is not used: the events are
+//! applied in the replay's order, a few seconds behind the newest that arrived; a trace whose
+//! chunk came later than that anyway, that is not the file the run ends up with (another process
+//! of the same id wrote it, or it was replaced), or that could not be read as it grew is
+//! summarised after the run by a replay of its file, as `memprof summary` does.
+
+use super::traces::Pattern;
+use crate::summary::{Counting, Summary};
+use crate::{Failure, ReportArgs};
+use indicatif::ProgressBar;
+use memprof_trace::{Follow, Followed, Trace};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long the follower sleeps between two looks at the trace, at most.
+const PERIOD: Duration = Duration::from_millis(250);
+/// How far behind the newest event that arrived the follower applies events: past the trace
+/// writer's period for partly filled buffers (a second), so that another thread's events seldom
+/// arrive behind it. One that does makes the summary a replay after the run.
+const SLACK_NS: u64 = 1_500_000_000;
+/// Its first sleeps, while the trace may not exist yet, each twice the last up to [`PERIOD`].
+const FIRST: Duration = Duration::from_millis(10);
+
+/// The follower of one program's trace, on a thread of its own.
+pub(crate) struct Following {
+    done: Arc<AtomicBool>,
+    thread: JoinHandle<Option<FollowedTrace>>,
+}
+
+/// A trace followed to its end: every event its file holds counted.
+pub(crate) struct FollowedTrace {
+    path: PathBuf,
+    /// The file's device, inode and length when it was last read.
+    identity: (u64, u64, u64),
+    trace: Trace,
+    follow: Follow,
+    /// Where the last update left the replay.
+    last: Followed,
+    counting: Counting,
+}
+
+/// Follows the trace that process `pid` writes to a file `pattern` names, with a header that
+/// says it started at `started` (ns since the Unix epoch) or later; `short_lived`: the summary's
+/// bound, ns.
+pub(crate) fn start(pattern: Pattern, started: u64, pid: u32, short_lived: u64) -> Following {
+    let done = Arc::new(AtomicBool::new(false));
+    let ended = Arc::clone(&done);
+    let thread = std::thread::Builder::new()
+        .name("memprof-follow".into())
+        .spawn(move || follow(&pattern, started, pid, short_lived, &ended));
+    match thread {
+        Ok(thread) => Following { done, thread },
+        // No thread: nothing followed, the trace replayed after the run.
+        Err(_) => Following {
+            done,
+            thread: std::thread::spawn(|| None),
+        },
+    }
+}
+
+impl Following {
+    /// Once the program has ended (its trace closed): the events that arrived since the last
+    /// look counted too, and the trace as followed; `None` when nothing was followed or the
+    /// following failed.
+    pub(crate) fn finish(self) -> Option<FollowedTrace> {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.thread().unpark();
+        self.thread.join().ok().flatten()
+    }
+}
+
+/// The follower's thread: finds the trace, then counts what arrives until `done`.
+fn follow(
+    pattern: &Pattern,
+    started: u64,
+    pid: u32,
+    short_lived: u64,
+    done: &AtomicBool,
+) -> Option<FollowedTrace> {
+    let mut sleep = FIRST;
+    let mut nap = || {
+        std::thread::park_timeout(sleep);
+        sleep = (sleep * 2).min(PERIOD);
+    };
+    let (path, mut trace) = loop {
+        let finished = done.load(Ordering::SeqCst);
+        let found = pattern
+            .traces_since(started)
+            .into_iter()
+            .find(|f| f.header.pid == pid);
+        // The header may be there before the rest of what opening reads.
+        if let Some(found) = found
+            && let Ok(trace) = Trace::open(&found.path)
+        {
+            break (found.path, trace);
+        }
+        if finished {
+            return None;
+        }
+        nap();
+    };
+    let mut counting = Counting::new(&trace, 10, short_lived, ProgressBar::hidden());
+    let mut follow = Follow::with_slack(&trace, SLACK_NS);
+    let last = loop {
+        let finished = done.load(Ordering::SeqCst);
+        let last = follow.update(&mut trace, &mut counting, finished).ok()?;
+        if finished {
+            break last;
+        }
+        nap();
+    };
+    let identity = identity(&path)?;
+    Some(FollowedTrace {
+        path,
+        identity,
+        trace,
+        follow,
+        last,
+        counting,
+    })
+}
+
+/// The device, inode and length of the file at `path`.
+fn identity(path: &Path) -> Option<(u64, u64, u64)> {
+    let metadata = std::fs::symlink_metadata(path).ok()?;
+    Some((metadata.dev(), metadata.ino(), metadata.len()))
+}
+
+impl FollowedTrace {
+    /// Writes the summary of the trace at `path` to stderr, as [`super::print_summary`] does,
+    /// from what was counted, when that is the file followed as it is now and every event of it
+    /// was counted in the replay's order; `None`, with nothing written, otherwise.
+    pub(crate) fn print(self, path: &Path) -> Option<Result<(), Failure>> {
+        let whole = self.path == path
+            && identity(path) == Some(self.identity)
+            && self.trace.file_len() == self.identity.2
+            && self.last.pending == 0
+            && self.last.out_of_order == 0;
+        if !whole {
+            return None;
+        }
+        crate::common::warn_incomplete(path, &self.trace);
+        let options = crate::common::report_options(&self.trace, &ReportArgs::default());
+        let state = self.follow.accumulated();
+        Some(
+            Summary::of_counted(&self.trace, &options, self.counting, state)
+                .and_then(|summary| super::write_summary(&summary)),
+        )
+    }
+}
