@@ -72,15 +72,22 @@ impl Pattern {
 
     /// The regular files the pattern names whose header tells a trace started at
     /// `started_ns` (nanoseconds since the Unix epoch) or later, oldest first. Only regular files
-    /// are opened, so a FIFO or device of a matching name is never read.
+    /// are opened, so a FIFO or device of a matching name is never read; and only those changed
+    /// since then (less a second, for file systems whose clock runs coarser), so that the traces
+    /// of earlier runs in the directory are not opened.
     pub fn traces_since(&self, started_ns: u64) -> Vec<Found> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
+        let since =
+            SystemTime::UNIX_EPOCH + Duration::from_nanos(started_ns) - Duration::from_secs(1);
         let mut found: Vec<Found> = entries
             .filter_map(Result::ok)
             .filter(|e| self.matches(&e.file_name().to_string_lossy()))
-            .filter(|e| std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file()))
+            .filter(|e| {
+                std::fs::symlink_metadata(e.path())
+                    .is_ok_and(|m| m.is_file() && m.modified().is_ok_and(|t| t >= since))
+            })
             .filter_map(|e| {
                 let header = header_of(&e.path())?;
                 (header.start_unix_ns >= started_ns).then(|| Found {

@@ -71,6 +71,17 @@ fn entry<T: Clone + Default>(per_stack: &mut Vec<T>, stack: u32) -> &mut T {
     &mut per_stack[i]
 }
 
+/// Counts a block of `size` bytes allocated (`true`) or freed in a stack's blocks and bytes.
+fn count(entry: &mut (u64, u64), size: u64, allocated: bool) {
+    if allocated {
+        entry.0 += 1;
+        entry.1 += size;
+    } else {
+        entry.0 -= 1;
+        entry.1 -= size;
+    }
+}
+
 /// The blocks and bytes live per stack at the peak, followed through the one replay rather than
 /// found by a second replay to the peak: the counts per stack now, their copy as they were at the
 /// latest peak, and the changes since that peak, applied to the copy (or the copy made again from
@@ -102,17 +113,7 @@ impl AtPeak {
     /// A block of `stack` and `size` allocated (`true`) or freed; `false` once the changes
     /// since the peak are too many to keep.
     fn change(&mut self, stack: u32, size: u64, allocated: bool) -> bool {
-        if self.peak.len() <= stack as usize {
-            self.peak.resize(stack as usize + 1, (0, 0));
-        }
-        let entry = entry(&mut self.now, stack);
-        if allocated {
-            entry.0 += 1;
-            entry.1 += size;
-        } else {
-            entry.0 -= 1;
-            entry.1 -= size;
-        }
+        count(entry(&mut self.now, stack), size, allocated);
         self.since.push((stack, size, allocated));
         self.since.len() <= self.limit
     }
@@ -124,14 +125,7 @@ impl AtPeak {
             self.peak.copy_from_slice(&self.now);
         } else {
             for &(stack, size, allocated) in &self.since {
-                let entry = &mut self.peak[stack as usize];
-                if allocated {
-                    entry.0 += 1;
-                    entry.1 += size;
-                } else {
-                    entry.0 -= 1;
-                    entry.1 -= size;
-                }
+                count(&mut self.peak[stack as usize], size, allocated);
             }
         }
         self.since.clear();
