@@ -71,65 +71,71 @@ fn entry<T: Clone + Default>(per_stack: &mut Vec<T>, stack: u32) -> &mut T {
     &mut per_stack[i]
 }
 
-/// Counts a block of `size` bytes allocated (`true`) or freed in a stack's blocks and bytes.
+/// Counts a block of `size` bytes allocated (`true`) or freed in a stack's blocks and bytes
+/// (wrapping: a change since a peak may go below zero).
 fn count(entry: &mut (u64, u64), size: u64, allocated: bool) {
-    if allocated {
-        entry.0 += 1;
-        entry.1 += size;
-    } else {
-        entry.0 -= 1;
-        entry.1 -= size;
-    }
+    *entry = match allocated {
+        true => (entry.0.wrapping_add(1), entry.1.wrapping_add(size)),
+        false => (entry.0.wrapping_sub(1), entry.1.wrapping_sub(size)),
+    };
 }
 
 /// The blocks and bytes live per stack at the peak, followed through the one replay rather than
 /// found by a second replay to the peak: the counts per stack now, their copy as they were at the
-/// latest peak, and the changes since that peak, applied to the copy (or the copy made again from
-/// the counts, when that is less work) at each new peak. For a trace recorded whole only, where
-/// the counts are whole numbers; and given up (`Counting::at_peak` cleared, the second replay
-/// made) when the changes since the peak outnumber [`AtPeak::limit`], so that its memory stays
-/// below the live heap's.
+/// latest peak, and per stack the change since that peak, applied to the copy at each new peak
+/// (only for the stacks that changed: a heap that grows peaks at every allocation), or the copy
+/// made again from the counts when most stacks changed. Its memory is a few words per stack,
+/// however far the replay goes past the peak. For a trace recorded whole only, where the counts
+/// are whole numbers.
 pub(super) struct AtPeak {
     now: Vec<(u64, u64)>,
     pub(super) peak: Vec<(u64, u64)>,
-    /// (stack, size, whether allocated) since the latest peak.
-    since: Vec<(u32, u64, bool)>,
-    limit: usize,
+    /// Per stack, blocks and bytes allocated less those freed since the latest peak (wrapping).
+    since: Vec<(u64, u64)>,
+    /// The stacks whose `since` may not be zero, each once ([`AtPeak::listed`]).
+    changed: Vec<u32>,
+    listed: Vec<bool>,
 }
 
 impl AtPeak {
-    /// Changes kept at least; more while the heap's blocks are more.
-    const LEAST: usize = 1 << 20;
-
     fn new(stacks: usize) -> AtPeak {
         AtPeak {
             now: vec![(0, 0); stacks],
             peak: vec![(0, 0); stacks],
-            since: Vec::new(),
-            limit: Self::LEAST,
+            since: vec![(0, 0); stacks],
+            changed: Vec::new(),
+            listed: vec![false; stacks],
         }
     }
 
-    /// A block of `stack` and `size` allocated (`true`) or freed; `false` once the changes
-    /// since the peak are too many to keep.
-    fn change(&mut self, stack: u32, size: u64, allocated: bool) -> bool {
+    /// A block of `stack` and `size` allocated (`true`) or freed.
+    fn change(&mut self, stack: u32, size: u64, allocated: bool) {
         count(entry(&mut self.now, stack), size, allocated);
-        self.since.push((stack, size, allocated));
-        self.since.len() <= self.limit
+        count(entry(&mut self.since, stack), size, allocated);
+        let listed = entry(&mut self.listed, stack);
+        if !*listed {
+            *listed = true;
+            self.changed.push(stack);
+        }
     }
 
-    /// The heap is at a new peak, with `live` blocks.
-    fn peaked(&mut self, live: u64) {
+    /// The heap is at a new peak.
+    fn peaked(&mut self) {
         self.peak.resize(self.now.len(), (0, 0));
-        if self.since.len() >= self.now.len() {
+        let copy = self.changed.len() * 2 >= self.now.len();
+        if copy {
             self.peak.copy_from_slice(&self.now);
-        } else {
-            for &(stack, size, allocated) in &self.since {
-                count(&mut self.peak[stack as usize], size, allocated);
-            }
         }
-        self.since.clear();
-        self.limit = self.limit.max(2 * live as usize);
+        for &stack in &self.changed {
+            let (s, since) = (stack as usize, &mut self.since[stack as usize]);
+            if !copy {
+                let peak = &mut self.peak[s];
+                *peak = (peak.0.wrapping_add(since.0), peak.1.wrapping_add(since.1));
+            }
+            *since = (0, 0);
+            self.listed[s] = false;
+        }
+        self.changed.clear();
     }
 }
 
@@ -140,10 +146,8 @@ impl Counting {
 
     /// Follows a block allocated or freed in [`Counting::at_peak`].
     fn follow(&mut self, block: &Block, allocated: bool) {
-        if let Some(at_peak) = &mut self.at_peak
-            && !at_peak.change(block.stack, block.size, allocated)
-        {
-            self.at_peak = None;
+        if let Some(at_peak) = &mut self.at_peak {
+            at_peak.change(block.stack, block.size, allocated);
         }
     }
 }
@@ -217,7 +221,7 @@ impl Visitor for Counting {
             summary.peak_time = timed.time;
             self.peak_events = state.events;
             if let Some(at_peak) = &mut self.at_peak {
-                at_peak.peaked(self.live.0 as u64);
+                at_peak.peaked();
             }
         }
         if state.events.is_multiple_of(65536) {
@@ -419,11 +423,16 @@ mod tests {
     }
 
     /// The counts per stack at each new peak by bytes are those of a naive copy made there,
-    /// whether the changes since the last peak are fewer than the stacks (applied to the copy)
-    /// or not (the copy made again).
+    /// whether few stacks changed since the last peak (their changes applied to the copy) or
+    /// most (the copy made again), with blocks freed far past the peak.
     #[test]
     fn counts_at_the_peak_follow_the_changes() {
-        let stacks = 5;
+        for stacks in [5, 64] {
+            counts_at_the_peak_over(stacks);
+        }
+    }
+
+    fn counts_at_the_peak_over(stacks: usize) {
         let mut at_peak = AtPeak::new(stacks);
         let mut naive = vec![(0u64, 0u64); stacks];
         let mut live: Vec<(u32, u64)> = Vec::new();
@@ -443,18 +452,18 @@ mod tests {
                 naive[block.0 as usize].0 += 1;
                 naive[block.0 as usize].1 += block.1;
                 bytes += block.1;
-                assert!(at_peak.change(block.0, block.1, true));
+                at_peak.change(block.0, block.1, true);
             } else {
                 let block = live.swap_remove((r as usize) % live.len());
                 naive[block.0 as usize].0 -= 1;
                 naive[block.0 as usize].1 -= block.1;
                 bytes -= block.1;
-                assert!(at_peak.change(block.0, block.1, false));
+                at_peak.change(block.0, block.1, false);
             }
             if bytes > peak_bytes {
                 peak_bytes = bytes;
                 expected = naive.clone();
-                at_peak.peaked(live.len() as u64);
+                at_peak.peaked();
             }
         }
         assert!(peak_bytes > 0);
