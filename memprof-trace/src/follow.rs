@@ -104,6 +104,19 @@ impl Follow {
         visitor: &mut dyn Visitor,
         everything: bool,
     ) -> Result<Followed, TraceError> {
+        self.update_some(trace, visitor, everything, u64::MAX)
+    }
+
+    /// [`Follow::update`], applying at most about `most` events (a batch may go a few past it):
+    /// the caller looks at what the replay costs between two calls. Events left ready wait for
+    /// the next call, as [`Followed::pending`].
+    pub fn update_some(
+        &mut self,
+        trace: &mut Trace,
+        visitor: &mut dyn Visitor,
+        everything: bool,
+        most: u64,
+    ) -> Result<Followed, TraceError> {
         let arrived = trace.extend_chunks()?;
         for chunk in arrived {
             self.newest = self.newest.max(chunk.last_time);
@@ -121,51 +134,34 @@ impl Follow {
             self.newest.saturating_sub(self.slack)
         };
         self.watermark = self.watermark.max(limit);
-        // Decode the chunks that start at or before the watermark: those whose events may be
-        // applied now. The others wait as their place in the file.
-        let ready = self
-            .backlog
-            .partition_point(|c| c.first_time <= self.watermark);
-        let chunks_now = ready;
-        if ready > 0 {
-            let mut file = File::open(trace.path()).map_err(|e| TraceError {
-                path: trace.path().to_path_buf(),
-                error: error_at(0, ErrorKind::Io(e)),
-            })?;
-            for info in self.backlog.drain(..ready) {
-                let events = trace.decode(&mut file, info).map_err(|error| TraceError {
-                    path: trace.path().to_path_buf(),
-                    error,
-                })?;
-                // The header's count becomes the events decoded (a reallocation is two).
-                self.pending = self.pending - u64::from(info.events) + events.len() as u64;
-                let Some(first) = events.first() else {
-                    continue;
-                };
-                let key = (first.time, info.first_time, info.offset);
-                let slot = match self.free.pop() {
-                    Some(slot) => {
-                        self.open[slot] = Some((events, 0));
-                        slot
-                    }
-                    None => {
-                        self.open.push(Some((events, 0)));
-                        self.open.len() - 1
-                    }
-                };
-                self.heap.push(Reverse((key.0, key.1, key.2, slot)));
-            }
-        }
+        // A chunk is decoded when the merge reaches its first event, so that the events decoded
+        // and not applied yet are those of the chunks that overlap in time (about one a thread),
+        // however many arrived since the last update; the others wait as their place in the file.
+        let mut file = None;
+        let mut decoded = 0;
         let before = self.state.events;
         // Applied a few at a time, their slots in the live table read together first, as
         // `Trace::visit` does: their cache misses overlap.
         let mut batch: Vec<Timed> = Vec::with_capacity(BATCH);
-        loop {
+        while self.state.events - before < most {
             batch.clear();
-            while batch.len() < BATCH
-                && let Some(&Reverse((time, first_time, offset, slot))) = self.heap.peek()
-                && time <= self.watermark
-            {
+            while batch.len() < BATCH {
+                let next = self.heap.peek().map(|&Reverse(key)| key);
+                if let Some(info) = self.backlog.get(decoded)
+                    && info.first_time <= self.watermark
+                    && next.is_none_or(|(time, ..)| info.first_time <= time)
+                {
+                    let info = *info;
+                    decoded += 1;
+                    self.open_chunk(trace, &mut file, info)?;
+                    continue;
+                }
+                let Some((time, first_time, offset, slot)) = next else {
+                    break;
+                };
+                if time > self.watermark {
+                    break;
+                }
                 self.heap.pop();
                 let (events, at) = self.open[slot]
                     .as_mut()
@@ -193,6 +189,8 @@ impl Follow {
                 let _ = self.state.apply(event, visitor);
             }
         }
+        self.backlog.drain(..decoded);
+        let chunks_now = decoded;
         Ok(Followed {
             applied: self.state.events,
             applied_now: self.state.events - before,
@@ -201,6 +199,46 @@ impl Follow {
             watermark: self.watermark,
             chunks_now,
         })
+    }
+}
+
+impl Follow {
+    /// Decodes the chunk `info` of `trace` (through `file`, opened on first use) and puts its
+    /// first event in the merge.
+    fn open_chunk(
+        &mut self,
+        trace: &Trace,
+        file: &mut Option<File>,
+        info: ChunkInfo,
+    ) -> Result<(), TraceError> {
+        let fail = |error| TraceError {
+            path: trace.path().to_path_buf(),
+            error,
+        };
+        let file = match file {
+            Some(file) => file,
+            None => file
+                .insert(File::open(trace.path()).map_err(|e| fail(error_at(0, ErrorKind::Io(e))))?),
+        };
+        let events = trace.decode(file, info).map_err(fail)?;
+        // The header's count becomes the events decoded (a reallocation is two).
+        self.pending = self.pending - u64::from(info.events) + events.len() as u64;
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        let key = (first.time, info.first_time, info.offset);
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.open[slot] = Some((events, 0));
+                slot
+            }
+            None => {
+                self.open.push(Some((events, 0)));
+                self.open.len() - 1
+            }
+        };
+        self.heap.push(Reverse((key.0, key.1, key.2, slot)));
+        Ok(())
     }
 }
 

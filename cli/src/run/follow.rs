@@ -3,6 +3,9 @@
 //! arrived since the last), so that when the program ends what is left is the events of its last
 //! moment, not a replay of the whole run.
 //!
+//! The follower lets go of what it counted when it holds more memory than the system has left
+//! (its replay holds the program's live blocks), so that it never makes the program run short.
+//!
 //! The summary is the one a replay of the finished trace gives, or it is not used: the events are
 //! applied in the replay's order, a few seconds behind the newest that arrived; a trace whose
 //! chunk came later than that anyway, that is not the file the run ends up with (another process
@@ -27,6 +30,8 @@ const PERIOD: Duration = Duration::from_millis(250);
 /// writer's period for partly filled buffers (a second), so that another thread's events seldom
 /// arrive behind it. One that does makes the summary a replay after the run.
 const SLACK_NS: u64 = 1_500_000_000;
+/// Events applied between two looks at the memory left ([`crowding`]).
+const STEP: u64 = 1 << 20;
 /// Its first sleeps, while the trace may not exist yet, each twice the last up to [`PERIOD`].
 const FIRST: Duration = Duration::from_millis(10);
 
@@ -112,7 +117,17 @@ fn follow(
     let mut follow = Follow::with_slack(&trace, SLACK_NS);
     let last = loop {
         let finished = done.load(Ordering::SeqCst);
-        let last = follow.update(&mut trace, &mut counting, finished).ok()?;
+        let last = follow
+            .update_some(&mut trace, &mut counting, finished, STEP)
+            .ok()?;
+        // Never the reason the program runs out of memory: what was followed is let go, and the
+        // trace replayed after the program ends.
+        if !finished && crowding() {
+            return None;
+        }
+        if last.applied_now >= STEP {
+            continue;
+        }
         if finished {
             break last;
         }
@@ -127,6 +142,51 @@ fn follow(
         last,
         counting,
     })
+}
+
+/// Whether this process holds more than half the memory left to give: `VmRSS` above half of
+/// `MemAvailable`, or of what its memory control group (cgroup v2 or v1) has left below its
+/// limit, the page cache it counts taken as free (the kernel takes it back first). The program
+/// being traced would soon run short because of the replay.
+fn crowding() -> bool {
+    let read = |file: &str| std::fs::read_to_string(file).unwrap_or_default();
+    let Some(resident) = field(&read("/proc/self/status"), "VmRSS:") else {
+        return false;
+    };
+    let mut left = field(&read("/proc/meminfo"), "MemAvailable:").map_or(u64::MAX, |k| k * 1024);
+    for line in read("/proc/self/cgroup").lines() {
+        let (dir, [limit, usage, cache]) = match line.split(':').collect::<Vec<_>>()[..] {
+            ["0", "", path] => (
+                format!("/sys/fs/cgroup{path}"),
+                ["memory.max", "memory.current", "file "],
+            ),
+            [_, "memory", path] => (
+                format!("/sys/fs/cgroup/memory{path}"),
+                [
+                    "memory.limit_in_bytes",
+                    "memory.usage_in_bytes",
+                    "total_cache ",
+                ],
+            ),
+            _ => continue,
+        };
+        // No number ("max") when the group has no limit.
+        let (Some(limit), Some(usage)) = (
+            field(&read(&format!("{dir}/{limit}")), ""),
+            field(&read(&format!("{dir}/{usage}")), ""),
+        ) else {
+            continue;
+        };
+        let cache = field(&read(&format!("{dir}/memory.stat")), cache).unwrap_or(0);
+        left = left.min(limit.saturating_sub(usage.saturating_sub(cache)));
+    }
+    resident * 1024 > left / 2
+}
+
+/// The number after `name` at the start of a line of `text`.
+fn field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    line[name.len()..].split_whitespace().next()?.parse().ok()
 }
 
 /// The device, inode and length of the file at `path`.
@@ -155,5 +215,21 @@ impl FollowedTrace {
             Summary::of_counted(&self.trace, &options, self.counting, state)
                 .and_then(|summary| super::write_summary(&summary)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field;
+
+    /// The numbers `crowding` reads: a `/proc` line's, a control group file's, none for `max`.
+    #[test]
+    fn fields_read_as_the_kernel_writes_them() {
+        let meminfo = "MemTotal:       24589712 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(field(meminfo, "MemAvailable:"), Some(20_000_000));
+        assert_eq!(field("anon 10\nfile 4096\n", "file "), Some(4096));
+        assert_eq!(field("943718400\n", ""), Some(943_718_400));
+        assert_eq!(field("max\n", ""), None);
+        assert_eq!(field(meminfo, "SwapFree:"), None);
     }
 }
