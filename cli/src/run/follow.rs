@@ -115,11 +115,18 @@ fn follow(
     };
     let mut counting = Counting::new(&trace, 10, short_lived, ProgressBar::hidden());
     let mut follow = Follow::with_slack(&trace, SLACK_NS);
+    // What is left to count once the program has ended, shown as it goes.
+    let mut progress: Option<ProgressBar> = None;
     let last = loop {
         let finished = done.load(Ordering::SeqCst);
         let last = follow
             .update_some(&mut trace, &mut counting, finished, STEP)
             .ok()?;
+        if finished {
+            let bar = progress.get_or_insert_with(|| crate::common::bar(0, "summary"));
+            bar.set_length(bar.position() + last.applied_now + last.pending);
+            bar.inc(last.applied_now);
+        }
         // Never the reason the program runs out of memory: what was followed is let go, and the
         // trace replayed after the program ends.
         if !finished && crowding() {
@@ -133,6 +140,9 @@ fn follow(
         }
         nap();
     };
+    if let Some(progress) = progress {
+        progress.finish_and_clear();
+    }
     let identity = identity(&path)?;
     Some(FollowedTrace {
         path,
