@@ -12,6 +12,8 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 /// The preloaded library's file name.
@@ -127,6 +129,17 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
             child.env("LD_PRELOAD", preload);
         }
     };
+    // Ctrl-C (or Ctrl-\) while the program runs is the program's to act on (the terminal sends
+    // it to both), and the summary follows, as `time` prints its figures; while the summary is
+    // made, it ends `memprof run`. One this process was started to ignore stays ignored, and so
+    // the program's too.
+    let program_ended = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGQUIT] {
+        if !ignored(signal) {
+            signal_hook::flag::register_conditional_default(signal, Arc::clone(&program_ended))
+                .map_err(|e| Failure(format!("cannot handle Ctrl-C: {e}"), 1))?;
+        }
+    }
     let start = SystemTime::now();
     let started = start
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -159,6 +172,7 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
         .as_ref()
         .map(|(_, pattern)| follow::start(pattern.clone(), started, pid, options.short_lived));
     let status = child.wait();
+    program_ended.store(true, Ordering::SeqCst);
     let followed = following.and_then(follow::Following::finish);
     let status = status.map_err(|e| Failure(format!("{}: {e}", program.display()), 1))?;
     let code = exit_code(status);
@@ -248,6 +262,18 @@ pub(crate) fn print_summary(path: &Path, short_lived: u64) -> Result<(), Failure
 fn write_summary(summary: &summary::Summary) -> Result<(), Failure> {
     let written = |e: io::Error| Failure(format!("cannot write: {e}"), 1);
     summary.write(&mut io::stderr().lock()).map_err(written)
+}
+
+/// Whether this process ignores `signal` (`SigIgn` of `/proc/self/status`), as a program started
+/// in the background by a shell without job control ignores Ctrl-C: its children, which inherit
+/// that, must too.
+fn ignored(signal: i32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
 }
 
 /// Linux's `ENOEXEC`: a file the kernel cannot run.

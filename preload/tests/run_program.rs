@@ -3,8 +3,8 @@
 //! hang on it, never shows an earlier run's trace as this one's, keeps the trace of every
 //! process it started (each expands `%e` and `%p` for itself) and lists them, gives the
 //! reports' estimates for a sampled trace and says they are estimates, runs a script without
-//! `#!` with `/bin/sh` as a shell does, and says once per run that a program has no debug
-//! information. The preloaded library warns once for a misspelt `MEMPROF_` variable and for an
+//! `#!` with `/bin/sh` as a shell does, says once per run that a program has no debug
+//! information, and prints the summary after a Ctrl-C that ended the program. The preloaded library warns once for a misspelt `MEMPROF_` variable and for an
 //! empty value.
 
 mod support;
@@ -64,6 +64,47 @@ fn exit_status_is_the_programs() {
     }
     let output = memprof_run(&dir, &["--", program], "memprof run: success");
     assert_eq!(output.status.code(), Some(0), "{}", both(&output));
+}
+
+/// Ctrl-C reaches every process of the terminal's foreground group, `memprof run` and its
+/// program: the program ends on it (here as programs that catch it do, with status 130), and
+/// `memprof run` prints the summary, then exits as the program did.
+#[test]
+fn ctrl_c_ends_the_program_and_the_summary_follows() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let dir = scratch("run_ctrl_c");
+    let program = leak_program(&dir);
+    let mut child = clean_command(memprof_command())
+        .args(["run", "--", program.to_str().unwrap(), "0", "wait"])
+        .current_dir(&dir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The program has leaked and waits.
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "leaked\n");
+    let group = format!("-{}", child.id());
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let output = support::common::wait_within(child, Duration::from_secs(60), "memprof run");
+    let stderr = stderr(&output);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.trim() == "5000  640000 bytes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("ended: exit status: 130"), "{stderr}");
 }
 
 #[test]
