@@ -3,11 +3,11 @@
 //! arrived since the last), so that when the program ends what is left is the events of its last
 //! moment, not a replay of the whole run.
 //!
-//! The follower lets go of what it counted when it holds more memory than the system has left
-//! (its replay holds the program's live blocks), so that it never makes the program run short.
+//! The follower lets go of what it counted when it holds more than half the memory left (its
+//! replay holds the program's live blocks), so that it never makes the program run short.
 //!
 //! The summary is the one a replay of the finished trace gives, or it is not used: the events are
-//! applied in the replay's order, a few seconds behind the newest that arrived; a trace whose
+//! applied in the replay's order, 1.5 s behind the newest that arrived; a trace whose
 //! chunk came later than that anyway, that is not the file the run ends up with (another process
 //! of the same id wrote it, or it was replaced), or that could not be read as it grew is
 //! summarised after the run by a replay of its file, as `memprof summary` does.
@@ -38,7 +38,8 @@ const FIRST: Duration = Duration::from_millis(10);
 /// The follower of one program's trace, on a thread of its own.
 pub(crate) struct Following {
     done: Arc<AtomicBool>,
-    thread: JoinHandle<Option<FollowedTrace>>,
+    /// `None` when no thread could be started: then nothing is followed.
+    thread: Option<JoinHandle<Option<FollowedTrace>>>,
 }
 
 /// A trace followed to its end: every event its file holds counted.
@@ -61,15 +62,9 @@ pub(crate) fn start(pattern: Pattern, started: u64, pid: u32, short_lived: u64) 
     let ended = Arc::clone(&done);
     let thread = std::thread::Builder::new()
         .name("memprof-follow".into())
-        .spawn(move || follow(&pattern, started, pid, short_lived, &ended));
-    match thread {
-        Ok(thread) => Following { done, thread },
-        // No thread: nothing followed, the trace replayed after the run.
-        Err(_) => Following {
-            done,
-            thread: std::thread::spawn(|| None),
-        },
-    }
+        .spawn(move || follow(&pattern, started, pid, short_lived, &ended))
+        .ok();
+    Following { done, thread }
 }
 
 impl Following {
@@ -78,8 +73,9 @@ impl Following {
     /// following failed.
     pub(crate) fn finish(self) -> Option<FollowedTrace> {
         self.done.store(true, Ordering::SeqCst);
-        self.thread.thread().unpark();
-        self.thread.join().ok().flatten()
+        let thread = self.thread?;
+        thread.thread().unpark();
+        thread.join().ok().flatten()
     }
 }
 
