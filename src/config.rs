@@ -696,7 +696,7 @@ pub(crate) fn warn(message: std::fmt::Arguments<'_>) {
     if quiet() {
         return;
     }
-    let _ = writeln!(std::io::stderr(), "memprof: {message}");
+    crate::native::without_sigpipe(|| writeln!(std::io::stderr(), "memprof: {message}")).ok();
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();

@@ -90,7 +90,6 @@ pub(crate) fn thread_id() -> u64 {
 }
 
 /// The signal set holding `SIGPIPE` alone.
-#[cfg(feature = "trace")]
 fn sigpipe_set() -> libc::sigset_t {
     // SAFETY: `sigemptyset` initializes the set before `sigaddset` adds to it; both only write
     // into the set given.
@@ -110,6 +109,27 @@ pub(crate) fn block_sigpipe() -> bool {
     let set = sigpipe_set();
     // SAFETY: a valid set; the old mask is not asked for.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) == 0 }
+}
+
+/// Runs `write`, memprof's own write to the program's stderr, with `SIGPIPE` blocked on the
+/// calling thread, and takes the one it raised: a stderr nobody reads any more (the program's
+/// output piped into `head`) loses memprof's lines, and never kills the program, which would
+/// then end by a signal it did not get without memprof. A `SIGPIPE` the thread had blocked
+/// already is left as it was (it may be the program's). Async-signal-safe.
+pub(crate) fn without_sigpipe<R>(write: impl FnOnce() -> R) -> R {
+    let set = sigpipe_set();
+    // SAFETY: `old` is written by the call before it is read.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set, and a valid place for the old mask.
+    let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) } == 0;
+    let result = write();
+    // SAFETY: `old` holds the mask the call above gave.
+    if blocked && unsafe { libc::sigismember(&old, libc::SIGPIPE) } == 0 {
+        take_pending_sigpipe();
+        // SAFETY: the thread's mask as it was.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
+    result
 }
 
 /// Takes `flock`'s lock on `file` without waiting: exclusive (`exclusive`) or shared. An error
@@ -132,7 +152,6 @@ pub(crate) fn try_flock(file: &std::fs::File, exclusive: bool) -> std::io::Resul
 
 /// Takes a `SIGPIPE` pending (and blocked, [`block_sigpipe`]) on the calling thread, without
 /// waiting: it is never delivered.
-#[cfg(feature = "trace")]
 pub(crate) fn take_pending_sigpipe() {
     let set = sigpipe_set();
     let now = libc::timespec {

@@ -307,7 +307,7 @@ fn attach_in(
         })?;
         crate::serve::serve_following(path, listener, Arc::clone(&followed))?;
     }
-    eprintln!(
+    say!(
         "memprof: attached to process {pid} (stopped {}); {}",
         stopped(&answer),
         match options.duration {
@@ -343,14 +343,14 @@ fn attach_in(
         let answer = session(dir, "detach", &script)?;
         match answer.get("DETACHED").map(|v| v.trim().parse::<i64>()) {
             Some(Ok(n)) if n >= 0 => {}
-            Some(Ok(-2)) => eprintln!("memprof: the trace could not be closed whole"),
+            Some(Ok(-2)) => say!("memprof: the trace could not be closed whole"),
             Some(Ok(gdb::LIBRARY_GONE)) => end = End::Replaced,
             Some(Ok(-1)) => end = End::ExecFailed,
             _ if !Path::new(&format!("/proc/{pid}")).exists() => end = End::Exited,
             _ => return Err(gdb_failure(pid, &answer, "detach memprof")),
         }
         if matches!(end, End::Detach) {
-            eprintln!(
+            say!(
                 "memprof: detached from process {pid} (stopped {})",
                 stopped(&answer)
             );
@@ -360,15 +360,15 @@ fn attach_in(
         End::Detach => {}
         // The library closed the trace and wrote the files in the process's exit handlers, which
         // ran before it became a zombie or went.
-        End::Exited => eprintln!("memprof: process {pid} ended"),
+        End::Exited => say!("memprof: process {pid} ended"),
         // The library detaches before an `exec` (`memprof_detach`'s -1 after it: not attached).
-        End::ExecFailed => eprintln!(
+        End::ExecFailed => say!(
             "memprof: process {pid} had detached memprof itself, at an exec that failed: \
              recorded until then (the trace and the files were written then)"
         ),
         // Through `execve` and its kin the library detached first; through `execl` (which the C
         // library calls within itself) the trace ends where its writer was.
-        End::Replaced => eprintln!(
+        End::Replaced => say!(
             "memprof: process {pid} replaced its program (exec), memprof's library with it: \
              recorded until then; the new program is not recorded"
         ),
@@ -388,7 +388,7 @@ fn attach_in(
         )),
     };
     if options.serve.is_some() && summary.is_ok() {
-        eprintln!("memprof: the viewer stays up on the whole trace; Ctrl-C ends it");
+        say!("memprof: the viewer stays up on the whole trace; Ctrl-C ends it");
         interrupts += signals.pending().count();
         if interrupts < 2 {
             let _ = signals.forever().next();

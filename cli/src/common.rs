@@ -79,13 +79,13 @@ pub fn open(path: &Path) -> Result<Trace, Failure> {
 /// Warns when the trace read from `path` was cut short or not closed.
 pub fn warn_incomplete(path: &Path, trace: &Trace) {
     if let Some(cut) = trace.cut() {
-        eprintln!(
+        say!(
             "memprof: warning: {}: {cut}; read up to there",
             path.display()
         );
     }
     if trace.end_record().is_none() && trace.cut().is_none() {
-        eprintln!("memprof: warning: {}: {NOT_CLOSED}", path.display());
+        say!("memprof: warning: {}: {NOT_CLOSED}", path.display());
     }
 }
 
@@ -98,7 +98,7 @@ pub const NOT_CLOSED: &str = "the process ended without closing its trace (no EN
 pub fn hint_symbolize(trace: &Trace, path: &Path) {
     let missing = crate::moment::unsymbolized(trace);
     if missing > 0 {
-        eprintln!(
+        say!(
             "memprof: hint: {missing} return addresses of this trace have no symbols (shown as \
              their module, or ???): `memprof symbolize {}` names them from the binaries it lists",
             path.display()

@@ -7,6 +7,16 @@
 // `unsafe` only in `attach`, which signals a process and asks a socket who holds it.
 #![deny(unsafe_code)]
 
+/// `eprintln!` that never panics: a line for a stderr that is closed (`memprof run ... 2>&1 |
+/// head` once `head` has its lines) or broken is lost, where `eprintln!` would end the command
+/// with a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod alys;
 mod attach;
 mod common;
@@ -240,7 +250,7 @@ fn main() -> ExitCode {
         Err(Failure(message, status)) => {
             // An empty message: the status alone (`memprof run` passing on its program's).
             if !message.is_empty() {
-                eprintln!("memprof: {message}");
+                say!("memprof: {message}");
             }
             ExitCode::from(status)
         }

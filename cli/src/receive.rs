@@ -17,7 +17,7 @@ pub fn receive(listen: &str, output: &Path) -> Result<(), Failure> {
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
     if let Ok(address) = listener.local_addr() {
-        eprintln!("memprof: listening on {address}");
+        say!("memprof: listening on {address}");
     }
     let (mut stream, peer) = listener
         .accept()
@@ -30,7 +30,7 @@ pub fn receive(listen: &str, output: &Path) -> Result<(), Failure> {
     drop(file);
     replacement.commit().map_err(fail)?;
     let trace = open(output)?;
-    eprintln!(
+    say!(
         "memprof: {}: {bytes} bytes from {peer}, {} events, {}",
         output.display(),
         trace.events(),

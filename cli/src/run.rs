@@ -181,14 +181,14 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
         (Some(message), 0) => Err(Failure(message, 1)),
         (message, code) => {
             if let Some(message) = message {
-                eprintln!("memprof: {message}");
+                say!("memprof: {message}");
             }
-            eprintln!("memprof: {} ended: {status}", program.display());
+            say!("memprof: {} ended: {status}", program.display());
             Err(Failure(String::new(), code))
         }
     };
     let Some((absolute, pattern)) = pattern else {
-        eprintln!("memprof: the trace was sent to {spec}; no summary here");
+        say!("memprof: the trace was sent to {spec}; no summary here");
         return failed(None);
     };
     let found = pattern.traces_since(started);

@@ -54,7 +54,7 @@ pub fn serve(
         None => {
             for (id, path) in traces.iter().enumerate() {
                 let state = open_indexed(path)?;
-                eprintln!(
+                say!(
                     "memprof: trace {id}: {}: {} events, {} call sites, {} classes indexed",
                     path.display(),
                     state.trace.events(),
@@ -90,7 +90,7 @@ pub fn serve(
     let viewer = Viewer { shared, others };
     memprof_http::start(listener, viewer, options())
         .map_err(|e| Failure(format!("--listen {listen}: {e}"), 1))?;
-    eprintln!("memprof: serving on http://{address}/");
+    say!("memprof: serving on http://{address}/");
     warn_beyond_loopback(address, "--listen");
     loop {
         std::thread::park();
@@ -124,7 +124,7 @@ pub fn serve_following(
     };
     memprof_http::start(listener, viewer, options())
         .map_err(|e| Failure(format!("--serve {address}: {e}"), 1))?;
-    eprintln!("memprof: serving on http://{address}/");
+    say!("memprof: serving on http://{address}/");
     warn_beyond_loopback(address, "--serve");
     Ok(address)
 }
@@ -149,7 +149,7 @@ fn options() -> memprof_http::Options {
 /// loopback, when it is.
 fn warn_beyond_loopback(address: SocketAddr, option: &str) {
     if !address.ip().is_loopback() {
-        eprintln!(
+        say!(
             "memprof: warning: {option} {address} is beyond this machine's loopback: anyone who \
              can reach that address can {} (no authentication, no TLS); use 127.0.0.1 unless \
              others must reach it",
@@ -172,7 +172,7 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
         match cache::load(&cache_path, key, trace.stacks().len()) {
             Ok((index, classes, resolved)) => {
                 let (state, sites) = State::with_resolved(trace, index, classes, resolved);
-                eprintln!(
+                say!(
                     "memprof: {}: index read from {}{}",
                     path.display(),
                     cache_path.display(),
@@ -185,7 +185,7 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
                 return Ok(state);
             }
             Err(cache::Miss::Absent) => {}
-            Err(cache::Miss::Ignored(why)) => eprintln!(
+            Err(cache::Miss::Ignored(why)) => say!(
                 "memprof: {}: {why}; ignored, indexing the trace again",
                 cache_path.display()
             ),
@@ -197,7 +197,7 @@ fn open_indexed(path: &std::path::Path) -> Result<State, Failure> {
         && cache::key(path).is_ok_and(|now| now == key)
         && let Err(e) = cache::store(&cache_path, key, &state)
     {
-        eprintln!(
+        say!(
             "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",
             cache_path.display()
         );
@@ -306,7 +306,7 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
     let listener = std::net::TcpListener::bind(address)
         .map_err(|e| Failure(format!("--listen-trace {address}: {e}"), 1))?;
     if let Ok(local) = listener.local_addr() {
-        eprintln!("memprof: waiting for a trace on {local}");
+        say!("memprof: waiting for a trace on {local}");
         warn_beyond_loopback(local, "--listen-trace");
     }
     std::thread::spawn(move || {
@@ -315,20 +315,20 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
                 Ok(found) => found,
                 Err(e) => {
                     // Out of descriptors, say: the next try may succeed.
-                    eprintln!("memprof: --listen-trace: {e}");
+                    say!("memprof: --listen-trace: {e}");
                     std::thread::sleep(Duration::from_millis(500));
                     continue;
                 }
             };
             match trace_head(&mut stream) {
                 Ok(head) => {
-                    eprintln!(
+                    say!(
                         "memprof: receiving a trace from {peer} into {}",
                         path.display()
                     );
                     break (stream, head);
                 }
-                Err(why) => eprintln!(
+                Err(why) => say!(
                     "memprof: --listen-trace: {peer} sent no memprof trace ({why}); dropped, \
                      waiting for another sender"
                 ),
@@ -341,7 +341,7 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
         {
             Ok(file) => file,
             Err(e) => {
-                eprintln!("memprof: {}: {e}", path.display());
+                say!("memprof: {}: {e}", path.display());
                 return;
             }
         };
@@ -351,7 +351,7 @@ fn receive_live(address: &str, path: PathBuf, shared: Shared) -> Result<(), Fail
             std::thread::spawn(move || live::follow(&path, &shared, &done))
         };
         if let Err(e) = copy(&head, &mut stream, file) {
-            eprintln!("memprof: receiving the trace: {e}");
+            say!("memprof: receiving the trace: {e}");
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = indexer.join();

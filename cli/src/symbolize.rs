@@ -57,14 +57,16 @@ pub fn run(trace: &Trace, debug_dirs: Vec<PathBuf>, output: Option<&Path>) -> Re
                 1,
             ));
         }
-        eprintln!(
+        say!(
             "memprof: warning: {trace_name}: {}: {}; its {} return addresses stay unknown",
-            module.path, module.reason, module.addresses
+            module.path,
+            module.reason,
+            module.addresses
         );
     }
     let output = output.unwrap_or(trace.path());
     write_symbolized(trace, &symbols, output)?;
-    eprintln!(
+    say!(
         "memprof: {}: {} return addresses symbolized from {} files{}",
         output.display(),
         symbols.len() - kept,

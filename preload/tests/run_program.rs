@@ -107,6 +107,27 @@ fn ctrl_c_ends_the_program_and_the_summary_follows() {
     assert!(stderr.contains("ended: exit status: 130"), "{stderr}");
 }
 
+/// A stderr nobody reads any more (`memprof run ... 2>&1 | head`, once `head` has its lines)
+/// loses the summary, and the command still ends as the program did: it ended with a panic
+/// (status 101) when it could not write the summary, nor then say so.
+#[test]
+fn a_closed_stderr_loses_the_summary_not_the_status() {
+    use std::process::Stdio;
+    let dir = scratch("run_closed_stderr");
+    let program = leak_program(&dir);
+    let mut child = clean_command(memprof_command())
+        .args(["run", "--", program.to_str().unwrap(), "3"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let output = support::common::wait_within(child, Duration::from_secs(60), "memprof run");
+    assert_eq!(output.status.code(), Some(3), "{:?}", output.status);
+}
+
 #[test]
 fn summary_on_stderr_after_the_programs_output() {
     let dir = scratch("run_stderr");

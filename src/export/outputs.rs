@@ -129,7 +129,7 @@ pub(crate) fn write_listed(spec: &str) -> (Vec<PathBuf>, bool) {
                     }
                     continue;
                 }
-                let _ = match result {
+                let _ = crate::native::without_sigpipe(|| match result {
                     Ok(Ok(written)) => {
                         let line = writeln!(stderr, "memprof: wrote {}", written.display());
                         written_paths.push(written);
@@ -137,7 +137,7 @@ pub(crate) fn write_listed(spec: &str) -> (Vec<PathBuf>, bool) {
                     }
                     Ok(Err(error)) => writeln!(stderr, "memprof: cannot write {path}: {error}"),
                     Err(_) => writeln!(stderr, "memprof: writing {path} failed"),
-                };
+                });
             }
         });
         let whole = written_paths.len() == listed;

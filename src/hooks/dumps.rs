@@ -69,9 +69,9 @@ pub(super) fn dump() {
                 write(spec, config.dump_keep);
             }
             None => {
-                if let Err(error) =
+                if let Err(error) = crate::native::without_sigpipe(|| {
                     crate::report::pretty_log_allocations(&mut std::io::stderr().lock())
-                {
+                }) {
                     warn(format_args!("writing the dump failed: {error}"));
                 }
             }

@@ -135,7 +135,9 @@ extern "C" fn at_exit() {
             )),
         }
         if config.print_at_exit
-            && let Err(error) = crate::report::log_allocations(&mut std::io::stderr().lock())
+            && let Err(error) = crate::native::without_sigpipe(|| {
+                crate::report::log_allocations(&mut std::io::stderr().lock())
+            })
         {
             warn(format_args!("writing the report at exit failed: {error}"));
         }

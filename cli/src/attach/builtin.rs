@@ -76,7 +76,7 @@ pub(crate) fn attach(pid: u32, options: &Options) -> Result<(), Failure> {
     for (asked, verb) in [(options.pause, "pause"), (options.resume, "resume")] {
         if asked {
             let answer = request(pid, signal, verb)?.finish()?;
-            eprintln!("memprof: process {pid}: {answer}");
+            say!("memprof: process {pid}: {answer}");
             return Ok(());
         }
     }
@@ -334,7 +334,7 @@ fn trace(pid: u32, signal: i32, path: &Path, duration: Option<Duration>) -> Resu
             )
         }
     });
-    eprintln!(
+    say!(
         "memprof: tracing process {pid} into {}{}",
         path.display(),
         match duration {
@@ -399,7 +399,7 @@ fn write_outputs(pid: u32, signal: i32, spec: &str) -> Result<(), Failure> {
     let answer = request(pid, signal, &format!("outputs {}", absolute.join(",")))?.finish();
     for line in answer.as_deref().unwrap_or("").lines() {
         if let Some(path) = line.strip_prefix("wrote ") {
-            eprintln!("memprof: process {pid} wrote {path}");
+            say!("memprof: process {pid} wrote {path}");
         }
     }
     answer.map(drop)

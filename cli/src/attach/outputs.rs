@@ -50,7 +50,7 @@ pub fn unwritten(files: &[PathBuf], since: SystemTime) {
             .and_then(|m| m.modified())
             .is_ok_and(|at| at >= since);
         if !written {
-            eprintln!(
+            say!(
                 "memprof: {} was not written: the process writes it as its own user, who must \
                  be able to create it there",
                 file.display()

@@ -28,7 +28,7 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
         match Trace::open(path) {
             Ok(trace) => break trace,
             Err(e) if finished => {
-                eprintln!("memprof: the trace received: {e}");
+                say!("memprof: the trace received: {e}");
                 return;
             }
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -72,13 +72,13 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
                     }
                 }
                 Err(e) => {
-                    eprintln!("memprof: the trace received: {e}; its index stops here");
+                    say!("memprof: the trace received: {e}; its index stops here");
                     return;
                 }
             }
         }
         if finished {
-            eprintln!("memprof: the trace is complete: {len} bytes");
+            say!("memprof: the trace is complete: {len} bytes");
             keep(path, shared);
             return;
         }
@@ -89,7 +89,7 @@ pub fn follow(path: &Path, shared: &Shared, done: &AtomicBool) {
 /// Indexes the complete trace again from its start, when events of it were counted out of
 /// order: its figures after the run are exactly those of the trace opened afresh.
 fn rebuild(path: &Path, shared: &Shared, out_of_order: u64) {
-    eprintln!(
+    say!(
         "memprof: {out_of_order} events of the trace arrived after later ones: indexing it again \
          from its start, for exact figures"
     );
@@ -102,7 +102,7 @@ fn rebuild(path: &Path, shared: &Shared, out_of_order: u64) {
                 *current = Some(Arc::new(state));
             }
         }
-        Err(e) => eprintln!("memprof: {}: {}", path.display(), e.0),
+        Err(e) => say!("memprof: {}: {}", path.display(), e.0),
     }
 }
 
@@ -112,7 +112,7 @@ fn keep(path: &Path, shared: &Shared) {
     let cache_path = cache::path_of(path);
     with_state(shared, |state| {
         if let Err(e) = cache::store(&cache_path, key, state) {
-            eprintln!(
+            say!(
                 "memprof: {}: the index is not kept ({e}); the next open indexes the trace again",
                 cache_path.display()
             );
@@ -156,7 +156,7 @@ fn update(
         // Answers kept for queries were of the trace as it was.
         state.replays.forget();
         if timed {
-            eprintln!(
+            say!(
                 "memprof: live update: {} events applied ({} in all, {} pending) from {} chunks \
                  in {:.1} ms",
                 followed.applied_now,
