@@ -112,11 +112,12 @@ pub(crate) fn block_sigpipe() -> bool {
 }
 
 /// Runs `write`, memprof's own write to the program's stderr, with `SIGPIPE` blocked on the
-/// calling thread, and takes the one it raised: a stderr nobody reads any more (the program's
-/// output piped into `head`) loses memprof's lines, and never kills the program, which would
-/// then end by a signal it did not get without memprof. A `SIGPIPE` the thread had blocked
-/// already is left as it was (it may be the program's). Async-signal-safe.
-pub(crate) fn without_sigpipe<R>(write: impl FnOnce() -> R) -> R {
+/// calling thread, and takes the one its failure with `EPIPE` raised: a stderr nobody reads any
+/// more (the program's output piped into `head`) loses memprof's lines, and never kills the
+/// program, which would then end by a signal it did not get without memprof. A `SIGPIPE` the
+/// thread had blocked already is left as it was (it may be the program's), and so is one sent
+/// to the process while the write was not failing. Async-signal-safe.
+pub(crate) fn without_sigpipe<T>(write: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
     let set = sigpipe_set();
     // SAFETY: `old` is written by the call before it is read.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -125,7 +126,11 @@ pub(crate) fn without_sigpipe<R>(write: impl FnOnce() -> R) -> R {
     let result = write();
     // SAFETY: `old` holds the mask the call above gave.
     if blocked && unsafe { libc::sigismember(&old, libc::SIGPIPE) } == 0 {
-        take_pending_sigpipe();
+        if let Err(error) = &result
+            && error.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            take_pending_sigpipe();
+        }
         // SAFETY: the thread's mask as it was.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }

@@ -200,9 +200,7 @@ impl Follow {
             chunks_now,
         })
     }
-}
 
-impl Follow {
     /// Decodes the chunk `info` of `trace` (through `file`, opened on first use) and puts its
     /// first event in the merge.
     fn open_chunk(
