@@ -63,6 +63,9 @@ pub unsafe fn alloc(address: usize, size: usize) {
 /// Forgets the block at `address` (not null) before the C library frees it.
 #[inline(always)]
 pub fn free(address: usize) {
+    // The C library's free reads the chunk's size word in front of the block once the table is
+    // done: fetched now, the two cache misses of a long-lived block's free overlap.
+    native::prefetch(address.wrapping_sub(8));
     let _ = record::free(address, BlockRef::Headless);
 }
 
@@ -80,6 +83,8 @@ pub unsafe fn realloc(
     new_size: usize,
     realloc: impl FnOnce() -> *mut u8,
 ) -> *mut u8 {
+    // As in `free`: the C library reads the old chunk's size word after the table's work.
+    native::prefetch(old_address.wrapping_sub(8));
     record::realloc::<Doors>(
         old_address,
         BlockRef::Headless,
