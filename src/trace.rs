@@ -92,6 +92,16 @@ pub(crate) fn start_on(
     }
 }
 
+/// Closes the trace before the process ends by `_exit` (which runs no exit handler), as the exit
+/// would; the writer says where it went. Allocates nothing and takes no lock on this thread
+/// (`_exit` may come from a signal handler), and waits for the writer a bounded time (see
+/// `writer`). The trace has no memory record then.
+#[cfg(feature = "preload")]
+pub(crate) fn close_before_exit() {
+    #[cfg(feature = "trace")]
+    writer::close_before_exit();
+}
+
 /// In a forked child: stop tracing, and never touch the parent's trace.
 pub(crate) fn in_forked_child() {
     #[cfg(feature = "trace")]

@@ -192,7 +192,8 @@ pub fn run_program(options: &RunOptions, command: &[OsString]) -> Result<(), Fai
         return failed(None);
     };
     let found = pattern.traces_since(started);
-    let own = found.iter().position(|f| f.header.pid == pid);
+    // The newest of the program's traces: after an `exec`, its last image's.
+    let own = found.iter().rposition(|f| f.header.pid == pid);
     // A trace that cannot be read is said, and the status stays the program's.
     let message = match summarise(&found, own, options.short_lived, followed) {
         Ok(()) if own.is_some() => None,

@@ -53,10 +53,16 @@ fn find(handle: *mut std::ffi::c_void) {
     }
 }
 
+/// Whether this process started the trace: not a forked child, nor a `vfork` child, which
+/// shares its parent's memory.
+pub(crate) fn is_origin() -> bool {
+    std::process::id() == ORIGIN.load(Relaxed)
+}
+
 /// Closes the trace before the process's image is replaced, in the process that started it.
 fn before_exec() {
     if memprof::is_tracing()
-        && std::process::id() == ORIGIN.load(Relaxed)
+        && is_origin()
         && let Err(error) = memprof::close_trace()
     {
         memprof::preload::warn(format_args!("closing the trace before exec: {error}"));

@@ -30,6 +30,7 @@
 mod attach;
 mod dlclose;
 mod exec;
+mod exit;
 mod follow;
 mod forward;
 mod got;
@@ -348,6 +349,7 @@ extern "C" fn init() {
     follow::apply();
     forward::resolve();
     exec::resolve();
+    exit::resolve();
     dlclose::resolve();
     mappings::init();
     memprof::preload::start(__libc_malloc as *const c_void);

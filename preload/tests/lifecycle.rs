@@ -1,6 +1,6 @@
 //! Hostile lifecycles under the library (tests/programs/lifecycle.c and friends): threads that
 //! exit, thread-exit destructors that allocate, fork, exec with and without
-//! `MEMPROF_FOLLOW_EXEC`, `_exit`, `exit` from a thread while others allocate, a signal handler
+//! `MEMPROF_FOLLOW_EXEC`, `_exit` (from a signal handler too), `exit` from a thread while others allocate, a signal handler
 //! that allocates, shell commands, `dlopen`/`dlclose` cycles, a statically linked program and a
 //! program with its own malloc. Every run has a deadline: a hang fails.
 
@@ -203,14 +203,40 @@ fn exec_not_followed() {
     );
 }
 
+/// Runs lifecycle in `mode` with a trace, within a minute; returns its output and its trace.
+fn traced(name: &str, mode: &str) -> (Output, memprof_trace::Trace) {
+    let dir = scratch(name);
+    let program = lifecycle(&dir);
+    let trace = dir.join("trace.mptrace");
+    let output = run_within(
+        preloaded(&program).arg(mode).env("MEMPROF_TRACE", &trace),
+        std::time::Duration::from_secs(60),
+        mode,
+    );
+    let trace = memprof_trace::Trace::open(&trace)
+        .unwrap_or_else(|e| panic!("the trace: {e:?}\n{}", both(&output)));
+    (output, trace)
+}
+
 #[test]
 fn underscore_exit() {
-    let dir = scratch("underscore_exit");
-    let program = lifecycle(&dir);
-    let output = run_ok(preloaded(&program).arg("_exit"), "_exit");
+    let (output, trace) = traced("underscore_exit", "_exit");
+    assert!(output.status.success(), "{}", both(&output));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "ok\n");
     // _exit runs no at-exit handler: no report, and no crash.
     assert!(tsv_logs(&String::from_utf8_lossy(&output.stderr)).is_empty());
+    // The library's _exit closed the trace, with every block (the vfork child's _exit, in the
+    // same memory, closed nothing).
+    assert!(trace.end_record().is_some(), "{}", both(&output));
+    assert!(trace.events() >= 1000, "{} events", trace.events());
+}
+
+#[test]
+fn underscore_exit_from_a_signal_handler_that_interrupted_the_allocator() {
+    let (output, trace) = traced("exit_in_handler", "exit-in-handler");
+    assert_eq!(output.status.code(), Some(3), "{}", both(&output));
+    assert!(trace.end_record().is_some(), "{}", both(&output));
+    assert!(trace.events() > 0);
 }
 
 #[test]

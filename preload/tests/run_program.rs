@@ -4,8 +4,9 @@
 //! process it started (each expands `%e` and `%p` for itself) and lists them, gives the
 //! reports' estimates for a sampled trace and says they are estimates, runs a script without
 //! `#!` with `/bin/sh` as a shell does, says once per run that a program has no debug
-//! information, and prints the summary after a Ctrl-C that ended the program. The preloaded library warns once for a misspelt `MEMPROF_` variable and for an
-//! empty value.
+//! information, prints the summary after a Ctrl-C that ended the program, summarises a program's
+//! last image after an `exec`, and closes the trace of a shell that ends by `_exit`. The
+//! preloaded library warns once for a misspelt `MEMPROF_` variable and for an empty value.
 
 mod support;
 
@@ -303,6 +304,39 @@ fn every_process_keeps_its_trace() {
     }
     let text = stderr(&output);
     assert_eq!(text.matches(".mptrace: process ").count(), 2, "{text}");
+    // The summary is the program's last image's, the one that ended; the others are listed.
+    let process = text
+        .lines()
+        .find(|l| l.starts_with("process: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(process.ends_with("/run_leak)"), "{text}");
+}
+
+/// `sh` is `dash` on Debian, which ends by `_exit`: the library closes the trace there too.
+#[test]
+fn a_shell_that_ends_by_underscore_exit_has_its_trace_closed() {
+    let dir = scratch("run_sh_exit");
+    let leak = leak_program(&dir);
+    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    let output = memprof_run(
+        &dir,
+        &["--", "sh", "-c", "./hello; echo done"],
+        "memprof run: sh -c",
+    );
+    assert!(output.status.success(), "{}", both(&output));
+    let text = stderr(&output);
+    assert!(!text.contains("without closing its trace"), "{text}");
+    let recorded = text
+        .lines()
+        .find(|l| l.starts_with("recorded: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(recorded.contains("(closed normally"), "{text}");
+    let allocations: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("allocations: "))
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(allocations > 0, "{text}");
 }
 
 #[test]

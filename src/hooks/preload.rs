@@ -170,6 +170,17 @@ pub fn leave_child() {
     super::triggers::skip_exit_files();
 }
 
+/// Closes the trace (when one is written) as the exit would, saying where it went: the
+/// library's `_exit` and `_Exit` call it in the process that started it, since the C library's
+/// `_exit` ends the process without running exit handlers (a shell such as `dash` ends so).
+/// `_exit` may be called from a signal handler that interrupted the C library's allocator: this
+/// thread allocates nothing and waits for the trace's writer a bounded time, the trace has no
+/// memory record, and the `MEMPROF_OUTPUT` files and the at-exit report are not written (they
+/// need this thread to allocate).
+pub fn before_exit() {
+    crate::trace::close_before_exit();
+}
+
 /// Ends recording in a process the library was attached to, as its exit would: closes the trace
 /// (its events, symbols and end record written) and writes the `MEMPROF_OUTPUT` files, which the
 /// exit then leaves alone. Called once the library's functions are no longer bound. Returns the

@@ -207,8 +207,9 @@ impl Sink {
         Ok(())
     }
 
-    /// What is left of every thread's events, the symbols, the end record.
-    pub(super) fn close(&mut self) -> io::Result<PathBuf> {
+    /// What is left of every thread's events, the symbols, the end record; the memory record
+    /// before it when `memory` (it holds the live table still).
+    pub(super) fn close(&mut self, memory: bool) -> io::Result<PathBuf> {
         self.drain(true)?;
         self.symbols(None)?;
         if self.write_symbols {
@@ -216,7 +217,9 @@ impl Sink {
         }
         let lost = buffer::LOST.load(Ordering::Relaxed);
         self.chunk.reset(0);
-        self.chunk.memory(&crate::breakdown::trace_parts());
+        if memory {
+            self.chunk.memory(&crate::breakdown::trace_parts());
+        }
         self.chunk.end(self.events, lost);
         self.write_chunk(false)?;
         let out = self.out.as_mut().expect("open");

@@ -263,19 +263,60 @@ pub(crate) fn forget_in_child() {
 
 extern "C" fn close_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        crate::guard::untracked(|| match close() {
-            // `memprof attach` says where its trace went.
-            Ok(Some(path)) if path.to_string_lossy().starts_with(ATTACH_PREFIX) => {}
-            Ok(Some(path)) if path.to_string_lossy().starts_with("tcp://") => {
-                warn(format_args!("trace sent to {}", path.display()))
-            }
-            Ok(Some(path)) => warn(format_args!("trace written to {}", path.display())),
-            Ok(None) => {}
-            Err(error) => warn(format_args!(
-                "MEMPROF_TRACE: closing the trace failed: {error}"
-            )),
-        })
+        crate::guard::untracked(|| say_closed(close().as_ref().map(Option::as_deref)))
     });
+}
+
+/// How long a program that ends by `_exit` waits for the writer to finish the trace: `_exit`
+/// may be called from a signal handler, which may have interrupted this thread holding a lock
+/// the writer then needs, and the process must end all the same.
+const EXIT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Set by [`close_before_exit`]: the writer says where the trace went itself, and leaves the
+/// trace's memory record out (measuring it takes the C library allocator's locks, which the
+/// thread ending the process may hold, and holds the live table still, which it may be inside).
+static CLOSED_BY_EXIT: AtomicBool = AtomicBool::new(false);
+
+/// Closes the trace before the process ends by `_exit`, which runs no exit handler, as the exit
+/// would, without its memory record. This thread
+/// may be in a signal handler that interrupted the C library's allocator, holding its lock: it
+/// allocates nothing and takes no lock, but asks the writer thread to close the trace and waits
+/// for it, at most [`EXIT_PATIENCE`]; the writer says where the trace went.
+pub(crate) fn close_before_exit() {
+    if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    CLOSED_BY_EXIT.store(true, Ordering::Release);
+    CLOSING.store(true, Ordering::Release);
+    let began = std::time::Instant::now();
+    while PHASE.load(Ordering::Acquire) != DONE {
+        if began.elapsed() >= EXIT_PATIENCE {
+            give_up();
+            warn(format_args!(
+                "MEMPROF_TRACE: the trace's writer did not finish within {} s of _exit; the \
+                 trace ends at its last chunk written",
+                EXIT_PATIENCE.as_secs()
+            ));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Says on stderr where the trace went, or why closing it failed.
+fn say_closed(closed: Result<Option<&std::path::Path>, &io::Error>) {
+    match closed {
+        // `memprof attach` says where its trace went.
+        Ok(Some(path)) if path.to_string_lossy().starts_with(ATTACH_PREFIX) => {}
+        Ok(Some(path)) if path.to_string_lossy().starts_with("tcp://") => {
+            warn(format_args!("trace sent to {}", path.display()))
+        }
+        Ok(Some(path)) => warn(format_args!("trace written to {}", path.display())),
+        Ok(None) => {}
+        Err(error) => warn(format_args!(
+            "MEMPROF_TRACE: closing the trace failed: {error}"
+        )),
+    }
 }
 
 /// The writer thread.
@@ -317,7 +358,16 @@ fn writer_thread() {
                 destination.and_then(|d| install(&mut state, d))
             }
             State::Open(sink) if closing => {
-                let result = sink.close();
+                let by_exit = CLOSED_BY_EXIT.load(Ordering::Acquire);
+                let result = sink.close(!by_exit);
+                if by_exit {
+                    say_closed(result.as_ref().map(|path| Some(path.as_path())));
+                    // The process ends, by a thread that may hold the lock of the allocator's
+                    // arena the sink's memory came from: it is never given back.
+                    std::mem::forget(std::mem::replace(&mut *state, State::Closed));
+                    PHASE.store(DONE, Ordering::Release);
+                    return;
+                }
                 if let Err(error) = &result {
                     fail(&mut state, error);
                 }

@@ -92,62 +92,74 @@ fn follow(
         std::thread::park_timeout(sleep);
         sleep = (sleep * 2).min(PERIOD);
     };
-    let (path, mut trace) = loop {
-        let finished = done.load(Ordering::SeqCst);
-        let found = pattern
-            .traces_since(started)
+    // The program's newest trace: a program that `exec`s has one per image, each begun when the
+    // last ended.
+    let newest = |after: u64| {
+        pattern
+            .traces_since(after)
             .into_iter()
-            .find(|f| f.header.pid == pid);
-        // The header may be there before the rest of what opening reads.
-        if let Some(found) = found
-            && let Ok(trace) = Trace::open(&found.path)
-        {
-            break (found.path, trace);
-        }
-        if finished {
-            return None;
-        }
-        nap();
+            .rfind(|f| f.header.pid == pid)
     };
-    let mut counting = Counting::new(&trace, 10, short_lived, ProgressBar::hidden());
-    let mut follow = Follow::with_slack(&trace, SLACK_NS);
-    // What is left to count once the program has ended, shown as it goes.
-    let mut progress: Option<ProgressBar> = None;
-    let last = loop {
-        let finished = done.load(Ordering::SeqCst);
-        let last = follow
-            .update_some(&mut trace, &mut counting, finished, STEP)
-            .ok()?;
-        if finished {
-            let bar = progress.get_or_insert_with(|| crate::common::bar(0, "summary"));
-            bar.set_length(bar.position() + last.applied_now + last.pending);
-            bar.inc(last.applied_now);
+    let mut after = started;
+    'trace: loop {
+        let (path, mut trace) = loop {
+            let finished = done.load(Ordering::SeqCst);
+            // The header may be there before the rest of what opening reads.
+            if let Some(found) = newest(after)
+                && let Ok(trace) = Trace::open(&found.path)
+            {
+                after = found.header.start_unix_ns;
+                break (found.path, trace);
+            }
+            if finished {
+                return None;
+            }
+            nap();
+        };
+        let mut counting = Counting::new(&trace, 10, short_lived, ProgressBar::hidden());
+        let mut follow = Follow::with_slack(&trace, SLACK_NS);
+        // What is left to count once the program has ended, shown as it goes.
+        let mut progress: Option<ProgressBar> = None;
+        let last = loop {
+            let finished = done.load(Ordering::SeqCst);
+            let last = follow
+                .update_some(&mut trace, &mut counting, finished, STEP)
+                .ok()?;
+            if finished {
+                let bar = progress.get_or_insert_with(|| crate::common::bar(0, "summary"));
+                bar.set_length(bar.position() + last.applied_now + last.pending);
+                bar.inc(last.applied_now);
+            }
+            // Never the reason the program runs out of memory: what was followed is let go, and
+            // the trace replayed after the program ends.
+            if !finished && crowding() {
+                return None;
+            }
+            if last.applied_now >= STEP {
+                continue;
+            }
+            if finished {
+                break last;
+            }
+            // Ended by an `exec`: the program goes on in the trace of its new image.
+            if trace.end_record().is_some() && last.pending == 0 && newest(after + 1).is_some() {
+                continue 'trace;
+            }
+            nap();
+        };
+        if let Some(progress) = progress {
+            progress.finish_and_clear();
         }
-        // Never the reason the program runs out of memory: what was followed is let go, and the
-        // trace replayed after the program ends.
-        if !finished && crowding() {
-            return None;
-        }
-        if last.applied_now >= STEP {
-            continue;
-        }
-        if finished {
-            break last;
-        }
-        nap();
-    };
-    if let Some(progress) = progress {
-        progress.finish_and_clear();
+        let identity = identity(&path)?;
+        return Some(FollowedTrace {
+            path,
+            identity,
+            trace,
+            follow,
+            last,
+            counting,
+        });
     }
-    let identity = identity(&path)?;
-    Some(FollowedTrace {
-        path,
-        identity,
-        trace,
-        follow,
-        last,
-        counting,
-    })
 }
 
 /// Whether this process holds more than half the memory left to give: `VmRSS` above half of

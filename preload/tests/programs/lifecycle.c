@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -125,13 +126,40 @@ static int exec_target(void) {
     return 0;
 }
 
-/* _exit: allocates, then leaves through _exit. */
+/* _exit: a vfork child leaves through _exit at once (it shares this process's memory: its _exit
+ * must close nothing), then this process allocates 1000 blocks and leaves through _exit. */
 static int underscore_exit(void) {
+    pid_t child = vfork();
+    if (child == 0)
+        _exit(0);
+    int status;
+    if (child < 0 || waitpid(child, &status, 0) != child)
+        return 1;
     for (int i = 0; i < 1000; i++)
         churn(i + 1);
     printf("ok\n");
     fflush(stdout);
     _exit(0);
+}
+
+/* exit-in-handler: allocates and frees without end until a timer's handler calls _exit(3). */
+static void exit_now(int signal) {
+    (void)signal;
+    _exit(3);
+}
+static int exit_in_handler(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = exit_now;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval when = {{0, 0}, {0, 200000}};
+    setitimer(ITIMER_REAL, &when, NULL);
+    for (unsigned i = 0;; i++) {
+        void *p = churn(16 + i % 4000);
+        if (i % 3)
+            free(p);
+    }
 }
 
 /* exit-thread: 4 threads allocate and free without end; another thread calls exit(0). */
@@ -261,6 +289,8 @@ int main(int argc, char **argv) {
         return exec_target();
     if (!strcmp(mode, "_exit"))
         return underscore_exit();
+    if (!strcmp(mode, "exit-in-handler"))
+        return exit_in_handler();
     if (!strcmp(mode, "exit-thread"))
         return exit_thread();
     if (!strcmp(mode, "signal"))
