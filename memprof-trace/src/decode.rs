@@ -641,6 +641,9 @@ impl<'a> Records<'a> {
                         events: body.varint()?,
                         lost: body.varint()?,
                     },
+                    kind::WRITTEN => Record::Written {
+                        time: body.varint()?,
+                    },
                     kind::MEMORY => {
                         let resident = body.varint()?;
                         let heap_requested = body.varint()?;

@@ -558,6 +558,14 @@ impl ChunkEncoder {
         self.sized(kind::MEMORY, flags::END);
     }
 
+    /// That every thread's events up to `time` are in the chunks written before this one
+    /// (`WRITTEN`, version 1.5), in a chunk of definitions.
+    pub fn written(&mut self, time: u64) {
+        self.body.clear();
+        put_varint(&mut self.body, time);
+        self.sized(kind::WRITTEN, flags::DEFINITIONS);
+    }
+
     /// The end of the trace.
     pub fn end(&mut self, events: u64, lost: u64) {
         self.body.clear();

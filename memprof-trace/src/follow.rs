@@ -5,7 +5,8 @@
 //! The trace's writer sends each thread's buffer when it is full, and every thread's partly
 //! filled buffer about once a second: a chunk of one thread may arrive after later events of
 //! another. Events are merged in time order (a thread's own events stay in their order) and
-//! applied up to a watermark, the newest time that arrived less a slack of a few seconds; a chunk
+//! applied up to a watermark, the newest time that arrived less a slack of a few seconds, or the
+//! time the writer says every thread's events are written up to (`WRITTEN`, if later); a chunk
 //! that arrives behind it anyway has its events applied as they come, counted in their own time's
 //! buckets, and counted as applied out of order ([`Followed::out_of_order`]).
 
@@ -127,11 +128,12 @@ impl Follow {
             self.backlog.insert(at, chunk);
         }
         // Everything that arrived is at or before the newest time; a trace that has its end
-        // record has every event before it.
+        // record has every event before it, and one whose writer says every thread's events up
+        // to a time are written (`WRITTEN`) has those.
         let limit = if everything || trace.end_record().is_some() {
             self.newest
         } else {
-            self.newest.saturating_sub(self.slack)
+            self.newest.saturating_sub(self.slack).max(trace.written())
         };
         self.watermark = self.watermark.max(limit);
         // A chunk is decoded when the merge reaches its first event, so that the events decoded
@@ -347,6 +349,56 @@ mod tests {
         let mut again = Order::default();
         trace.visit(&mut again, &mut |_| {}).unwrap();
         assert_eq!(again.0, sorted);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A `WRITTEN` record moves the watermark past the slack: what it says is written is applied
+    /// at once, what comes after waits as before.
+    #[test]
+    fn a_written_record_lets_the_events_before_it_be_applied() {
+        let dir = std::env::temp_dir().join(format!("memprof-written-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("live.mptrace");
+        let mut file = File::create(&path).unwrap();
+        Header::new(1, 0, "/bin/app".into())
+            .write_to(&mut file)
+            .unwrap();
+        let mut defs = ChunkEncoder::new(0);
+        defs.stack(7, [0x10u64].into_iter());
+        let mut bytes = Vec::new();
+        defs.finish(None, &mut bytes).unwrap();
+        file.write_all(&bytes).unwrap();
+        let written = |time: u64| {
+            let mut defs = ChunkEncoder::new(0);
+            defs.written(time);
+            let mut bytes = Vec::new();
+            defs.finish(None, &mut bytes).unwrap();
+            bytes
+        };
+        let mut trace = Trace::open(&path).unwrap();
+        let mut follow = Follow::with_slack(&trace, 3 * S);
+        let mut order = Order::default();
+
+        file.write_all(&chunk(1, &[1, 2, 3])).unwrap();
+        let followed = follow.update(&mut trace, &mut order, false).unwrap();
+        assert_eq!((followed.applied, followed.pending), (0, 3));
+        // Written up to 2 s: the events to 2 s applied, the slack notwithstanding.
+        file.write_all(&written(2 * S)).unwrap();
+        let followed = follow.update(&mut trace, &mut order, false).unwrap();
+        assert_eq!(order.0, [(1, 1), (2, 1)]);
+        assert_eq!((followed.pending, followed.watermark), (1, 2 * S));
+        // An older record moves nothing back.
+        file.write_all(&written(S)).unwrap();
+        file.write_all(&chunk(2, &[4])).unwrap();
+        let followed = follow.update(&mut trace, &mut order, false).unwrap();
+        assert_eq!((followed.applied, followed.watermark), (2, 2 * S));
+        file.write_all(&written(4 * S)).unwrap();
+        let followed = follow.update(&mut trace, &mut order, false).unwrap();
+        assert_eq!(order.0[2..], [(3, 1), (4, 2)]);
+        assert_eq!((followed.pending, followed.out_of_order), (0, 0));
+        // A reader of the whole file takes the record as one it skips.
+        let opened = Trace::open(&path).unwrap();
+        assert_eq!(opened.events(), 4);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

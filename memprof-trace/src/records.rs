@@ -20,7 +20,7 @@ pub const MAGIC: [u8; 8] = *b"\x89MPTRACE";
 pub const MAJOR: u16 = 1;
 
 /// The minor version this codec writes.
-pub const MINOR: u16 = 4;
+pub const MINOR: u16 = 5;
 
 /// The first 4 bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MPCK";
@@ -82,6 +82,8 @@ pub mod kind {
     /// The function a return address's direct call went to, whose frame a tail call may have
     /// left off the stack; version 1.4.
     pub const CALLEE: u8 = 0x4D;
+    /// Every thread's events up to a time are in the chunks before it; version 1.5.
+    pub const WRITTEN: u8 = 0x4E;
 }
 
 /// What glibc's `malloc` says of a block in the header of its chunk, as the trace recorded it
@@ -543,4 +545,10 @@ pub enum Record {
     },
     /// The process's memory when the trace was closed (`MEMORY`, version 1.2).
     Memory(MemoryParts),
+    /// Every event of every thread up to `time` is in the chunks before this record (`WRITTEN`,
+    /// version 1.5): a reader of a trace still being written may apply them.
+    Written {
+        /// Nanoseconds since the trace started.
+        time: u64,
+    },
 }

@@ -123,6 +123,9 @@ pub struct Trace {
     end: Option<(u64, u64)>,
     /// The `MEMORY` record, when there is one.
     memory: Option<MemoryParts>,
+    /// The latest time of the `WRITTEN` records read (1.5): every event up to it was in the
+    /// chunks read before; 0 for none.
+    written: u64,
     events: u64,
     last_time: u64,
     file_len: u64,
@@ -194,6 +197,7 @@ impl Trace {
             modules: Vec::new(),
             end: None,
             memory: None,
+            written: 0,
             events: 0,
             last_time: 0,
             file_len,
@@ -356,6 +360,7 @@ impl Trace {
             Record::Modules(modules) => self.modules.push(modules),
             Record::End { events, lost } => self.end = Some((events, lost)),
             Record::Memory(parts) => self.memory = Some(parts),
+            Record::Written { time } => self.written = self.written.max(time),
             _ => {}
         }
     }
@@ -423,6 +428,12 @@ impl Trace {
     /// (version 1.2; absent in older traces and in a trace cut short).
     pub fn memory(&self) -> Option<&MemoryParts> {
         self.memory.as_ref()
+    }
+
+    /// The latest `WRITTEN` record's time (version 1.5): every event up to it is in the chunks
+    /// read so far; 0 for none.
+    pub(crate) fn written(&self) -> u64 {
+        self.written
     }
 
     /// Where the trace was cut short, when it was.

@@ -266,7 +266,7 @@ fn mapping_records_round_trip_and_leave_event_times_alone() {
     events.free(150, 0x10);
     let (header, chunks) = decode(&trace(&[events], Some(3))).unwrap();
     assert_eq!(header.minor, MINOR);
-    assert_eq!(MINOR, 4);
+    assert_eq!(MINOR, 5);
     let (chunk, records) = &chunks[0];
     assert_eq!(
         (chunk.first_time, chunk.last_time, chunk.events),
@@ -373,6 +373,23 @@ fn memory_records_round_trip() {
     );
     assert_eq!(with_glibc.heap_not_resident(), 483_328);
     assert_eq!(with_glibc.unaccounted(), 0);
+}
+
+#[test]
+fn written_records_round_trip_in_a_chunk_of_definitions() {
+    let mut defs = ChunkEncoder::new(0);
+    defs.written(0);
+    defs.written(u64::MAX);
+    let (header, decoded) = decode(&trace(&[defs], Some(3))).unwrap();
+    assert_eq!(header.minor, MINOR);
+    assert_eq!(decoded[0].0.flags, flags::DEFINITIONS);
+    assert_eq!(
+        decoded[0].1,
+        vec![
+            Record::Written { time: 0 },
+            Record::Written { time: u64::MAX }
+        ]
+    );
 }
 
 #[test]

@@ -266,6 +266,22 @@ fn owner_ended(buffer: &Buffer) -> bool {
             .is_ok()
 }
 
+/// The clock reading (ticks) of the oldest event not written yet, of every buffer handed to the
+/// writer or being filled; `None` when every event stored is written.
+pub(crate) fn oldest_unsent() -> Option<u64> {
+    in_use()
+        .iter()
+        .filter(|b| b.state.load(Ordering::Acquire) != EMPTY && b.has_unsent())
+        .filter_map(|b| {
+            let words = b.words.get()?;
+            let first = words
+                .get(b.sent.load(Ordering::Relaxed))?
+                .load(Ordering::Relaxed);
+            Some(first >> 3)
+        })
+        .min()
+}
+
 /// Events in the buffers not written yet: handed to the writer, or being filled.
 pub(crate) fn unwritten() -> u64 {
     in_use()

@@ -35,6 +35,16 @@ const ENDED_THREADS_EVERY: u64 = 20;
 /// full (about a second): a program gone idle has its last events, and its markers, written.
 const PARTLY_EVERY: u64 = 200;
 
+/// How far before the time a round of the writer began its `WRITTEN` record says the events
+/// are written up to: a thread stores an event in its buffer just after it reads the clock for
+/// it, and one descheduled in between may store it after the round read its buffer. An event
+/// that comes later anyway is read as out of order (`memprof_trace::Follow`), never lost.
+const WRITTEN_MARGIN_NS: u64 = 100_000_000;
+
+/// Every how many rounds the writer may say how far every thread's events are written (about
+/// every 200 ms; see [`Sink::mark_written`]).
+const WRITTEN_EVERY: u64 = 40;
+
 /// zstd's level for event chunks: fast, and most of what higher levels give on these payloads.
 const LEVEL: i32 = 1;
 
@@ -152,6 +162,8 @@ pub(super) struct Sink {
     next_seq: HashMap<u32, u64>,
     /// Events written.
     events: u64,
+    /// Events were written since the last `WRITTEN` record.
+    unmarked: bool,
     /// Rounds of [`Sink::drain`] so far.
     rounds: u64,
 }
@@ -188,6 +200,7 @@ impl Sink {
             build_ids: HashMap::new(),
             next_seq: HashMap::new(),
             events: 0,
+            unmarked: false,
             rounds: 0,
         })
     }
@@ -269,12 +282,16 @@ impl Sink {
         // Labels are written each round, so that few wait for the writer.
         self.define_labels()?;
         self.rounds += 1;
+        // Read before the buffers: the events stamped before it are stored in them (but see
+        // `WRITTEN_MARGIN_NS`).
+        let now = clock::ticks();
         let ready = buffer::ready(
             closing,
             self.rounds.is_multiple_of(ENDED_THREADS_EVERY),
             self.rounds.is_multiple_of(PARTLY_EVERY),
         );
         if ready.is_empty() {
+            self.mark_written(now, closing)?;
             // What this round wrote (the modules, labels), out now: a cheap call when nothing.
             return self.out.as_mut().expect("open").flush();
         }
@@ -294,13 +311,37 @@ impl Sink {
                 *expected = seq + 1;
             }
             self.write_buffer(buffer, thread, tid)?;
+            self.unmarked = true;
             if full {
                 buffer.recycle();
             }
         }
+        self.mark_written(now, closing)?;
         // Whole chunks reach the destination each round: a process killed loses only the
         // events not handed over yet.
         self.out.as_mut().expect("open").flush()
+    }
+
+    /// Every [`WRITTEN_EVERY`] rounds but at the close, when events were written since the last
+    /// one, writes a `WRITTEN` record in a chunk of its own: the events stamped before the
+    /// oldest one not written yet (or before the clock read `now`, at the round's start, when
+    /// every one is) are written, less a margin. A reader following the trace applies them
+    /// without waiting for the buffers still being filled.
+    fn mark_written(&mut self, now: u64, closing: bool) -> io::Result<()> {
+        if closing || !self.unmarked || !self.rounds.is_multiple_of(WRITTEN_EVERY) {
+            return Ok(());
+        }
+        let Some(calibration) = self.calibration.as_mut() else {
+            return Ok(());
+        };
+        let ticks = buffer::oldest_unsent().map_or(now, |oldest| oldest.min(now));
+        let time = calibration.ns(ticks).saturating_sub(WRITTEN_MARGIN_NS);
+        calibration.converted(ticks);
+        self.defs.reset(0);
+        self.defs.written(time);
+        self.write_chunk(true)?;
+        self.unmarked = false;
+        Ok(())
     }
 
     /// Writes the chunk in `self.chunk` (`definitions`: in `self.defs`) and empties it.

@@ -270,6 +270,7 @@ extern "C" fn close_at_exit() {
 /// How long a program that ends by `_exit` waits for the writer to finish the trace: `_exit`
 /// may be called from a signal handler, which may have interrupted this thread holding a lock
 /// the writer then needs, and the process must end all the same.
+#[cfg(feature = "preload")]
 const EXIT_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Set by [`close_before_exit`]: the writer says where the trace went itself, and leaves the
@@ -282,6 +283,7 @@ static CLOSED_BY_EXIT: AtomicBool = AtomicBool::new(false);
 /// may be in a signal handler that interrupted the C library's allocator, holding its lock: it
 /// allocates nothing and takes no lock, but asks the writer thread to close the trace and waits
 /// for it, at most [`EXIT_PATIENCE`]; the writer says where the trace went.
+#[cfg(feature = "preload")]
 pub(crate) fn close_before_exit() {
     if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) != RUNNING {
         return;

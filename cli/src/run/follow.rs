@@ -88,8 +88,11 @@ fn follow(
     done: &AtomicBool,
 ) -> Option<FollowedTrace> {
     let mut sleep = FIRST;
-    let mut nap = || {
-        std::thread::park_timeout(sleep);
+    // Each nap twice the last, up to `PERIOD`; one with events waiting for the writer's next
+    // `WRITTEN` record, `FIRST`.
+    let mut nap = |waiting: bool| {
+        let now = if waiting { FIRST } else { sleep };
+        std::thread::park_timeout(now);
         sleep = (sleep * 2).min(PERIOD);
     };
     // The program's newest trace: a program that `exec`s has one per image, each begun when the
@@ -114,7 +117,7 @@ fn follow(
             if finished {
                 return None;
             }
-            nap();
+            nap(false);
         };
         let mut counting = Counting::new(&trace, 10, short_lived, ProgressBar::hidden());
         let mut follow = Follow::with_slack(&trace, SLACK_NS);
@@ -145,7 +148,7 @@ fn follow(
             if trace.end_record().is_some() && last.pending == 0 && newest(after + 1).is_some() {
                 continue 'trace;
             }
-            nap();
+            nap(last.pending > 0);
         };
         if let Some(progress) = progress {
             progress.finish_and_clear();
