@@ -164,6 +164,8 @@ pub(super) struct Sink {
     events: u64,
     /// Events were written since the last `WRITTEN` record.
     unmarked: bool,
+    /// The last `WRITTEN` record's time; 0 for none.
+    written: u64,
     /// Rounds of [`Sink::drain`] so far.
     rounds: u64,
 }
@@ -201,6 +203,7 @@ impl Sink {
             next_seq: HashMap::new(),
             events: 0,
             unmarked: false,
+            written: 0,
             rounds: 0,
         })
     }
@@ -337,6 +340,11 @@ impl Sink {
         let ticks = buffer::oldest_unsent().map_or(now, |oldest| oldest.min(now));
         let time = calibration.ns(ticks).saturating_sub(WRITTEN_MARGIN_NS);
         calibration.converted(ticks);
+        // Nothing new to say (the trace's first 100 ms, a thread whose oldest event waits).
+        if time <= self.written {
+            return Ok(());
+        }
+        self.written = time;
         self.defs.reset(0);
         self.defs.written(time);
         self.write_chunk(true)?;

@@ -133,6 +133,8 @@ pub fn replay(bytes: &[u8], until: Option<&str>) -> Replay {
                 Record::End { events, lost } => replay.end = Some((events, lost)),
                 // The memory breakdown at the close (1.2), checked by tests/trace_memory.rs.
                 Record::Memory(_) => {}
+                // How far the events are written (1.5), for readers that follow the trace.
+                Record::Written { .. } => {}
                 other => panic!("unexpected record {other:?}"),
             }
         }

@@ -1,6 +1,6 @@
-/* Processes that end without closing their trace, one per mode (argv[1]): `now` calls `_exit`
- * at once; `many` makes 100,000 allocations (kept) and calls `_exit`; `sleep` makes 1,000
- * allocations and waits to be killed. */
+/* Processes that end early or abruptly, one per mode (argv[1]): `now` calls `_exit` at once;
+ * `many` makes 100,000 allocations (kept) and calls `_exit`; `sleep` makes 1,000 allocations
+ * and waits to be killed. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
