@@ -291,13 +291,22 @@ pub(crate) fn close_before_exit() {
     CLOSED_BY_EXIT.store(true, Ordering::Release);
     CLOSING.store(true, Ordering::Release);
     let began = std::time::Instant::now();
+    let waited = Waiting::total();
     while PHASE.load(Ordering::Acquire) != DONE {
-        if began.elapsed() >= EXIT_PATIENCE {
+        // A destination that keeps the writer waiting is given up as the close gives it up.
+        let stalled = Waiting::total().saturating_sub(waited) >= CLOSE_PATIENCE.as_millis() as u64;
+        if stalled || began.elapsed() >= EXIT_PATIENCE {
             give_up();
+            let lost = buffer::unwritten() + buffer::LOST.load(Ordering::Relaxed);
             warn(format_args!(
-                "MEMPROF_TRACE: the trace's writer did not finish within {} s of _exit; the \
-                 trace ends at its last chunk written",
-                EXIT_PATIENCE.as_secs()
+                "MEMPROF_TRACE: the trace was not closed within {} s of _exit ({}); given up, \
+                 {lost} events not written",
+                began.elapsed().as_secs(),
+                if stalled {
+                    "its destination kept the writer waiting"
+                } else {
+                    "its writer did not finish"
+                }
             ));
             return;
         }
