@@ -272,14 +272,20 @@ mod tests {
         for &s in seconds {
             chunk.alloc(s * S, 0x1000 * (s + 1) + u64::from(thread), 16, 7);
         }
+        stored(chunk)
+    }
+
+    /// `chunk` encoded, its payload stored as it is.
+    fn stored(mut chunk: ChunkEncoder) -> Vec<u8> {
         let mut bytes = Vec::new();
         chunk.finish(None, &mut bytes).unwrap();
         bytes
     }
 
-    #[test]
-    fn chunks_of_two_threads_out_of_order_are_merged() {
-        let dir = std::env::temp_dir().join(format!("memprof-follow-{}", std::process::id()));
+    /// A new trace file in a scratch directory of its own (`name`), with its header and a chunk
+    /// defining stack 7: the directory, the file's path and the file, open to append to.
+    fn begun(name: &str) -> (std::path::PathBuf, std::path::PathBuf, File) {
+        let dir = std::env::temp_dir().join(format!("memprof-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("live.mptrace");
         let mut file = File::create(&path).unwrap();
@@ -290,9 +296,13 @@ mod tests {
         defs.stack(7, [0x10u64, 0x20].into_iter());
         defs.thread(1, 11, "main");
         defs.thread(2, 12, "worker");
-        let mut bytes = Vec::new();
-        defs.finish(None, &mut bytes).unwrap();
-        file.write_all(&bytes).unwrap();
+        file.write_all(&stored(defs)).unwrap();
+        (dir, path, file)
+    }
+
+    #[test]
+    fn chunks_of_two_threads_out_of_order_are_merged() {
+        let (dir, path, mut file) = begun("follow");
         let mut trace = Trace::open(&path).unwrap();
         let mut follow = Follow::with_slack(&trace, 3 * S);
         let mut order = Order::default();
@@ -356,24 +366,11 @@ mod tests {
     /// at once, what comes after waits as before.
     #[test]
     fn a_written_record_lets_the_events_before_it_be_applied() {
-        let dir = std::env::temp_dir().join(format!("memprof-written-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("live.mptrace");
-        let mut file = File::create(&path).unwrap();
-        Header::new(1, 0, "/bin/app".into())
-            .write_to(&mut file)
-            .unwrap();
-        let mut defs = ChunkEncoder::new(0);
-        defs.stack(7, [0x10u64].into_iter());
-        let mut bytes = Vec::new();
-        defs.finish(None, &mut bytes).unwrap();
-        file.write_all(&bytes).unwrap();
+        let (dir, path, mut file) = begun("written");
         let written = |time: u64| {
             let mut defs = ChunkEncoder::new(0);
             defs.written(time);
-            let mut bytes = Vec::new();
-            defs.finish(None, &mut bytes).unwrap();
-            bytes
+            stored(defs)
         };
         let mut trace = Trace::open(&path).unwrap();
         let mut follow = Follow::with_slack(&trace, 3 * S);

@@ -42,6 +42,15 @@ fn traces(dir: &Path) -> Vec<String> {
     names
 }
 
+/// A scratch directory `name` holding `run_leak.c` built as `run_leak`, and a copy of it named
+/// `hello`.
+fn with_hello(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    let leak = leak_program(&dir);
+    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    dir
+}
+
 /// `run_leak.c` built into `dir`.
 fn leak_program(dir: &Path) -> PathBuf {
     compile(dir, &["run_leak.c"], "run_leak", &["-O1", "-g"])
@@ -252,9 +261,7 @@ fn an_earlier_runs_trace_is_not_shown_as_this_ones() {
 
 #[test]
 fn every_process_keeps_its_trace() {
-    let dir = scratch("run_children");
-    let leak = leak_program(&dir);
-    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    let dir = with_hello("run_children");
     let output = memprof_run(
         &dir,
         &[
@@ -285,9 +292,7 @@ fn every_process_keeps_its_trace() {
     );
 
     // A script whose last command is `exec`: the same process id, a trace per program.
-    let dir = scratch("run_exec");
-    let leak = leak_program(&dir);
-    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    let dir = with_hello("run_exec");
     let script = dir.join("script");
     std::fs::write(&script, "#!/bin/bash\n./hello\nexec ./run_leak\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -315,9 +320,7 @@ fn every_process_keeps_its_trace() {
 /// `sh` is `dash` on Debian, which ends by `_exit`: the library closes the trace there too.
 #[test]
 fn a_shell_that_ends_by_underscore_exit_has_its_trace_closed() {
-    let dir = scratch("run_sh_exit");
-    let leak = leak_program(&dir);
-    std::fs::copy(&leak, dir.join("hello")).unwrap();
+    let dir = with_hello("run_sh_exit");
     let output = memprof_run(
         &dir,
         &["--", "sh", "-c", "./hello; echo done"],
