@@ -180,7 +180,7 @@ impl Table {
         let bytes = self.peak_bytes_of(block.size, mode.interval);
         self.peak.counter.change(-(bytes as i64));
         if mode.track_peak {
-            self.stacks.made_record(block.stack).on_live(false, bytes);
+            self.stacks.made_live_record(block.stack).sub(1, bytes);
         }
         if filtered && mode.interval != 0 {
             self.sampled.remove(address);

@@ -102,7 +102,7 @@ impl Table {
         let bytes = self.peak_bytes_of(size, mode.interval);
         let new_peak = self.peak_change(writer, bytes as i64, mode);
         if mode.track_peak {
-            self.stacks.record(stack).on_live(true, bytes);
+            self.stacks.live_record(stack).add(1, bytes);
             if new_peak {
                 self.peak.due.store(true, Relaxed);
             }
@@ -118,7 +118,7 @@ impl Table {
             if self.peak.due.load(Relaxed) {
                 self.capture_peak();
             }
-            self.stacks.made_record(stack).on_live(false, bytes);
+            self.stacks.made_live_record(stack).sub(1, bytes);
         }
         self.peak_change(writer, -(bytes as i64), mode);
     }

@@ -354,8 +354,7 @@ impl Table {
         if stack.0 < super::WRITER_STACKS {
             writer.count_stack(stack.0, blocks, bytes);
         } else {
-            let record = self.stacks.record(stack);
-            record.on_allocated(blocks, bytes);
+            self.stacks.allocated_record(stack).add(blocks, bytes);
         }
         bump(&writer.total_blocks, blocks);
         bump(&writer.total_bytes, bytes);

@@ -5,10 +5,11 @@
 //! outer frames (`main`, the program's loops) and differ at the inner end, so a new stack costs
 //! the nodes of its new inner frames only, and its record names its innermost node. Nodes,
 //! records and the records' counters sit in append-only arrays of zeroed buckets, read by id
-//! without a lock; a bucket's pages cost nothing until used, so the counters, which only stacks
-//! counted outside the threads' writers and a tracked peak use, mostly cost nothing. What the
-//! first million stacks allocate is counted per thread (see [`super::writers`]), without a
-//! locked instruction.
+//! without a lock; a bucket's pages cost nothing until used, so the counters mostly cost
+//! nothing: those of what was allocated only stacks counted outside the threads' writers use,
+//! those of what is live (an array of their own) only a tracked peak. What the first million
+//! stacks allocate is counted per thread (see [`super::writers`]), without a locked
+//! instruction.
 //!
 //! Finding the id of a stack: first the thread's cache of recent stacks, by the whole stack's
 //! hash, without a lock; then the table's shared cache; past a miss, the tree. A node is indexed
@@ -191,36 +192,32 @@ impl<T: bytemuck::Zeroable> Array<T> {
 /// node is + 1 (0 while there is none) in the high half.
 type Node = [AtomicU64; 2];
 
-/// A stack's counters: blocks and bytes allocated over the run, where threads do not count them
-/// in their own writers (stack ids from 2^20 on, see [`super::Table::allocated`]); blocks and
-/// bytes live now, kept only while the table tracks its peak.
-type Counters = [AtomicU64; 4];
+/// A stack's blocks and bytes: those allocated over the run, where threads do not count them in
+/// their own writers (stack ids from 2^20 on, see [`super::Table::allocated`]), or those live
+/// now, kept only while the table tracks its peak. Each kind in an array of its own, so that the
+/// live ones cost nothing when the peak is not tracked.
+type Counters = [AtomicU64; 2];
 
 /// Where counts go when the counters' bucket could not be allocated: lost.
-static SPARE: Counters = [const { AtomicU64::new(0) }; 4];
+static SPARE: Counters = [const { AtomicU64::new(0) }; 2];
 
-/// One distinct stack's counters, for counting.
+/// One distinct stack's blocks and bytes of one kind, for counting.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StackRecord<'a>(&'a Counters);
 
 impl StackRecord<'_> {
-    /// Counts a block of `bytes` allocated from this stack.
+    /// Counts `blocks` of `bytes` in all more.
     #[inline]
-    pub(super) fn on_allocated(self, blocks: u64, bytes: u64) {
+    pub(super) fn add(self, blocks: u64, bytes: u64) {
         self.0[0].fetch_add(blocks, Relaxed);
         self.0[1].fetch_add(bytes, Relaxed);
     }
 
-    /// Counts a block of `bytes` live (`true`) or gone (`false`), for the peak table.
+    /// Counts `blocks` of `bytes` in all fewer.
     #[inline]
-    pub(super) fn on_live(self, live: bool, bytes: u64) {
-        if live {
-            self.0[2].fetch_add(1, Relaxed);
-            self.0[3].fetch_add(bytes, Relaxed);
-        } else {
-            self.0[2].fetch_sub(1, Relaxed);
-            self.0[3].fetch_sub(bytes, Relaxed);
-        }
+    pub(super) fn sub(self, blocks: u64, bytes: u64) {
+        self.0[0].fetch_sub(blocks, Relaxed);
+        self.0[1].fetch_sub(bytes, Relaxed);
     }
 }
 
@@ -317,8 +314,10 @@ pub(crate) struct Stacks {
     /// Stacks interned, whose entries in `leaves` are written. Ids are given in order under the
     /// lock of the index's first shard, which `fork` holds with the others.
     len: AtomicU32,
-    /// Counters by stack id.
-    counters: Array<Counters>,
+    /// Blocks and bytes allocated, by stack id (stack ids from 2^20 on).
+    allocated: Array<Counters>,
+    /// Blocks and bytes live, by stack id, while the peak is tracked.
+    live: Array<Counters>,
     /// Nodes of the tree by node id.
     nodes: Array<Node>,
     /// Nodes in the tree; node ids are given under the lock of the node's index shard.
@@ -343,7 +342,8 @@ impl Stacks {
         Stacks {
             leaves: Array::new(),
             len: AtomicU32::new(0),
-            counters: Array::new(),
+            allocated: Array::new(),
+            live: Array::new(),
             nodes: Array::new(),
             node_count: AtomicU32::new(0),
             index: [const { Mutex::new(index::Shard::new()) }; INDEX_SHARDS],
@@ -682,30 +682,41 @@ impl Stacks {
         Some(shards.map(|shard| shard.expect("every shard is held")))
     }
 
-    /// The counters of an interned stack, to count in.
+    /// The allocated blocks and bytes of an interned stack, to count in.
     #[inline]
-    pub(crate) fn record(&self, id: StackId) -> StackRecord<'_> {
-        StackRecord(self.counters.make(id.0).unwrap_or(&SPARE))
+    pub(crate) fn allocated_record(&self, id: StackId) -> StackRecord<'_> {
+        StackRecord(self.allocated.make(id.0).unwrap_or(&SPARE))
     }
 
-    /// The counters of an interned stack, to count a free in: never allocates (a free may come
-    /// from a signal handler), so counts go nowhere while the stack's counters are not made (no
-    /// allocation from it was counted in them).
+    /// The live blocks and bytes of an interned stack, to count an allocation in.
     #[inline]
-    pub(crate) fn made_record(&self, id: StackId) -> StackRecord<'_> {
-        StackRecord(self.counters.get(id.0).unwrap_or(&SPARE))
+    pub(crate) fn live_record(&self, id: StackId) -> StackRecord<'_> {
+        StackRecord(self.live.make(id.0).unwrap_or(&SPARE))
+    }
+
+    /// The live blocks and bytes of an interned stack, to count a free in: never allocates (a
+    /// free may come from a signal handler), so counts go nowhere while the stack's counters
+    /// are not made (no allocation from it was counted in them).
+    #[inline]
+    pub(crate) fn made_live_record(&self, id: StackId) -> StackRecord<'_> {
+        StackRecord(self.live.get(id.0).unwrap_or(&SPARE))
     }
 
     /// The counts of an interned stack.
     pub(crate) fn counts(&self, id: u32) -> StackCounts {
-        self.counters
-            .get(id)
-            .map_or_else(StackCounts::default, |c| StackCounts {
-                allocated_blocks: c[0].load(Relaxed),
-                allocated_bytes: c[1].load(Relaxed),
-                live_blocks: c[2].load(Relaxed),
-                live_bytes: c[3].load(Relaxed),
-            })
+        let pair = |array: &Array<Counters>| {
+            array
+                .get(id)
+                .map_or((0, 0), |c| (c[0].load(Relaxed), c[1].load(Relaxed)))
+        };
+        let (allocated_blocks, allocated_bytes) = pair(&self.allocated);
+        let (live_blocks, live_bytes) = pair(&self.live);
+        StackCounts {
+            allocated_blocks,
+            allocated_bytes,
+            live_blocks,
+            live_bytes,
+        }
     }
 
     /// The return addresses of an interned stack, innermost first, appended to `out`. A walk up
