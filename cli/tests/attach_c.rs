@@ -259,6 +259,34 @@ fn an_exec_while_attached_ends_the_attach_with_the_trace_whole() {
     assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
 }
 
+/// A process that ends by `_exit` while attached (no exit handler runs): the library's entry for
+/// `_exit` closes the trace first, so the command's summary has it whole, the leak in it.
+#[test]
+fn an_underscore_exit_while_attached_ends_the_attach_with_the_trace_whole() {
+    let dir = scratch("c-underscore-exit");
+    let program = compile("cc", &dir, &["attach_exec.c"], "exec", &[]);
+    let mut target = Target::start(Command::new(&program), "ready");
+    let (status, said) = attach_during(
+        memprof(&dir),
+        &["--trace", "t-%p.mptrace"],
+        &mut target,
+        |target, _, _| {
+            say(target, "leak\n");
+            target.expect("leaked");
+            say(target, "_exit\n");
+        },
+    );
+    assert!(status.success(), "{said}");
+    assert!(said.contains("(closed normally"), "{said}");
+    assert!(!said.contains("without closing its trace"), "{said}");
+    let trace = memprof_trace::Trace::open(dir.join(format!("t-{}.mptrace", target.pid())))
+        .unwrap_or_else(|e| panic!("the trace: {e:?}\n{said}"));
+    assert!(trace.end_record().is_some(), "{said}");
+    let (lines, stderr) = target.finish();
+    assert_eq!(lines, ["ready", "leaked"]);
+    assert_eq!(stderr, "", "nothing of memprof's on the program's stderr");
+}
+
 /// `execl` replaces the program past the library (the C library calls its own `execve`), and
 /// Ctrl-C follows at once: the detach finds the copy gone, with the process stopped, and calls
 /// nothing in the new program, which runs on.

@@ -129,6 +129,8 @@ fn table() -> Vec<(&'static CStr, usize)> {
         (c"execvp", execvp as *const () as usize),
         (c"execvpe", execvpe as *const () as usize),
         (c"fexecve", fexecve as *const () as usize),
+        (c"_exit", exit as *const () as usize),
+        (c"_Exit", exit as *const () as usize),
     ];
     table.retain(|(name, _)| crate::exec::found(name));
     table
@@ -192,6 +194,16 @@ unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     unsafe { crate::exec::forward_fexecve(fd, argv, envp) }
 }
 
+/// `_exit(2)` and `_Exit` while attached: in the process attached to, the trace is closed as the
+/// library's own `_exit` closes it (by its writer thread: `_exit` may come from a signal handler),
+/// so that the command gets it whole; then the C library's `_exit`.
+extern "C" fn exit(status: c_int) -> ! {
+    if PHASE.load(Relaxed) == ATTACHED && std::process::id() == ATTACHED_PID.load(Relaxed) {
+        memprof::preload::before_exit();
+    }
+    crate::exit::forward(status)
+}
+
 /// `dlopen(3)` while attached: the C library's, then the new modules' entries rewritten. Called
 /// by the program's modules only through the entries [`memprof_attach`] rewrote.
 ///
@@ -236,6 +248,7 @@ pub unsafe extern "C" fn memprof_attach(settings: *const c_char) -> c_int {
     };
     let own = own_base();
     crate::exec::resolve_late();
+    crate::exit::resolve_late();
     let table = table();
     if got::taken_by_another(own, &table) {
         return OTHER_COPY;

@@ -5,6 +5,8 @@
 //!
 //! Only in the process that started the trace (`exec::is_origin`): a forked child's trace is
 //! its parent's, and a `vfork` child shares its parent's memory, so neither closes anything.
+//! Attached to a running process (`memprof attach`), the library's own entries for them
+//! (`attach.rs`) close the trace the same way.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -14,9 +16,20 @@ static REAL: AtomicUsize = AtomicUsize::new(0);
 
 /// Finds the C library's `_exit` (`_Exit` is the same function). Called from the constructor.
 pub(crate) fn resolve() {
+    find(libc::RTLD_NEXT);
+}
+
+/// Finds the C library's `_exit` in a library loaded late (`memprof attach`): the program's
+/// modules, loaded before this one, come first in the search.
+pub(crate) fn resolve_late() {
+    find(libc::RTLD_DEFAULT);
+}
+
+/// Looks `_exit` up from `handle`, a pseudo-handle; this library's own is not taken.
+fn find(handle: *mut std::ffi::c_void) {
     // SAFETY: a NUL-terminated name, looked up from a pseudo-handle.
-    let found = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) } as usize;
-    if crate::got::base_of(found) != crate::got::base_of(resolve as *const () as usize) {
+    let found = unsafe { libc::dlsym(handle, c"_exit".as_ptr()) } as usize;
+    if crate::got::base_of(found) != crate::got::base_of(find as *const () as usize) {
         REAL.store(found, Relaxed);
     }
 }
@@ -27,6 +40,11 @@ fn end(status: c_int) -> ! {
     if crate::exec::is_origin() {
         memprof::preload::before_exit();
     }
+    forward(status)
+}
+
+/// The C library's `_exit`, or the `exit_group` system call.
+pub(crate) fn forward(status: c_int) -> ! {
     match REAL.load(Relaxed) {
         0 => {}
         found => {

@@ -2,7 +2,7 @@
  * commands from stdin, a line each: "leak" keeps ten blocks of 300 bytes ("leaked"); "execv" and
  * "execl" run this program again through that function, with the argument "again": the new
  * program prints "replaced", and "bye" at stdin's end; "execfail" calls execv on a program that
- * does not exist ("execv failed"). */
+ * does not exist ("execv failed"); "_exit" leaves through `_exit(0)`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +37,8 @@ int main(int argc, char **argv) {
             char *none[] = {"none", NULL};
             execv("/nonexistent/program", none);
             printf("execv failed\n");
+        } else if (strcmp(line, "_exit\n") == 0) {
+            _exit(0);
         } else if (strcmp(line, "execl\n") == 0) {
             execl("/proc/self/exe", argv[0], "again", (char *)NULL);
             printf("execl failed\n");
