@@ -129,8 +129,8 @@ fn table() -> Vec<(&'static CStr, usize)> {
         (c"execvp", execvp as *const () as usize),
         (c"execvpe", execvpe as *const () as usize),
         (c"fexecve", fexecve as *const () as usize),
-        (c"_exit", exit as *const () as usize),
-        (c"_Exit", exit as *const () as usize),
+        (c"_exit", underscore_exit as *const () as usize),
+        (c"_Exit", underscore_exit as *const () as usize),
     ];
     table.retain(|(name, _)| crate::exec::found(name));
     table
@@ -197,7 +197,7 @@ unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
 /// `_exit(2)` and `_Exit` while attached: in the process attached to, the trace is closed as the
 /// library's own `_exit` closes it (by its writer thread: `_exit` may come from a signal handler),
 /// so that the command gets it whole; then the C library's `_exit`.
-extern "C" fn exit(status: c_int) -> ! {
+extern "C" fn underscore_exit(status: c_int) -> ! {
     if PHASE.load(Relaxed) == ATTACHED && std::process::id() == ATTACHED_PID.load(Relaxed) {
         memprof::preload::before_exit();
     }

@@ -279,10 +279,10 @@ const EXIT_PATIENCE: Duration = Duration::from_secs(10);
 static CLOSED_BY_EXIT: AtomicBool = AtomicBool::new(false);
 
 /// Closes the trace before the process ends by `_exit`, which runs no exit handler, as the exit
-/// would, without its memory record. This thread
-/// may be in a signal handler that interrupted the C library's allocator, holding its lock: it
-/// allocates nothing and takes no lock, but asks the writer thread to close the trace and waits
-/// for it, at most [`EXIT_PATIENCE`]; the writer says where the trace went.
+/// would, without its memory record. This thread may be in a signal handler that interrupted the
+/// C library's allocator, holding its lock: it allocates nothing and takes no lock, but asks the
+/// writer thread to close the trace and waits for it, at most [`EXIT_PATIENCE`] (a destination
+/// that keeps the writer waiting, [`CLOSE_PATIENCE`]); the writer says where the trace went.
 #[cfg(feature = "preload")]
 pub(crate) fn close_before_exit() {
     if FORKED.load(Ordering::Relaxed) || PHASE.load(Ordering::Acquire) != RUNNING {

@@ -7,10 +7,12 @@
 //! replay holds the program's live blocks), so that it never makes the program run short.
 //!
 //! The summary is the one a replay of the finished trace gives, or it is not used: the events are
-//! applied in the replay's order, 1.5 s behind the newest that arrived; a trace whose
-//! chunk came later than that anyway, that is not the file the run ends up with (another process
-//! of the same id wrote it, or it was replaced), or that could not be read as it grew is
-//! summarised after the run by a replay of its file, as `memprof summary` does.
+//! applied in the replay's order, up to the time the trace's `WRITTEN` records say every thread's
+//! events are written (or 1.5 s behind the newest that arrived, for a trace without them); a
+//! trace whose chunk came later than that anyway, that is not the file the run ends up with
+//! (another process of the same id wrote it, or it was replaced), or that could not be read as
+//! it grew is summarised after the run by a replay of its file, as `memprof summary` does. A
+//! program that `exec`s is followed into its new image's trace.
 
 use super::traces::Pattern;
 use crate::summary::{Counting, Summary};
@@ -26,9 +28,10 @@ use std::time::Duration;
 
 /// How long the follower sleeps between two looks at the trace, at most.
 const PERIOD: Duration = Duration::from_millis(250);
-/// How far behind the newest event that arrived the follower applies events: past the trace
-/// writer's period for partly filled buffers (a second), so that another thread's events seldom
-/// arrive behind it. One that does makes the summary a replay after the run.
+/// How far behind the newest event that arrived the follower applies events where the trace's
+/// `WRITTEN` records do not say more: past the trace writer's period for partly filled buffers
+/// (a second), so that another thread's events seldom arrive behind it. One that does makes the
+/// summary a replay after the run.
 const SLACK_NS: u64 = 1_500_000_000;
 /// Events applied between two looks at the memory left ([`crowding`]).
 const STEP: u64 = 1 << 20;
